@@ -1,0 +1,229 @@
+"""TensorFlow graphs in and out of the IR: ``tf.Graph``, ``GraphDef``, ``MetaGraphDef`` files.
+
+Everything here goes through TensorFlow's public graph API and protobufs; the IR it returns
+knows nothing of TensorFlow. The NodeDef of every op travels in ``Op.node_def`` so that
+``to_graph_def`` gives TensorFlow back the same ops, edges and attributes.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import tensorflow as tf
+from google.protobuf import message, text_format
+from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2
+from tensorflow.core.protobuf import meta_graph_pb2
+
+from fastt import dtypes
+from fastt.errors import GraphFormatError, UnknownDtypeError
+from fastt.ir import VARIABLE_TYPES, Graph, Op, TensorRef, TensorSpec
+
+_SKIPPED_ATTRS = frozenset({"value", "_class"})  # constants' payload; colocation kept apart
+
+
+def _attr_value(v: attr_value_pb2.AttrValue, where: str) -> Any:
+    kind = v.WhichOneof("value")
+    if kind == "s":
+        return v.s.decode("utf-8", errors="replace")
+    if kind in ("i", "f", "b"):
+        return getattr(v, kind)
+    if kind == "type":
+        return dtypes.name_from_enum(v.type, where)
+    if kind == "shape":
+        return None if v.shape.unknown_rank else [int(d.size) for d in v.shape.dim]
+    if kind == "func":
+        return v.func.name
+    if kind == "list":
+        lst = v.list
+        if lst.type:
+            return [dtypes.name_from_enum(t, where) for t in lst.type]
+        for field in ("i", "f", "b"):
+            if getattr(lst, field):
+                return list(getattr(lst, field))
+        if lst.s:
+            return [s.decode("utf-8", errors="replace") for s in lst.s]
+        if lst.shape:
+            return [None if s.unknown_rank else [int(d.size) for d in s.dim] for s in lst.shape]
+        return []
+    return None  # tensors, placeholders: not needed by any pass
+
+
+def _attrs(node: node_def_pb2.NodeDef) -> dict[str, Any]:
+    out = {}
+    for key, value in node.attr.items():
+        if key in _SKIPPED_ATTRS:
+            continue
+        v = _attr_value(value, f"op {node.name!r} attr {key!r}")
+        if v is not None:
+            out[key] = v
+    return out
+
+
+def _colocate_with(node: node_def_pb2.NodeDef) -> tuple[str, ...]:
+    groups = [s.decode() for s in node.attr["_class"].list.s] if "_class" in node.attr else []
+    names = [g[len("loc:@"):] for g in groups if g.startswith("loc:@")]
+    return tuple(n for n in names if n != node.name)
+
+
+def _check_dtypes(graph_def: graph_pb2.GraphDef) -> None:
+    """Reject unknown dtype enums with a message naming the op, before TensorFlow sees them."""
+    for node in graph_def.node:
+        for key, value in node.attr.items():
+            where = f"op {node.name!r} ({node.op}) attr {key!r}"
+            if value.WhichOneof("value") == "type":
+                dtypes.name_from_enum(value.type, where)
+            elif value.WhichOneof("value") == "list":
+                for t in value.list.type:
+                    dtypes.name_from_enum(t, where)
+
+
+def from_tf_graph(graph: tf.Graph, name: str = "") -> Graph:
+    """The IR of a ``tf.Graph`` (every op, data and control edge, static shapes)."""
+    ops = []
+    for tf_op in graph.get_operations():
+        node = tf_op.node_def
+        outputs = []
+        for i, t in enumerate(tf_op.outputs):
+            dtype = t.dtype.name
+            if not dtypes.is_known(dtype):
+                raise UnknownDtypeError(f"op {tf_op.name!r} output {i} has unknown dtype {dtype!r}")
+            shape = None if t.shape.rank is None else tuple(t.shape.as_list())
+            outputs.append(TensorSpec(dtype, shape))
+        try:
+            stateful = bool(tf_op.op_def.is_stateful)
+        except (ValueError, AttributeError):
+            stateful = True
+        ops.append(Op(
+            name=tf_op.name, type=tf_op.type,
+            inputs=tuple(TensorRef(t.op.name, t.value_index) for t in tf_op.inputs),
+            control_inputs=tuple(c.name for c in tf_op.control_inputs),
+            outputs=tuple(outputs), device=tf_op.device, colocate_with=_colocate_with(node),
+            stateful=stateful, is_variable=tf_op.type in VARIABLE_TYPES,
+            attrs=_attrs(node), node_def=node.SerializeToString()))
+    library = graph.as_graph_def().library
+    payload = {"library": library.SerializeToString()} if library.function else {}
+    return Graph(ops, name=name, payload=payload)
+
+
+def from_graph_def(graph_def: graph_pb2.GraphDef, name: str = "") -> Graph:
+    """The IR of a ``GraphDef`` (imported into a fresh ``tf.Graph`` for shapes and dtypes)."""
+    _check_dtypes(graph_def)
+    g = tf.Graph()
+    try:
+        with g.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+    except (ValueError, TypeError, tf.errors.OpError) as e:
+        raise GraphFormatError(f"TensorFlow cannot import graph {name or '<GraphDef>'!r}: "
+                               f"{str(e).splitlines()[0]}") from None
+    return from_tf_graph(g, name=name)
+
+
+def read_graph_def(path: str | os.PathLike[str]) -> tuple[graph_pb2.GraphDef, dict[str, Any]]:
+    """Read a GraphDef or MetaGraphDef file (binary or text); return the GraphDef and
+    what else a MetaGraphDef says (its collections' node names, by collection)."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise GraphFormatError(f"graph file {path!r} does not exist")
+    if os.path.isdir(path):
+        raise GraphFormatError(f"graph file {path!r} is a directory, not a GraphDef or "
+                               "MetaGraphDef file")
+    with open(path, "rb") as f:
+        data = f.read()
+    for parse in (_parse_meta_binary, _parse_graph_binary, _parse_meta_text, _parse_graph_text):
+        found = parse(data)
+        if found is not None:
+            return found
+    raise GraphFormatError(f"{path!r} is not a TensorFlow GraphDef or MetaGraphDef "
+                           "(binary or text protobuf with at least one node)")
+
+
+def _plausible(gd: graph_pb2.GraphDef) -> bool:
+    return len(gd.node) > 0 and all(n.name and n.op for n in gd.node)
+
+
+def _collections(meta: meta_graph_pb2.MetaGraphDef) -> dict[str, list[str]]:
+    out = {}
+    for key, col in meta.collection_def.items():
+        if col.HasField("node_list"):
+            out[key] = list(col.node_list.value)
+    return out
+
+
+def _parse_meta_binary(data: bytes) -> tuple[graph_pb2.GraphDef, dict[str, Any]] | None:
+    meta = meta_graph_pb2.MetaGraphDef()
+    try:
+        meta.ParseFromString(data)
+    except message.DecodeError:
+        return None
+    return (meta.graph_def, {"collections": _collections(meta)}) \
+        if _plausible(meta.graph_def) else None
+
+
+def _parse_graph_binary(data: bytes) -> tuple[graph_pb2.GraphDef, dict[str, Any]] | None:
+    gd = graph_pb2.GraphDef()
+    try:
+        gd.ParseFromString(data)
+    except message.DecodeError:
+        return None
+    return (gd, {}) if _plausible(gd) else None
+
+
+def _parse_text(data: bytes, proto: Any) -> Any:
+    try:
+        return text_format.Parse(data.decode("utf-8"), proto)
+    except (text_format.ParseError, UnicodeDecodeError):
+        return None
+
+
+def _parse_meta_text(data: bytes) -> tuple[graph_pb2.GraphDef, dict[str, Any]] | None:
+    meta = _parse_text(data, meta_graph_pb2.MetaGraphDef())
+    return (meta.graph_def, {"collections": _collections(meta)}) \
+        if meta is not None and _plausible(meta.graph_def) else None
+
+
+def _parse_graph_text(data: bytes) -> tuple[graph_pb2.GraphDef, dict[str, Any]] | None:
+    gd = _parse_text(data, graph_pb2.GraphDef())
+    return (gd, {}) if gd is not None and _plausible(gd) else None
+
+
+def load_graph(path: str | os.PathLike[str]) -> Graph:
+    """The IR of a GraphDef or MetaGraphDef file; a MetaGraphDef's collections go in
+    ``graph.payload['collections']`` (e.g. ``train_op``)."""
+    graph_def, extra = read_graph_def(path)
+    g = from_graph_def(graph_def, name=os.path.basename(os.fspath(path)))
+    g.payload.update(extra)
+    return g
+
+
+def to_graph_def(graph: Graph) -> graph_pb2.GraphDef:
+    """A GraphDef with the IR's ops, edges, devices and (from the payload) attributes."""
+    gd = graph_pb2.GraphDef()
+    for op in graph:
+        node = gd.node.add()
+        if op.node_def is not None:
+            node.ParseFromString(op.node_def)
+        node.name, node.op, node.device = op.name, op.type, op.device
+        del node.input[:]
+        node.input.extend(r.op if r.index == 0 else f"{r.op}:{r.index}" for r in op.inputs)
+        node.input.extend("^" + c for c in op.control_inputs)
+    library = graph.payload.get("library")
+    if library:
+        gd.library.ParseFromString(library)
+    return gd
+
+
+def with_feed_shapes(graph_def: graph_pb2.GraphDef,
+                     feed_shapes: Mapping[str, tuple[int, ...]], name: str = "") -> Graph:
+    """The IR with placeholders given the shapes of a sample feed, so that TensorFlow's shape
+    inference resolves the shapes a static graph leaves unknown (e.g. the batch size)."""
+    gd = graph_pb2.GraphDef()
+    gd.CopyFrom(graph_def)
+    by_name = {n.name: n for n in gd.node}
+    for feed, shape in feed_shapes.items():
+        node = by_name.get(feed.split(":")[0])
+        if node is None:
+            raise GraphFormatError(f"sample feed names {feed!r}, which is not an op of the graph")
+        if node.op not in ("Placeholder", "PlaceholderWithDefault"):
+            continue
+        node.attr["shape"].shape.CopyFrom(tf.TensorShape(list(shape)).as_proto())
+    return from_graph_def(gd, name=name)

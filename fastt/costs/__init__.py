@@ -1,0 +1,61 @@
+"""Cost models built from real runs: compute, communication, memory; JSON in and out."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastt.costs.comm import CommCostModel, LinkFit
+from fastt.costs.compute import ComputeCostModel
+from fastt.costs.memory import MemoryModel
+from fastt.errors import CostModelError
+from fastt.profiler import Profile
+
+SCHEMA_VERSION = 1
+
+__all__ = ["CostModels", "ComputeCostModel", "CommCostModel", "LinkFit", "MemoryModel"]
+
+
+@dataclass
+class CostModels:
+    """The three models the strategy calculator reads, updated together from profiles."""
+    compute: ComputeCostModel = field(default_factory=ComputeCostModel)
+    comm: CommCostModel = field(default_factory=CommCostModel)
+    memory: MemoryModel = field(default_factory=MemoryModel)
+
+    def update(self, profile: Profile) -> None:
+        """Feed one profiled step: compute samples, transfer samples, measured output sizes."""
+        self.compute.update(profile.compute)
+        self.comm.update(profile.transfers)
+        self.memory.refine(profile.output_bytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "compute": self.compute.to_dict(),
+                "comm": self.comm.to_dict(), "memory": self.memory.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CostModels":
+        if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+            raise CostModelError(
+                f"not a fastt cost-model document (schema_version "
+                f"{data.get('schema_version') if isinstance(data, dict) else None!r}, "
+                f"expected {SCHEMA_VERSION})")
+        return cls(ComputeCostModel.from_dict(data.get("compute", {})),
+                   CommCostModel.from_dict(data.get("comm", {})),
+                   MemoryModel.from_dict(data.get("memory", {})))
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(), f, indent=1)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "CostModels":
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            raise CostModelError(f"cost-model file {os.fspath(path)!r} does not exist") from None
+        except json.JSONDecodeError as e:
+            raise CostModelError(f"cost-model file {os.fspath(path)!r} is not JSON: {e}") from None
+        return cls.from_dict(data)

@@ -1,0 +1,126 @@
+"""Communication cost model: transfer time = intercept + slope * bytes, per device pair.
+
+One ``sklearn.linear_model.LinearRegression`` per (src, dst) pair, refitted when new samples
+arrive (FastT, section 4): the fit captures each path's bandwidth and latency.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+from sklearn.linear_model import LinearRegression
+
+from fastt import devices
+from fastt.profiler import TransferSample
+
+Pair = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class LinkFit:
+    """``seconds = intercept + slope * bytes`` for one pair, with its quality of fit."""
+    slope: float  # seconds per byte
+    intercept: float  # seconds
+    r2: float
+    samples: int
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return 1.0 / self.slope if self.slope > 0 else float("inf")
+
+    def predict(self, nbytes: float) -> float:
+        return max(self.intercept + self.slope * nbytes, 0.0)
+
+
+class CommCostModel:
+    """Per-pair linear regressions of transfer time on bytes; 0 within one device.
+
+    A pair with too few samples (or all of one size) borrows the reverse pair's fit, else the
+    mean fit of all known pairs, else costs ``default`` (0: FastT's 'unknown -> explore' rule).
+    """
+
+    def __init__(self, max_samples_per_pair: int = 2000, min_samples: int = 2) -> None:
+        self.max_samples_per_pair = max_samples_per_pair
+        self.min_samples = min_samples
+        self._samples: dict[Pair, deque[tuple[float, float]]] = {}
+        self._fits: dict[Pair, LinkFit] = {}
+        self._dirty: set[Pair] = set()
+
+    def update(self, samples: Iterable[TransferSample]) -> None:
+        for s in samples:
+            self.add_sample(s.src, s.dst, s.nbytes, s.seconds)
+
+    def add_sample(self, src: str, dst: str, nbytes: float, seconds: float) -> None:
+        pair = (devices.canonical(src), devices.canonical(dst))
+        if pair[0] == pair[1]:
+            return
+        q = self._samples.get(pair)
+        if q is None:
+            q = self._samples[pair] = deque(maxlen=self.max_samples_per_pair)
+        q.append((float(nbytes), float(seconds)))
+        self._dirty.add(pair)
+
+    def _refit(self) -> None:
+        for pair in self._dirty:
+            data = np.asarray(self._samples[pair], dtype=np.float64)
+            x, y = data[:, :1], data[:, 1]
+            if len(data) < self.min_samples or np.ptp(x) == 0:
+                self._fits.pop(pair, None)
+                continue
+            reg = LinearRegression().fit(x, y)
+            self._fits[pair] = LinkFit(float(reg.coef_[0]), float(reg.intercept_),
+                                       float(reg.score(x, y)), len(data))
+        self._dirty.clear()
+
+    def fit(self, src: str, dst: str) -> LinkFit | None:
+        """The pair's own regression, or None when it has too few samples."""
+        self._refit()
+        return self._fits.get((devices.canonical(src), devices.canonical(dst)))
+
+    def fits(self) -> dict[Pair, LinkFit]:
+        self._refit()
+        return dict(self._fits)
+
+    def pairs(self) -> set[Pair]:
+        return set(self._samples)
+
+    def samples(self, src: str, dst: str) -> list[tuple[float, float]]:
+        return list(self._samples.get((devices.canonical(src), devices.canonical(dst)), ()))
+
+    def link(self, src: str, dst: str) -> LinkFit | None:
+        """The fit used for the pair: its own, the reverse pair's, or the mean of all."""
+        self._refit()
+        src, dst = devices.canonical(src), devices.canonical(dst)
+        own = self._fits.get((src, dst)) or self._fits.get((dst, src))
+        if own is not None or not self._fits:
+            return own
+        fits = list(self._fits.values())
+        return LinkFit(sum(f.slope for f in fits) / len(fits),
+                       sum(f.intercept for f in fits) / len(fits),
+                       min(f.r2 for f in fits), 0)
+
+    def cost(self, nbytes: float, src: str, dst: str, default: float = 0.0) -> float:
+        """Predicted seconds to move ``nbytes`` from ``src`` to ``dst``."""
+        if src == dst or devices.canonical(src) == devices.canonical(dst):
+            return 0.0
+        fit = self.link(src, dst)
+        return default if fit is None else fit.predict(nbytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_samples_per_pair": self.max_samples_per_pair,
+                "min_samples": self.min_samples,
+                "pairs": [{"src": s, "dst": d, "samples": [list(p) for p in q]}
+                          for (s, d), q in self._samples.items()],
+                "fits": [{"src": s, "dst": d, "slope_s_per_byte": f.slope,
+                          "intercept_s": f.intercept, "r2": f.r2, "samples": f.samples}
+                         for (s, d), f in self.fits().items()]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CommCostModel":
+        model = cls(int(data.get("max_samples_per_pair", 2000)), int(data.get("min_samples", 2)))
+        for entry in data.get("pairs", []):
+            for nbytes, seconds in entry["samples"]:
+                model.add_sample(entry["src"], entry["dst"], nbytes, seconds)
+        return model

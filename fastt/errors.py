@@ -1,0 +1,29 @@
+"""Exceptions raised by fastt. Every message names the input that was wrong."""
+
+
+class FasttError(Exception):
+    """Base class of every error fastt raises on purpose."""
+
+
+class GraphFormatError(FasttError):
+    """A graph file or object could not be read as a TensorFlow graph."""
+
+
+class UnknownDtypeError(FasttError):
+    """An op produces a tensor whose dtype fastt does not know."""
+
+
+class GraphStructureError(FasttError):
+    """The graph is not what the operation needs (a cycle outside a loop, a dangling input...)."""
+
+
+class ProfileError(FasttError):
+    """A RunMetadata could not be turned into cost samples."""
+
+
+class CostModelError(FasttError):
+    """A cost model was asked for something it cannot give, or could not be loaded."""
+
+
+class ClusterError(FasttError):
+    """A local or remote TensorFlow cluster could not be started, reached or stopped."""

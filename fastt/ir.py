@@ -1,0 +1,342 @@
+"""The op-graph intermediate representation every fastt pass reads and returns.
+
+A ``Graph`` is an ordered set of ``Op``; an op names its data inputs as ``TensorRef`` (producer
+op, output index) and its control inputs by op name, and describes each output with a
+``TensorSpec`` (dtype, static shape, bytes). Nothing here imports TensorFlow: adapters in
+``fastt.adapters`` build graphs from ``tf.Graph``/``GraphDef`` and write them back.
+
+Graphs are treated as values: passes build a new ``Graph`` instead of editing one in place.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable, Iterator, NamedTuple
+
+from fastt import dtypes
+from fastt.errors import GraphStructureError, UnknownDtypeError
+
+Shape = tuple[int | None, ...] | None
+
+#: Op types that define variables (their persistent bytes are the variable's size).
+VARIABLE_TYPES = frozenset(
+    {"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable", "_VarHandlesOp"})
+#: Op types of TensorFlow's v1 while-loop machinery.
+LOOP_TYPES = frozenset(
+    {"Enter", "RefEnter", "Exit", "RefExit", "NextIteration", "RefNextIteration", "LoopCond"})
+_BACK_EDGE_TYPES = frozenset({"NextIteration", "RefNextIteration"})
+
+
+class TensorRef(NamedTuple):
+    """Output ``index`` of op ``op``."""
+    op: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.op}:{self.index}"
+
+
+class Edge(NamedTuple):
+    """A data edge: output ``src_index`` of ``src`` feeds input ``dst_index`` of ``dst``."""
+    src: str
+    src_index: int
+    dst: str
+    dst_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """dtype name, static shape (``None`` = unknown rank, ``None`` dims unknown), bytes.
+
+    ``nbytes`` is derived from dtype and a fully known shape unless given explicitly (a
+    RunMetadata allocation size, say); it stays ``None`` where neither is known.
+    """
+    dtype: str
+    shape: Shape = None
+    nbytes: int | None = None
+
+    def __post_init__(self) -> None:
+        size = dtypes.itemsize(self.dtype)  # raises UnknownDtypeError on an unknown name
+        if self.nbytes is None and size is not None and self.fully_defined:
+            object.__setattr__(self, "nbytes", size * math.prod(self.shape))  # type: ignore[arg-type]
+
+    @property
+    def fully_defined(self) -> bool:
+        return self.shape is not None and all(d is not None and d >= 0 for d in self.shape)
+
+
+@dataclass(slots=True)
+class Op:
+    """One node of the graph. ``device`` is the device the user requested ("" if none)."""
+    name: str
+    type: str
+    inputs: tuple[TensorRef, ...] = ()
+    control_inputs: tuple[str, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    device: str = ""
+    colocate_with: tuple[str, ...] = ()
+    stateful: bool = False
+    is_variable: bool = False
+    attrs: dict[str, Any] = field(default_factory=dict)
+    node_def: bytes | None = None  # the adapter's opaque payload (a serialized NodeDef)
+
+    def with_(self, **changes: Any) -> "Op":
+        """A copy of this op with some fields changed."""
+        return replace(self, **changes)
+
+
+class Graph:
+    """An ordered, validated set of ops. Build a new one to change it."""
+
+    def __init__(self, ops: Iterable[Op], name: str = "",
+                 payload: dict[str, Any] | None = None) -> None:
+        self.name = name
+        self.payload: dict[str, Any] = dict(payload or {})  # adapter data carried by passes
+        self._ops: dict[str, Op] = {}
+        for op in ops:
+            if op.name in self._ops:
+                raise GraphStructureError(f"duplicate op name {op.name!r}")
+            self._ops[op.name] = op
+        self._validate()
+        self._consumers: dict[str, list[Edge]] | None = None
+        self._control_succ: dict[str, list[str]] | None = None
+
+    def _validate(self) -> None:
+        for op in self._ops.values():
+            for i, ref in enumerate(op.inputs):
+                src = self._ops.get(ref.op)
+                if src is None:
+                    raise GraphStructureError(
+                        f"op {op.name!r} input {i} refers to missing op {ref.op!r}")
+                if not 0 <= ref.index < len(src.outputs):
+                    raise GraphStructureError(
+                        f"op {op.name!r} input {i} refers to output {ref.index} of "
+                        f"{ref.op!r}, which has {len(src.outputs)} outputs")
+            for c in op.control_inputs:
+                if c not in self._ops:
+                    raise GraphStructureError(
+                        f"op {op.name!r} has a control input from missing op {c!r}")
+
+    # --- access -------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._ops)
+
+    def __iter__(self) -> Iterator[Op]:
+        return iter(self._ops.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._ops
+
+    def __getitem__(self, name: str) -> Op:
+        try:
+            return self._ops[name]
+        except KeyError:
+            raise KeyError(f"no op named {name!r} in graph") from None
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._ops)
+
+    def tensor(self, ref: TensorRef) -> TensorSpec:
+        return self._ops[ref.op].outputs[ref.index]
+
+    def data_edges(self) -> list[Edge]:
+        return [Edge(ref.op, ref.index, op.name, i)
+                for op in self._ops.values() for i, ref in enumerate(op.inputs)]
+
+    def control_edges(self) -> list[tuple[str, str]]:
+        return [(c, op.name) for op in self._ops.values() for c in op.control_inputs]
+
+    def consumers(self, name: str) -> list[Edge]:
+        """Data edges leaving op ``name``."""
+        if self._consumers is None:
+            index: dict[str, list[Edge]] = {n: [] for n in self._ops}
+            for e in self.data_edges():
+                index[e.src].append(e)
+            self._consumers = index
+        return self._consumers[name]
+
+    def control_successors(self, name: str) -> list[str]:
+        if self._control_succ is None:
+            index: dict[str, list[str]] = {n: [] for n in self._ops}
+            for src, dst in self.control_edges():
+                index[src].append(dst)
+            self._control_succ = index
+        return self._control_succ[name]
+
+    def predecessors(self, name: str) -> set[str]:
+        op = self._ops[name]
+        return {ref.op for ref in op.inputs} | set(op.control_inputs)
+
+    def successors(self, name: str) -> set[str]:
+        return {e.dst for e in self.consumers(name)} | set(self.control_successors(name))
+
+    # --- structure ----------------------------------------------------------------------
+    def is_back_edge_source(self, name: str) -> bool:
+        """True for NextIteration ops, whose output edge closes a while loop."""
+        return self._ops[name].type in _BACK_EDGE_TYPES
+
+    def topological_order(self) -> list[str]:
+        """Op names, producers first (Kahn). Loop back edges (out of NextIteration) are ignored.
+
+        Raises GraphStructureError naming ops on a cycle that no while loop explains.
+        """
+        indeg = {n: 0 for n in self._ops}
+        for op in self._ops.values():
+            for p in self._dag_preds(op):
+                indeg[op.name] += 1
+        ready = deque(n for n, d in indeg.items() if d == 0)
+        order: list[str] = []
+        while ready:
+            n = ready.popleft()
+            order.append(n)
+            if self.is_back_edge_source(n):
+                continue
+            for s in self._succ_multi(n):
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    ready.append(s)
+        if len(order) != len(self._ops):
+            stuck = sorted(n for n, d in indeg.items() if d > 0)[:5]
+            raise GraphStructureError(f"graph has a cycle outside any while loop, through {stuck}")
+        return order
+
+    def _dag_preds(self, op: Op) -> list[str]:
+        preds = [ref.op for ref in op.inputs] + list(op.control_inputs)
+        return [p for p in preds if not self.is_back_edge_source(p)]
+
+    def _succ_multi(self, name: str) -> list[str]:
+        return [e.dst for e in self.consumers(name)] + self.control_successors(name)
+
+    def colocation_groups(self) -> dict[str, str]:
+        """Op name -> representative of its colocation group (hard constraints).
+
+        Groups join ops named in ``_class: loc:@...`` attributes and the two ends of every
+        edge that carries a reference or a resource handle (TensorFlow places those together).
+        """
+        parent = {n: n for n in self._ops}
+
+        def find(x: str) -> str:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        def union(a: str, b: str) -> None:
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+
+        for op in self._ops.values():
+            for other in op.colocate_with:
+                if other in parent:
+                    union(op.name, other)
+            for ref in op.inputs:
+                if dtypes.is_ref_or_resource(self.tensor(ref).dtype):
+                    union(op.name, ref.op)
+        return {n: find(n) for n in self._ops}
+
+    def while_frames(self) -> dict[str, list[str]]:
+        """Innermost while-loop frame name -> ops inside it (empty when the graph has no loop)."""
+        if not any(op.type in LOOP_TYPES for op in self._ops.values()):
+            return {}
+        stack: dict[str, tuple[str, ...]] = {}
+        for n in self.topological_order():
+            op = self._ops[n]
+            preds = [p for p in self._dag_preds(op)]
+            outer = max((stack[p] for p in preds), key=len, default=())
+            if op.type in ("Enter", "RefEnter"):
+                frame = str(op.attrs.get("frame_name", f"frame_of_{n}"))
+                src = stack.get(op.inputs[0].op, ()) if op.inputs else ()
+                stack[n] = src + (frame,)
+            elif op.type in ("Exit", "RefExit"):
+                stack[n] = outer[:-1]
+            else:
+                stack[n] = outer
+        frames: dict[str, list[str]] = {}
+        for n, s in stack.items():
+            if s and self._ops[n].type not in ("Exit", "RefExit"):
+                frames.setdefault(s[-1], []).append(n)
+        return frames
+
+    # --- building new graphs ------------------------------------------------------------
+    def replace_ops(self, changed: dict[str, Op]) -> "Graph":
+        """A new graph where the ops named in ``changed`` are swapped for the given ones."""
+        missing = set(changed) - set(self._ops)
+        if missing:
+            raise KeyError(f"replace_ops: no such ops {sorted(missing)[:5]}")
+        return Graph((changed.get(n, op) for n, op in self._ops.items()), name=self.name,
+                     payload=self.payload)
+
+    def with_output_shapes(self, shapes: dict[TensorRef, tuple[int, ...]],
+                           nbytes: dict[TensorRef, int] | None = None) -> "Graph":
+        """A new graph whose unknown output shapes (and bytes) are filled from measurements.
+
+        Known static dimensions are kept; a measured shape of another rank is ignored.
+        """
+        nbytes = nbytes or {}
+        changed: dict[str, Op] = {}
+        for ref in set(shapes) | set(nbytes):
+            op = changed.get(ref.op) or self._ops.get(ref.op)
+            if op is None or ref.index >= len(op.outputs):
+                continue
+            old = op.outputs[ref.index]
+            if old.fully_defined and old.nbytes is not None:
+                continue
+            shape = old.shape
+            seen = shapes.get(ref)
+            if seen is not None and (shape is None or len(shape) == len(seen)):
+                shape = tuple(s if s is not None else d for s, d in
+                              zip(shape or (None,) * len(seen), seen))
+            spec = TensorSpec(old.dtype, shape)
+            if spec.nbytes is None and ref in nbytes:
+                spec = TensorSpec(old.dtype, shape, int(nbytes[ref]))
+            outs = list(op.outputs)
+            outs[ref.index] = spec
+            changed[ref.op] = op.with_(outputs=tuple(outs))
+        return self.replace_ops(changed) if changed else self
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-able description (without the adapter's payload)."""
+        return {"name": self.name, "ops": [_op_to_dict(op) for op in self._ops.values()]}
+
+    def loop_summary(self) -> dict[str, Any]:
+        """What loops the graph has: v1 while frames and functional While ops."""
+        functional = [op.name for op in self._ops.values()
+                      if op.type in ("While", "StatelessWhile")]
+        frames = self.while_frames()
+        return {"while_frames": {k: len(v) for k, v in frames.items()},
+                "functional_loops": functional}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Graph":
+        return cls((_op_from_dict(d) for d in data["ops"]), name=data.get("name", ""))
+
+
+def _op_to_dict(op: Op) -> dict[str, Any]:
+    return {
+        "name": op.name, "type": op.type, "device": op.device,
+        "inputs": [[r.op, r.index] for r in op.inputs],
+        "control_inputs": list(op.control_inputs),
+        "outputs": [{"dtype": t.dtype, "shape": None if t.shape is None else list(t.shape),
+                     "nbytes": t.nbytes} for t in op.outputs],
+        "colocate_with": list(op.colocate_with), "stateful": op.stateful,
+        "is_variable": op.is_variable, "attrs": op.attrs,
+    }
+
+
+def _op_from_dict(d: dict[str, Any]) -> Op:
+    for i, t in enumerate(d.get("outputs", [])):
+        if not dtypes.is_known(str(t.get("dtype"))):
+            raise UnknownDtypeError(
+                f"op {d.get('name')!r} output {i} has unknown dtype {t.get('dtype')!r}")
+    return Op(
+        name=d["name"], type=d["type"], device=d.get("device", ""),
+        inputs=tuple(TensorRef(o, int(i)) for o, i in d.get("inputs", [])),
+        control_inputs=tuple(d.get("control_inputs", [])),
+        outputs=tuple(TensorSpec(t["dtype"], None if t["shape"] is None else tuple(t["shape"]),
+                                 t.get("nbytes")) for t in d.get("outputs", [])),
+        colocate_with=tuple(d.get("colocate_with", [])), stateful=d.get("stateful", False),
+        is_variable=d.get("is_variable", False), attrs=dict(d.get("attrs", {})),
+    )

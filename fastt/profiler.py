@@ -1,0 +1,260 @@
+"""Turn a TensorFlow ``RunMetadata`` into cost samples attributed to the user's ops.
+
+TensorFlow does not run the user's graph as written: grappler folds constants
+(``ConstantFolding/...``), fuses kernels (``Relu_1 = _MklNativeFusedConv2D(...)`` stands for a
+Conv2D, a BiasAdd and a Relu), and the partitioner adds transfer and bookkeeping nodes
+(``X/_41``, ``.../ctrl/_38``, ``_arg_x_0_0``, ``_retval_loss_0_0``). ``profile`` maps every node
+it can back to a user op, shares a fused kernel's time between the ops it absorbed (by their
+analytical work), turns transfer nodes and cross-process ``RecvTensor`` entries into transfer
+samples, and reports the coverage: the share of measured compute time attributed to user ops.
+
+The RunMetadata is read by attribute (it is a protobuf), so this module imports no TensorFlow.
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastt import devices
+from fastt.costs.analytical import flops
+from fastt.errors import ProfileError
+from fastt.ir import Graph, TensorRef
+
+_LABEL_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)+")
+_LABEL = re.compile(r"^(?P<name>\S+) = (?P<type>[\w.>-]+)\((?P<args>.*)\)\s*$")
+_RECV_TENSOR = re.compile(r"edge_\d+_(?P<tensor>\S+) from (?P<src>\S+) to (?P<dst>\S+)")
+_ARG = re.compile(r"^_arg_(?P<name>.+)_\d+_\d+$")
+_RETVAL = re.compile(r"^_retval_(?P<name>.+)_\d+_\d+$")
+_TRANSFER_SUFFIX = re.compile(r"^(?P<base>.+)/_\d+$")
+_TRANSFER_TYPES = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
+_IGNORED = frozenset({"_SOURCE", "_SINK"})
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeSample:
+    """``seconds`` of compute of user op ``op`` on ``device`` in one step."""
+    op: str
+    device: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class TransferSample:
+    """One tensor of ``nbytes`` moved from ``src`` to ``dst`` in ``seconds``."""
+    src: str
+    dst: str
+    nbytes: int
+    seconds: float
+    tensor: str = ""
+
+
+@dataclass
+class Profile:
+    """What one profiled step says about the user's graph."""
+    compute: list[ComputeSample] = field(default_factory=list)
+    transfers: list[TransferSample] = field(default_factory=list)
+    placement: dict[str, str] = field(default_factory=dict)  # user op -> device it ran on
+    output_shapes: dict[TensorRef, tuple[int, ...]] = field(default_factory=dict)
+    output_bytes: dict[TensorRef, int] = field(default_factory=dict)
+    fused: dict[str, list[str]] = field(default_factory=dict)  # kernel op -> ops it absorbed
+    unmapped: dict[str, float] = field(default_factory=dict)  # stats node -> seconds
+    total_compute_s: float = 0.0
+
+    @property
+    def attributed_s(self) -> float:
+        return sum(s.seconds for s in self.compute)
+
+    @property
+    def coverage(self) -> float:
+        """Share of measured compute time attributed to user ops (1.0 when nothing ran)."""
+        return 1.0 if self.total_compute_s <= 0 else self.attributed_s / self.total_compute_s
+
+
+class _NameMapper:
+    """Maps node names found in step stats back to user op names."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self._cache: dict[str, str | None] = {}
+
+    def __call__(self, node: str) -> str | None:
+        if node not in self._cache:
+            self._cache[node] = self._resolve(node)
+        return self._cache[node]
+
+    def _resolve(self, node: str) -> str | None:
+        if node in self.graph:
+            return node
+        for pattern in (_ARG, _RETVAL):
+            m = pattern.match(node)
+            if m and m.group("name") in self.graph:
+                return m.group("name")
+        parts = node.split("/")
+        # Grappler prefixes a rewritten node with its optimizer's name ("ConstantFolding/",
+        # "GroupCrossDeviceControlEdges_0/"): try without up to two leading components.
+        for drop in range(min(3, len(parts))):
+            hit = self._longest_prefix(parts[drop:])
+            if hit is not None:
+                return hit
+        return None
+
+    def _longest_prefix(self, parts: list[str]) -> str | None:
+        for end in range(len(parts), 0, -1):
+            candidate = "/".join(parts[:end])
+            if candidate in self.graph:
+                return candidate
+            # "ShapeN-matshapes-1", "ConcatOffset-folded-2": a rewrite suffix on the last part.
+            base = candidate.split("-", 1)[0]
+            if base != candidate and base in self.graph:
+                return base
+        return None
+
+
+def _seconds(ns: Any) -> float:
+    if getattr(ns, "op_end_rel_nanos", 0) > 0:
+        return max(ns.op_end_rel_nanos - ns.op_start_rel_nanos, 0) / 1e9
+    if ns.op_end_rel_micros > 0:
+        return max(ns.op_end_rel_micros - ns.op_start_rel_micros, 0) / 1e6
+    return ns.all_end_rel_micros / 1e6
+
+
+def _wall_seconds(ns: Any) -> float:
+    nanos = getattr(ns, "all_end_rel_nanos", 0)
+    return nanos / 1e9 if nanos > 0 else ns.all_end_rel_micros / 1e6
+
+
+def _label(ns: Any) -> tuple[str, list[str]]:
+    """(kernel type, input names) from a node's timeline label."""
+    m = _LABEL.match(_LABEL_PREFIX.sub("", ns.timeline_label))
+    if not m:
+        return "", []
+    args = [a.strip() for a in m.group("args").split(",") if a.strip()]
+    return m.group("type"), args
+
+
+def _output_bytes(ns: Any) -> int:
+    return sum(o.tensor_description.allocation_description.requested_bytes for o in ns.output)
+
+
+def profile(run_metadata: Any, graph: Graph) -> Profile:
+    """Read one step's ``RunMetadata`` (a protobuf, read by attribute) against ``graph``."""
+    step_stats = getattr(run_metadata, "step_stats", None)
+    if step_stats is None or not hasattr(step_stats, "dev_stats"):
+        raise ProfileError("not a RunMetadata: it has no step_stats.dev_stats "
+                           "(was the step run with RunOptions(trace_level=FULL_TRACE)?)")
+    mapper = _NameMapper(graph)
+    out = Profile()
+    kernel_time: dict[tuple[str, str], float] = defaultdict(float)
+    kernel_type: dict[str, str] = {}
+    pending_transfers: list[tuple[str, str, Any]] = []  # (user op, dst device, node stats)
+
+    for dev in step_stats.dev_stats:
+        device = devices.canonical(dev.device)
+        for ns in dev.node_stats:
+            name = ns.node_name
+            if name in _IGNORED:
+                continue
+            if name == "RecvTensor":
+                out.transfers.extend(_recv_tensor_sample(ns))
+                continue
+            ktype, args = _label(ns)
+            base = _TRANSFER_SUFFIX.match(name)
+            is_transfer = ktype in _TRANSFER_TYPES or (
+                base is not None and name not in graph and ktype == "Identity"
+                and bool(args) and _TRANSFER_SUFFIX.match(args[0]) is not None)
+            user = mapper(base.group("base") if is_transfer and base else name)
+            if is_transfer:
+                if user is not None:
+                    pending_transfers.append((user, device, ns))
+                continue
+            seconds = _seconds(ns)
+            out.total_compute_s += seconds
+            if user is None:
+                out.unmapped[name] = out.unmapped.get(name, 0.0) + seconds
+                continue
+            kernel_time[(user, device)] += seconds
+            if name == user:
+                out.placement[user] = device
+                kernel_type[user] = ktype
+                _record_outputs(out, graph, user, ns)
+            else:
+                out.placement.setdefault(user, device)
+
+    absorbed = _absorbed_ops(graph, kernel_type, out.placement)
+    for (user, device), seconds in kernel_time.items():
+        members = absorbed.get(user)
+        if not members:
+            out.compute.append(ComputeSample(user, device, seconds))
+            continue
+        out.fused[user] = members
+        group = [user] + members
+        weights = [flops(graph[m], graph) for m in group]
+        total = sum(weights)
+        for m, w in zip(group, weights):
+            out.compute.append(ComputeSample(m, device, seconds * w / total))
+            out.placement.setdefault(m, device)
+
+    for user, dst, ns in pending_transfers:
+        src = out.placement.get(user)
+        if src is None or src == dst:
+            continue
+        nbytes = _output_bytes(ns) or (graph.tensor(TensorRef(user, 0)).nbytes or 0
+                                       if graph[user].outputs else 0)
+        out.transfers.append(TransferSample(src, dst, nbytes, _wall_seconds(ns), user))
+    return out
+
+
+def _record_outputs(out: Profile, graph: Graph, user: str, ns: Any) -> None:
+    op = graph[user]
+    for o in ns.output:
+        if not 0 <= o.slot < len(op.outputs):
+            continue
+        td = o.tensor_description
+        ref = TensorRef(user, o.slot)
+        if not td.shape.unknown_rank and td.shape.dim:
+            out.output_shapes[ref] = tuple(int(d.size) for d in td.shape.dim)
+        elif not td.shape.unknown_rank and td.HasField("shape"):
+            out.output_shapes[ref] = ()
+        req = td.allocation_description.requested_bytes
+        if req > 0:
+            out.output_bytes[ref] = int(req)
+
+
+def _absorbed_ops(graph: Graph, kernel_type: dict[str, str],
+                  placement: dict[str, str]) -> dict[str, list[str]]:
+    """Kernel op -> user ops fused into it.
+
+    A node whose kernel type is not its user op's type (``Relu_1 = _MklNativeFusedConv2D``) may
+    have absorbed producers that did not run on their own; an absent producer whose only
+    consumer is the kernel (or another absorbed op) is taken to be part of it.
+    """
+    result: dict[str, list[str]] = {}
+    for user, ktype in kernel_type.items():
+        if not ktype or ktype == graph[user].type or ktype.endswith("_" + graph[user].type) \
+                or ktype.endswith("Native" + graph[user].type):
+            continue
+        members: list[str] = []
+        frontier = [user]
+        while frontier:
+            cur = frontier.pop()
+            for ref in graph[cur].inputs:
+                p = ref.op
+                if p in placement or p in members or graph[p].is_variable:
+                    continue
+                if all(e.dst == cur for e in graph.consumers(p)):
+                    members.append(p)
+                    frontier.append(p)
+        if members:
+            result[user] = members
+    return result
+
+
+def _recv_tensor_sample(ns: Any) -> list[TransferSample]:
+    m = _RECV_TENSOR.search(ns.timeline_label)
+    if not m:
+        return []
+    tensor = m.group("tensor")
+    return [TransferSample(devices.canonical(m.group("src")), devices.canonical(m.group("dst")),
+                           _output_bytes(ns), _wall_seconds(ns), tensor)]

@@ -1,0 +1,54 @@
+"""fastt: automatic parallelization of TensorFlow graph-mode training (FastT, Middleware 2020)."""
+import os
+import re
+import shutil
+
+from setuptools import find_packages, setup
+
+TF_SERIES = "~=2.21.0"
+
+
+def tensorflow_requirement() -> list:
+    """Which TensorFlow wheel to depend on.
+
+    ``FASTT_TF_PACKAGE`` chooses (``tensorflow``, ``tensorflow-cpu``, or ``none`` to keep the
+    TensorFlow already installed); otherwise the full wheel where an NVIDIA GPU is visible and
+    ``tensorflow-cpu`` elsewhere. Never both: they install the same ``tensorflow`` module.
+    """
+    choice = os.environ.get("FASTT_TF_PACKAGE", "").strip()
+    if choice == "none":
+        return []
+    if choice:
+        if choice not in ("tensorflow", "tensorflow-cpu"):
+            raise SystemExit(f"FASTT_TF_PACKAGE={choice!r}: expected tensorflow, "
+                             "tensorflow-cpu or none")
+        return [choice + TF_SERIES]
+    gpu = os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None
+    return [("tensorflow" if gpu else "tensorflow-cpu") + TF_SERIES]
+
+
+here = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(here, "fastt", "_version.py"), encoding="utf-8") as f:
+    version = re.search(r'__version__ = "([^"]+)"', f.read()).group(1)
+
+setup(
+    name="fastt",
+    version=version,
+    description="Automatic placement, ordering and splitting of TensorFlow graph-mode training",
+    long_description=open(os.path.join(here, "README.md"), encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["fastt", "fastt.*", "tf_patches", "tf_patches.*"]),
+    install_requires=tensorflow_requirement() + [
+        "numpy>=1.26",
+        "scikit-learn>=1.3",
+        "networkx>=3.0",
+        "grpcio>=1.60",
+    ],
+    extras_require={
+        # tf-keras (needed by tf-slim's nets) must be installed with --no-deps next to
+        # tensorflow-cpu: it names the full `tensorflow` wheel. The README's test command does.
+        "test": ["pytest>=7", "tf-slim==1.1.0"],
+    },
+    entry_points={"console_scripts": ["fastt=fastt.cli:main"]},
+)
