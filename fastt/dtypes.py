@@ -38,8 +38,8 @@ def itemsize(dtype: str, where: str = "") -> int | None:
     try:
         return _SIZE_BY_NAME[base_name(dtype)]
     except KeyError:
-        place = f" ({where})" if where else ""
-        raise UnknownDtypeError(f"unknown dtype {dtype!r}{place}") from None
+        place = f"{where}: " if where else ""
+        raise UnknownDtypeError(f"{place}unknown dtype {dtype!r}") from None
 
 
 def name_from_enum(value: int, where: str = "") -> str:
@@ -47,8 +47,8 @@ def name_from_enum(value: int, where: str = "") -> str:
     ref = value > _REF_OFFSET
     name = _NAME_BY_ENUM.get(value - _REF_OFFSET if ref else value)
     if name is None:
-        place = f" ({where})" if where else ""
-        raise UnknownDtypeError(f"unknown dtype enum value {value}{place}")
+        place = f"{where}: " if where else ""
+        raise UnknownDtypeError(f"{place}unknown dtype enum value {value}")
     return name + "_ref" if ref else name
 
 

@@ -96,7 +96,7 @@ def from_tf_graph(graph: tf.Graph, name: str = "") -> Graph:
         ops.append(Op(
             name=tf_op.name, type=tf_op.type,
             inputs=tuple(TensorRef(t.op.name, t.value_index) for t in tf_op.inputs),
-            control_inputs=tuple(c.name for c in tf_op.control_inputs),
+            control_inputs=tuple(i[1:] for i in node.input if i.startswith("^")),
             outputs=tuple(outputs), device=tf_op.device, colocate_with=_colocate_with(node),
             stateful=stateful, is_variable=tf_op.type in VARIABLE_TYPES,
             attrs=_attrs(node), node_def=node.SerializeToString()))

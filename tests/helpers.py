@@ -1,0 +1,39 @@
+"""Small builders shared by the tests (no TensorFlow)."""
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+from fastt.ir import Graph, Op, TensorRef, TensorSpec
+
+
+def op(name, type_="Op", inputs=(), control=(), out=((4,),), dtype="float32", **kw):
+    """An op with float32 outputs of the given shapes; inputs as 'name' or 'name:i'."""
+    refs = []
+    for i in inputs:
+        n, _, idx = i.partition(":")
+        refs.append(TensorRef(n, int(idx or 0)))
+    return Op(name=name, type=type_, inputs=tuple(refs), control_inputs=tuple(control),
+              outputs=tuple(TensorSpec(dtype, s) for s in out), **kw)
+
+
+def chain(n: int) -> Graph:
+    ops = [op("a0", "Const")] + [op(f"a{i}", "Relu", [f"a{i - 1}"]) for i in range(1, n)]
+    return Graph(ops)
+
+
+def node_stats(name, label_type, start_ns=0, dur_ns=1000, inputs=(), outputs=(), label=None):
+    """A duck-typed NodeStats."""
+    outs = [NS(slot=i, tensor_description=NS(
+        dtype=1, shape=NS(unknown_rank=False, dim=[NS(size=d) for d in shape]),
+        allocation_description=NS(requested_bytes=nbytes), HasField=lambda f: True))
+        for i, (shape, nbytes) in enumerate(outputs)]
+    return NS(node_name=name, op_start_rel_nanos=start_ns, op_end_rel_nanos=start_ns + dur_ns,
+              op_start_rel_micros=start_ns // 1000, op_end_rel_micros=(start_ns + dur_ns) // 1000,
+              all_end_rel_micros=(start_ns + dur_ns) // 1000,
+              all_end_rel_nanos=start_ns + dur_ns, output=outs,
+              timeline_label=label or f"{name} = {label_type}({', '.join(inputs)})")
+
+
+def run_metadata(devs: dict) -> NS:
+    """A duck-typed RunMetadata: {device name: [node stats]}."""
+    return NS(step_stats=NS(dev_stats=[NS(device=d, node_stats=n) for d, n in devs.items()]))

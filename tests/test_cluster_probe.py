@@ -1,0 +1,62 @@
+"""The active probe on a live 2-worker TensorFlow gRPC cluster on 127.0.0.1."""
+import os
+
+import pytest
+
+pytest.importorskip("tensorflow")
+
+from fastt.adapters.probe import probe_pair  # noqa: E402
+from fastt.cluster import LocalCluster, parse_cluster_spec  # noqa: E402
+from fastt.cluster.local import port_is_free  # noqa: E402
+from fastt.costs import CommCostModel  # noqa: E402
+from fastt.errors import ClusterError  # noqa: E402
+
+
+def _gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone too
+        return f.read().split()[2] == "Z"
+
+
+def test_probe_fits_a_positive_slope_with_high_r2_both_ways():
+    cluster = LocalCluster(workers=2)
+    pids = []
+    try:
+        cluster.start()
+        pids = [p.pid for p in cluster.procs]
+        assert all(a.startswith("127.0.0.1:") for a in cluster.addresses)
+        model = CommCostModel()
+        for src, dst in ((1, 0), (0, 1)):
+            model.update(probe_pair(cluster.device(src), cluster.device(dst),
+                                    target=cluster.target, repeats=5))
+        for src, dst in ((1, 0), (0, 1)):
+            fit = model.fit(cluster.device(src), cluster.device(dst))
+            assert fit is not None and fit.samples == 8
+            assert fit.slope > 0, fit
+            assert fit.r2 >= 0.9, fit
+    finally:
+        cluster.stop()
+    assert pids and all(_gone(p) for p in pids)
+
+
+def test_busy_port_and_bad_specs_are_refused():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    try:
+        assert not port_is_free(port)
+        with pytest.raises(ClusterError, match=f"{port}.*busy"):
+            LocalCluster(workers=1, ports=[port]).start()
+    finally:
+        s.close()
+    with pytest.raises(ClusterError, match="not host:port"):
+        parse_cluster_spec("127.0.0.1:2222,localhost")
+    with pytest.raises(ClusterError, match="no worker"):
+        parse_cluster_spec(" , ")
+    with pytest.raises(ClusterError, match="at least one worker"):
+        LocalCluster(workers=0)

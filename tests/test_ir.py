@@ -1,0 +1,93 @@
+import pytest
+
+from fastt import dtypes
+from fastt.errors import GraphStructureError, UnknownDtypeError
+from fastt.ir import Graph, TensorRef, TensorSpec
+from tests.helpers import chain, op
+
+
+def test_tensor_bytes_from_dtype_and_shape():
+    assert TensorSpec("float32", (2, 3)).nbytes == 24
+    assert TensorSpec("float64", ()).nbytes == 8
+    assert TensorSpec("float32", (None, 3)).nbytes is None
+    assert TensorSpec("float32", None).nbytes is None
+    assert TensorSpec("resource", ()).nbytes is None
+    assert TensorSpec("int8_ref", (5,)).nbytes == 5
+
+
+def test_unknown_dtype_is_named():
+    with pytest.raises(UnknownDtypeError, match="'float31'"):
+        TensorSpec("float31", (1,))
+    with pytest.raises(UnknownDtypeError, match="999"):
+        dtypes.name_from_enum(999, "op 'x'")
+    assert dtypes.name_from_enum(101) == "float32_ref"
+
+
+def test_edges_and_neighbours():
+    g = Graph([op("a", "Const"), op("b", "Const"), op("c", "Add", ["a", "b"], control=["a"]),
+               op("d", "Split", ["c"], out=((2,), (2,))), op("e", "Mul", ["d:1", "d:0"])])
+    assert set(g.data_edges()) == {("a", 0, "c", 0), ("b", 0, "c", 1), ("c", 0, "d", 0),
+                                   ("d", 1, "e", 0), ("d", 0, "e", 1)}
+    assert g.control_edges() == [("a", "c")]
+    assert g.successors("a") == {"c"} and g.predecessors("e") == {"d"}
+    assert g.tensor(TensorRef("d", 1)).shape == (2,)
+    order = g.topological_order()
+    assert all(order.index(e.src) < order.index(e.dst) for e in g.data_edges())
+
+
+def test_invalid_graphs_are_named():
+    with pytest.raises(GraphStructureError, match="missing op 'zz'"):
+        Graph([op("a", inputs=["zz"])])
+    with pytest.raises(GraphStructureError, match="output 3"):
+        Graph([op("a"), op("b", inputs=["a:3"])])
+    with pytest.raises(GraphStructureError, match="duplicate"):
+        Graph([op("a"), op("a")])
+    with pytest.raises(GraphStructureError, match="cycle"):
+        Graph([op("a", inputs=["b"]), op("b", inputs=["a"])]).topological_order()
+
+
+def test_while_frame_is_detected_and_back_edge_ignored():
+    g = Graph([
+        op("x", "Const"),
+        op("enter", "Enter", ["x"], attrs={"frame_name": "loop"}),
+        op("merge", "Merge", ["enter", "next"], out=((4,), ())),
+        op("cond", "LoopCond", ["merge"]),
+        op("switch", "Switch", ["merge", "cond"], out=((4,), (4,))),
+        op("body", "Relu", ["switch:1"]),
+        op("next", "NextIteration", ["body"]),
+        op("exit", "Exit", ["switch:0"]),
+        op("after", "Relu", ["exit"]),
+    ])
+    assert len(g.topological_order()) == len(g)
+    frames = g.while_frames()
+    assert set(frames["loop"]) == {"enter", "merge", "cond", "switch", "body", "next"}
+    assert g.loop_summary()["while_frames"] == {"loop": 6}
+
+
+def test_colocation_groups_join_loc_attrs_and_resource_edges():
+    g = Graph([op("v", "VarHandleOp", out=((),), dtype="resource", is_variable=True),
+               op("read", "ReadVariableOp", ["v"]),
+               op("init", "Const", colocate_with=("v",)),
+               op("other", "Relu", ["read"])])
+    groups = g.colocation_groups()
+    assert groups["v"] == groups["read"] == groups["init"]
+    assert groups["other"] == "other"
+
+
+def test_dict_round_trip_and_shape_refinement():
+    g = Graph([op("a", "Placeholder", out=((None, 3),)), op("b", "Relu", ["a"], out=((None, 3),))])
+    g2 = Graph.from_dict(g.to_dict())
+    assert g2.to_dict() == g.to_dict()
+    refined = g.with_output_shapes({TensorRef("a", 0): (8, 3)}, {TensorRef("b", 0): 96})
+    assert refined["a"].outputs[0].shape == (8, 3) and refined["a"].outputs[0].nbytes == 96
+    assert refined["b"].outputs[0].nbytes == 96 and refined["b"].outputs[0].shape == (None, 3)
+    assert g["a"].outputs[0].nbytes is None  # the original is untouched
+    bad = g.to_dict()
+    bad["ops"][0]["outputs"][0]["dtype"] = "float99"
+    with pytest.raises(UnknownDtypeError, match="op 'a' output 0"):
+        Graph.from_dict(bad)
+
+
+def test_large_chain_is_fast_enough_to_build():
+    g = chain(20000)
+    assert len(g.topological_order()) == 20000

@@ -1,0 +1,72 @@
+"""Profiler name mapping and attribution, on hand-made RunMetadata (no TensorFlow)."""
+import pytest
+
+from fastt.errors import ProfileError
+from fastt.ir import Graph
+from fastt.profiler import profile
+from tests.helpers import node_stats as ns, op, run_metadata
+
+D0 = "/job:localhost/replica:0/task:0/device:CPU:0"
+D1 = "/job:localhost/replica:0/task:0/device:CPU:1"
+
+
+def graph():
+    return Graph([
+        op("x", "Placeholder", out=((8, 16, 16, 3),)),
+        op("w", "Const", out=((3, 3, 3, 8),)),
+        op("conv", "Conv2D", ["x", "w"], out=((8, 16, 16, 8),)),
+        op("b", "Const", out=((8,),)),
+        op("bias", "BiasAdd", ["conv", "b"], out=((8, 16, 16, 8),)),
+        op("relu", "Relu", ["bias"], out=((8, 16, 16, 8),)),
+        op("grad/shape", "ShapeN", ["relu"], out=((4,), (4,)), dtype="int32"),
+        op("loss", "Sum", ["relu"], out=((),)),
+    ])
+
+
+def test_fused_kernel_time_is_shared_by_work_and_names_mapped():
+    rm = run_metadata({D0: [
+        ns("_SOURCE", "NoOp"),
+        ns("_arg_x_0_0", "_Arg", dur_ns=1000),
+        ns("w", "Const", dur_ns=1000),
+        ns("b", "Const", dur_ns=1000),
+        ns("relu", "_MklNativeFusedConv2D", dur_ns=90_000, inputs=["x", "w", "b"],
+           outputs=[((8, 16, 16, 8), 8192)]),
+        ns("ConstantFolding/grad/shape-matshapes-0", "Const", dur_ns=500),
+        ns("GroupCrossDeviceControlEdges_0/loss/ctrl/_3", "NoOp", dur_ns=500),
+    ], D1: [
+        ns("relu/_4", "Identity", dur_ns=2000, inputs=["relu/_3"], outputs=[((8, 16, 16, 8), 8192)]),
+        ns("loss", "Sum", dur_ns=5000, inputs=["relu/_4"]),
+        ns("_retval_loss_0_0", "_Retval", dur_ns=100),
+        ns("mystery", "Foo", dur_ns=100),
+    ]})
+    p = profile(rm, graph())
+    got = {(s.op, s.device): s.seconds for s in p.compute}
+    fused = got[("conv", D0)] + got[("bias", D0)] + got[("relu", D0)]
+    assert fused == pytest.approx(90e-6)
+    assert got[("conv", D0)] > 10 * got[("relu", D0)]  # conv does far more work
+    assert p.fused["relu"] == ["bias", "conv"] or set(p.fused["relu"]) == {"bias", "conv"}
+    assert got[("x", D0)] == pytest.approx(1e-6)  # _arg_x_0_0
+    assert got[("grad/shape", D0)] == pytest.approx(0.5e-6)  # ConstantFolding/...-matshapes-0
+    assert got[("loss", D0)] == pytest.approx(0.5e-6)  # GroupCrossDeviceControlEdges_0/...
+    assert got[("loss", D1)] == pytest.approx(5.1e-6)  # Sum + _retval_loss_0_0
+    assert p.placement["relu"] == D0 and p.placement["loss"] == D1
+    assert p.unmapped == {"mystery": pytest.approx(1e-7)}
+    assert p.coverage == pytest.approx(1 - 1e-7 / p.total_compute_s)
+    [t] = p.transfers
+    assert (t.src, t.dst, t.nbytes, t.tensor) == (D0, D1, 8192, "relu")
+
+
+def test_recv_tensor_entries_become_transfer_samples():
+    w0, w1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
+    rm = run_metadata({w0: [ns("RecvTensor", "", dur_ns=13_276_000, outputs=[((), 4_000_000)],
+                               label=f"[3.8MB] [2.4Gb/s] edge_10_src/RandomUniform from {w1} to {w0}")]})
+    p = profile(rm, graph())
+    [t] = p.transfers
+    assert (t.src, t.dst, t.nbytes, t.tensor) == (w1, w0, 4_000_000, "src/RandomUniform")
+    assert t.seconds == pytest.approx(0.013276)
+    assert p.compute == [] and p.coverage == 1.0
+
+
+def test_not_a_run_metadata():
+    with pytest.raises(ProfileError, match="FULL_TRACE"):
+        profile(object(), graph())
