@@ -1,0 +1,203 @@
+"""A scheduling instance compiled to integer indices: what every placer and the simulator read.
+
+``Problem`` holds the DAG of n ops (data and control edges merged per op pair, bytes summed over
+distinct tensors), the per-device compute costs ``w[i][d]``, the per-pair links
+(``seconds = intercept + slope * bytes``), op memory and device capacities, and colocation
+groups. While-loop back edges are dropped and each while frame becomes one colocation group, so
+a loop is placed as one unit.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+from fastt import devices as devnames
+from fastt.costs import CostModels
+from fastt.errors import FasttError
+from fastt.ir import Graph
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """A device to schedule on; ``memory`` in bytes (``math.inf`` = unlimited)."""
+    name: str
+    memory: float = math.inf
+
+    @property
+    def type(self) -> str:
+        return devnames.device_type(self.name)
+
+
+class CostSource(Protocol):
+    """What a placer needs to know about costs (``CostModels`` adapts to it)."""
+
+    def compute(self, op: str, device: str) -> float: ...
+
+    def link(self, src: str, dst: str) -> tuple[float, float]:
+        """(intercept seconds, slope seconds per byte) of the src -> dst path."""
+        ...
+
+
+class ModelCosts:
+    """``CostSource`` over measured ``CostModels`` (unknown links cost 0: explore them)."""
+
+    def __init__(self, models: CostModels) -> None:
+        self.models = models
+
+    def compute(self, op: str, device: str) -> float:
+        return self.models.compute.cost(op, device)
+
+    def link(self, src: str, dst: str) -> tuple[float, float]:
+        fit = self.models.comm.link(src, dst)
+        return (0.0, 0.0) if fit is None else (max(fit.intercept, 0.0), max(fit.slope, 0.0))
+
+
+@dataclass
+class Problem:
+    names: list[str]
+    devices: list[Device]
+    w: list[list[float]]  # w[i][d]: seconds of op i on device d
+    preds: list[list[tuple[int, int]]]  # preds[i] = [(m, edge id)]
+    succs: list[list[tuple[int, int]]]  # succs[i] = [(j, edge id)]
+    edge_bytes: list[float]
+    intercept: list[list[float]]  # [d1][d2], 0 on the diagonal
+    slope: list[list[float]]
+    mem: list[float]
+    group: list[int]  # colocation group id of each op (an op index)
+    topo: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        n, D = len(self.names), len(self.devices)
+        if D == 0:
+            raise FasttError("no device to schedule on")
+        if len(self.w) != n or any(len(r) != D for r in self.w):
+            raise FasttError("compute cost matrix must be n ops x D devices")
+        if not self.topo:
+            self.topo = _topological(self.preds, self.succs)
+        self.index = {name: i for i, name in enumerate(self.names)}
+
+    @property
+    def n(self) -> int:
+        return len(self.names)
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    @property
+    def capacity(self) -> list[float]:
+        return [d.memory for d in self.devices]
+
+    def comm(self, e: int, d1: int, d2: int) -> float:
+        """Seconds to move edge ``e``'s tensors from device d1 to d2 (0 when d1 == d2)."""
+        if d1 == d2:
+            return 0.0
+        return self.intercept[d1][d2] + self.slope[d1][d2] * self.edge_bytes[e]
+
+    def max_comm(self) -> list[float]:
+        """Per edge, the largest transfer time over device pairs (DPOS's ``c_ij``)."""
+        D = self.num_devices
+        if D < 2:
+            return [0.0] * len(self.edge_bytes)
+        pairs = [(self.intercept[a][b], self.slope[a][b])
+                 for a in range(D) for b in range(D) if a != b]
+        return [max(i + s * nb for i, s in pairs) for nb in self.edge_bytes]
+
+    def groups(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for i, g in enumerate(self.group):
+            out.setdefault(g, []).append(i)
+        return out
+
+    @classmethod
+    def build(cls, n: int, edges: Sequence[tuple[int, int, float]], w: Sequence[Sequence[float]],
+              devices: Sequence[Device], intercept: Sequence[Sequence[float]] | float = 0.0,
+              slope: Sequence[Sequence[float]] | float = 0.0, mem: Sequence[float] | None = None,
+              group: Sequence[int] | None = None, names: Sequence[str] | None = None) -> "Problem":
+        """A problem from plain arrays: ``edges`` as (src, dst, bytes); links as matrices or
+        one value for every pair. Parallel edges between two ops are merged (bytes summed)."""
+        D = len(devices)
+        merged: dict[tuple[int, int], float] = {}
+        for a, b, nb in edges:
+            if a == b:
+                raise FasttError(f"edge from op {a} to itself")
+            merged[(a, b)] = merged.get((a, b), 0.0) + float(nb)
+        preds: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        succs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        edge_bytes = []
+        for e, ((a, b), nb) in enumerate(merged.items()):
+            preds[b].append((a, e))
+            succs[a].append((b, e))
+            edge_bytes.append(nb)
+
+        def square(v: Sequence[Sequence[float]] | float) -> list[list[float]]:
+            if isinstance(v, (int, float)):
+                return [[0.0 if a == b else float(v) for b in range(D)] for a in range(D)]
+            return [[0.0 if a == b else float(v[a][b]) for b in range(D)] for a in range(D)]
+
+        return cls(names=list(names) if names is not None else [f"op{i}" for i in range(n)],
+                   devices=list(devices), w=[list(map(float, r)) for r in w], preds=preds,
+                   succs=succs, edge_bytes=edge_bytes, intercept=square(intercept),
+                   slope=square(slope), mem=list(mem) if mem is not None else [0.0] * n,
+                   group=list(group) if group is not None else list(range(n)))
+
+    @classmethod
+    def from_graph(cls, graph: Graph, devices: Sequence[Device], costs: CostSource,
+                   mem: dict[str, float] | None = None) -> "Problem":
+        """Compile an IR graph with a cost source; ``mem`` maps op -> bytes (default 0)."""
+        names = graph.topological_order()
+        index = {n: i for i, n in enumerate(names)}
+        edges: list[tuple[int, int, float]] = []
+        seen: set[tuple[str, int, int]] = set()  # a tensor moves once to each consumer op
+        for name in names:
+            op = graph[name]
+            j = index[name]
+            for ref in op.inputs:
+                if graph.is_back_edge_source(ref.op) or (ref.op, ref.index, j) in seen:
+                    continue
+                seen.add((ref.op, ref.index, j))
+                edges.append((index[ref.op], j, float(graph.tensor(ref).nbytes or 0)))
+            for c in op.control_inputs:
+                if not graph.is_back_edge_source(c):
+                    edges.append((index[c], j, 0.0))
+        devs = [d.name for d in devices]
+        w = [[costs.compute(n, d) for d in devs] for n in names]
+        links = [[costs.link(a, b) if a != b else (0.0, 0.0) for b in devs] for a in devs]
+        rep = graph.colocation_groups()
+        joined: dict[str, str] = {}  # colocation group -> the group of its while frame
+
+        def root(r: str) -> str:
+            while r in joined:
+                r = joined[r]
+            return r
+
+        for frame_ops in graph.while_frames().values():
+            head = root(rep[frame_ops[0]])
+            for o in frame_ops:
+                r = root(rep[o])
+                if r != head:
+                    joined[r] = head
+        group = [index[root(rep[n])] for n in names]
+        mem = mem or {}
+        return cls.build(len(names), edges, w, devices,
+                         intercept=[[lk[0] for lk in row] for row in links],
+                         slope=[[lk[1] for lk in row] for row in links],
+                         mem=[float(mem.get(n, 0.0)) for n in names], group=group, names=names)
+
+
+def _topological(preds: list[list[tuple[int, int]]],
+                 succs: list[list[tuple[int, int]]]) -> list[int]:
+    indeg = [len(p) for p in preds]
+    ready = [i for i, d in enumerate(indeg) if d == 0]
+    order: list[int] = []
+    while ready:
+        i = ready.pop()
+        order.append(i)
+        for j, _ in succs[i]:
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                ready.append(j)
+    if len(order) != len(preds):
+        raise FasttError("the op graph has a cycle; cannot schedule it")
+    return order
