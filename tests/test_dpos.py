@@ -1,0 +1,127 @@
+import random
+
+import pytest
+
+from fastt.errors import FasttError
+from fastt.sched import Device, Problem, Timeline, critical_path, dpos, rank_u
+from tests.exact import c_max, check_schedule, optimal_makespan
+
+
+def devs(k, memory=float("inf")):
+    return [Device(f"/gpu:{d}", memory) for d in range(k)]
+
+
+def test_timeline_matches_a_linear_scan():
+    rnd = random.Random(3)
+    tl, ref = Timeline(), []
+    for _ in range(3000):
+        ready, dur = rnd.uniform(0, 500), rnd.choice([0.0, rnd.uniform(0, 3)])
+        t = ready
+        for a, b in sorted(ref):  # reference: earliest gap by scanning every interval
+            if b <= t:
+                continue
+            if t + dur <= a:
+                break
+            t = max(t, b)
+        got = tl.earliest(ready, dur)
+        assert got == pytest.approx(t), (ready, dur)
+        tl.insert(got, got + dur)
+        ref.append((got, got + dur))
+    assert sorted(tl.intervals()) == sorted(ref)
+    ends = [b for _, b in tl.intervals()]
+    assert ends == sorted(ends)
+
+
+def test_hand_computed_fork_join():
+    # a -> (b, c) -> d; w: a=1, b=4, c=3, d=1 on both devices; transfers cost 1 (intercept).
+    p = Problem.build(4, [(0, 1, 0), (0, 2, 0), (1, 3, 0), (2, 3, 0)],
+                      [[1, 1], [4, 4], [3, 3], [1, 1]], devs(2), intercept=1.0)
+    assert rank_u(p) == [1 + 1 + 4 + 1 + 1, 4 + 1 + 1, 3 + 1 + 1, 1]
+    assert critical_path(p, rank_u(p)) == [0, 1, 3]
+    s = dpos(p)
+    # a, b, d on the critical-path device 0; c on device 1 starts after the transfer (t=2),
+    # ends at 5, reaches device 0 at 6 > b's end (5), so d runs 6..7. Keeping c on device 0
+    # would finish it at 8 (after b), so device 1 is chosen.
+    assert s.device == [0, 0, 1, 0]
+    assert s.start == [0, 1, 2, 6] and s.finish == [1, 5, 5, 7]
+    assert s.makespan == 7 and s.order() == [0, 1, 2, 3]
+
+
+def test_late_op_is_inserted_into_an_earlier_gap():
+    # CP a(1) -> b(10) -> e(1) on device 0; p(8), a child of a, goes to device 1 after a
+    # transfer of 2 (EFT 11 there, 19 after b): device 1 is idle on [0, 3). q(2) has no
+    # edges, the lowest rank, and is visited last: it must go into that gap, not after p.
+    p = Problem.build(5, [(0, 1, 0), (1, 2, 0), (0, 3, 0), (3, 2, 0)],
+                      [[1, 1], [10, 10], [1, 1], [8, 8], [2, 2]], devs(2), intercept=2.0)
+    assert rank_u(p) == [16, 13, 1, 11, 2]
+    s = dpos(p)
+    check_schedule(p, s)
+    assert s.device == [0, 0, 0, 1, 1]
+    assert (s.start[3], s.finish[3]) == (3, 11)
+    assert (s.start[4], s.finish[4]) == (0, 2)  # inserted before p
+    assert s.order() == [0, 4, 1, 3, 2] and s.makespan == 14
+
+
+def test_independent_op_runs_beside_the_chain():
+    p = Problem.build(4, [(0, 1, 0), (1, 2, 0)], [[2, 2], [2, 2], [2, 2], [1, 1]], devs(2))
+    s = dpos(p)
+    check_schedule(p, s)
+    assert s.makespan == 6 and s.device[3] == 1 and s.start[3] == 0
+
+
+def test_colocation_and_memory_are_hard():
+    # Two heavy ops that would each prefer their own device are colocated.
+    p = Problem.build(3, [(0, 1, 0), (0, 2, 0)], [[1, 1], [5, 5], [5, 5]], devs(2),
+                      group=[0, 1, 1])
+    s = dpos(p)
+    check_schedule(p, s)
+    assert s.device[1] == s.device[2] and s.makespan == 11
+    # Memory: device 0 holds one big op only.
+    p = Problem.build(3, [], [[1, 1]] * 3, [Device("/gpu:0", 10), Device("/gpu:1", 100)],
+                      mem=[8, 8, 8])
+    s = dpos(p)
+    check_schedule(p, s)
+    assert sum(d == 0 for d in s.device) == 1
+    with pytest.raises(FasttError, match="fits in no device"):
+        dpos(Problem.build(2, [], [[1], [1]], [Device("/gpu:0", 10)], mem=[8, 8]))
+
+
+def random_problem(rnd, homogeneous, memory=False):
+    n, D = rnd.randint(2, 8), rnd.randint(2, 3)
+    edges = [(i, j, rnd.uniform(0, 1e6)) for i in range(n) for j in range(i + 1, n)
+             if rnd.random() < 0.35]
+    if homogeneous:
+        w = [[rnd.uniform(1, 10)] * D for _ in range(n)]
+    else:
+        w = [[rnd.uniform(1, 10) for _ in range(D)] for _ in range(n)]
+    intercept = [[rnd.uniform(0, 2) for _ in range(D)] for _ in range(D)]
+    slope = [[rnd.uniform(0, 3e-6) for _ in range(D)] for _ in range(D)]
+    mem = [rnd.uniform(1, 10) for _ in range(n)] if memory else None
+    cap = sum(mem) / D * 1.3 + max(mem) if memory else float("inf")
+    group = list(range(n))
+    if memory and n > 3:
+        group[n - 1] = group[n - 2] = n - 2  # one colocated pair
+    return Problem.build(n, edges, w, devs(D, cap), intercept=intercept, slope=slope,
+                         mem=mem, group=group)
+
+
+def test_theorem_1_on_300_random_dags():
+    rnd = random.Random(2020)
+    worst = 0.0
+    for _ in range(300):
+        p = random_problem(rnd, homogeneous=True)
+        s = dpos(p)
+        check_schedule(p, s)
+        opt = optimal_makespan(p)
+        bound = 2 * opt + c_max(p)
+        assert s.makespan <= bound + 1e-9, (p.names, s.makespan, opt, c_max(p))
+        worst = max(worst, s.makespan / bound)
+    assert worst <= 1.0
+
+
+def test_memory_and_colocation_never_violated_on_random_dags():
+    rnd = random.Random(7)
+    for _ in range(300):
+        p = random_problem(rnd, homogeneous=False, memory=True)
+        s = dpos(p)
+        check_schedule(p, s)
