@@ -66,6 +66,9 @@ class Problem:
     mem: list[float]
     group: list[int]  # colocation group id of each op (an op index)
     topo: list[int] = field(default_factory=list)
+    # Per edge, the tensors it carries as (key, bytes): a tensor moves once to each device.
+    edge_tensors: list[list[tuple[object, float]]] = field(default_factory=list)
+    persistent: list[float] = field(default_factory=list)  # variables' bytes, per op
 
     def __post_init__(self) -> None:
         n, D = len(self.names), len(self.devices)
@@ -75,6 +78,10 @@ class Problem:
             raise FasttError("compute cost matrix must be n ops x D devices")
         if not self.topo:
             self.topo = _topological(self.preds, self.succs)
+        if not self.edge_tensors:
+            self.edge_tensors = [[(("edge", e), b)] for e, b in enumerate(self.edge_bytes)]
+        if not self.persistent:
+            self.persistent = [0.0] * n
         self.index = {name: i for i, name in enumerate(self.names)}
 
     @property
@@ -111,25 +118,32 @@ class Problem:
         return out
 
     @classmethod
-    def build(cls, n: int, edges: Sequence[tuple[int, int, float]], w: Sequence[Sequence[float]],
+    def build(cls, n: int, edges: Sequence[tuple], w: Sequence[Sequence[float]],
               devices: Sequence[Device], intercept: Sequence[Sequence[float]] | float = 0.0,
               slope: Sequence[Sequence[float]] | float = 0.0, mem: Sequence[float] | None = None,
-              group: Sequence[int] | None = None, names: Sequence[str] | None = None) -> "Problem":
-        """A problem from plain arrays: ``edges`` as (src, dst, bytes); links as matrices or
-        one value for every pair. Parallel edges between two ops are merged (bytes summed)."""
+              group: Sequence[int] | None = None, names: Sequence[str] | None = None,
+              persistent: Sequence[float] | None = None) -> "Problem":
+        """A problem from plain arrays: ``edges`` as (src, dst, bytes[, tensor key]); links as
+        matrices or one value for every pair. Edges between the same two ops are merged; an
+        edge without a key carries a tensor of its own, a key of None carries none (control)."""
         D = len(devices)
-        merged: dict[tuple[int, int], float] = {}
-        for a, b, nb in edges:
+        merged: dict[tuple[int, int], dict[object, float]] = {}
+        for k, edge in enumerate(edges):
+            a, b, nb = edge[0], edge[1], float(edge[2])
             if a == b:
                 raise FasttError(f"edge from op {a} to itself")
-            merged[(a, b)] = merged.get((a, b), 0.0) + float(nb)
+            key = edge[3] if len(edge) > 3 else ("edge", k)
+            tensors = merged.setdefault((a, b), {})
+            if key is not None:
+                tensors[key] = nb
         preds: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         succs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        edge_bytes = []
-        for e, ((a, b), nb) in enumerate(merged.items()):
+        edge_bytes, edge_tensors = [], []
+        for e, ((a, b), tensors) in enumerate(merged.items()):
             preds[b].append((a, e))
             succs[a].append((b, e))
-            edge_bytes.append(nb)
+            edge_bytes.append(sum(tensors.values()))
+            edge_tensors.append(list(tensors.items()))
 
         def square(v: Sequence[Sequence[float]] | float) -> list[list[float]]:
             if isinstance(v, (int, float)):
@@ -140,27 +154,29 @@ class Problem:
                    devices=list(devices), w=[list(map(float, r)) for r in w], preds=preds,
                    succs=succs, edge_bytes=edge_bytes, intercept=square(intercept),
                    slope=square(slope), mem=list(mem) if mem is not None else [0.0] * n,
-                   group=list(group) if group is not None else list(range(n)))
+                   group=list(group) if group is not None else list(range(n)),
+                   edge_tensors=edge_tensors,
+                   persistent=list(persistent) if persistent is not None else [0.0] * n)
 
     @classmethod
     def from_graph(cls, graph: Graph, devices: Sequence[Device], costs: CostSource,
-                   mem: dict[str, float] | None = None) -> "Problem":
-        """Compile an IR graph with a cost source; ``mem`` maps op -> bytes (default 0)."""
+                   mem: dict[str, float] | None = None,
+                   persistent: dict[str, float] | None = None) -> "Problem":
+        """Compile an IR graph with a cost source; ``mem`` maps op -> bytes it needs on its
+        device (DPOS's memory check), ``persistent`` op -> variable bytes (default 0)."""
         names = graph.topological_order()
         index = {n: i for i, n in enumerate(names)}
-        edges: list[tuple[int, int, float]] = []
-        seen: set[tuple[str, int, int]] = set()  # a tensor moves once to each consumer op
+        edges: list[tuple] = []
         for name in names:
             op = graph[name]
             j = index[name]
             for ref in op.inputs:
-                if graph.is_back_edge_source(ref.op) or (ref.op, ref.index, j) in seen:
-                    continue
-                seen.add((ref.op, ref.index, j))
-                edges.append((index[ref.op], j, float(graph.tensor(ref).nbytes or 0)))
+                if not graph.is_back_edge_source(ref.op):
+                    edges.append((index[ref.op], j, float(graph.tensor(ref).nbytes or 0),
+                                  f"{ref.op}:{ref.index}"))
             for c in op.control_inputs:
                 if not graph.is_back_edge_source(c):
-                    edges.append((index[c], j, 0.0))
+                    edges.append((index[c], j, 0.0, None))
         devs = [d.name for d in devices]
         w = [[costs.compute(n, d) for d in devs] for n in names]
         links = [[costs.link(a, b) if a != b else (0.0, 0.0) for b in devs] for a in devs]
@@ -183,7 +199,8 @@ class Problem:
         return cls.build(len(names), edges, w, devices,
                          intercept=[[lk[0] for lk in row] for row in links],
                          slope=[[lk[1] for lk in row] for row in links],
-                         mem=[float(mem.get(n, 0.0)) for n in names], group=group, names=names)
+                         mem=[float(mem.get(n, 0.0)) for n in names], group=group, names=names,
+                         persistent=[float((persistent or {}).get(n, 0.0)) for n in names])
 
 
 def _topological(preds: list[list[tuple[int, int]]],
