@@ -125,3 +125,11 @@ def test_memory_and_colocation_never_violated_on_random_dags():
         p = random_problem(rnd, homogeneous=False, memory=True)
         s = dpos(p)
         check_schedule(p, s)
+
+
+def test_timeline_keeps_order_under_rounding():
+    tl = Timeline()
+    tl.insert(0.0, 7.215777469962174)
+    tl.insert(7.215777469962173, 10.9)  # a start computed as finish - w, 1 ulp early
+    assert tl.intervals() == [(0.0, 7.215777469962174), (7.215777469962173, 10.9)]
+    assert tl.earliest(0.0, 1.0) == 10.9

@@ -67,6 +67,8 @@ class Timeline:
         b = min(bisect_right(self._last, start), len(self._last) - 1)
         s, e = self._s[b], self._e[b]
         k = bisect_right(e, start)  # the new interval fills a gap: earlier ones end by start
+        while k < len(s) and s[k] < start:  # ...up to rounding in the caller's arithmetic
+            k += 1
         s.insert(k, start)
         e.insert(k, finish)
         if k == len(s) - 1:

@@ -1,0 +1,161 @@
+"""Baseline placers with DPOS's interface (``Problem -> Schedule``).
+
+- ``single``: every op on the one device that runs the whole graph fastest (memory permitting).
+- ``heft``: HEFT (Topcuoglu et al., TPDS 2002): ranks from *mean* costs, every op to its
+  earliest-finish device, insertion-based. O((V + E) * D).
+- ``m_topo``: Baechi's memory-constrained topological placer (Jeon et al., SoCC 2020): ops in
+  topological order fill one device up to ``sum(mem) / D + max(mem)``, then the next.
+- ``m_etf``: Baechi's memory-constrained Earliest Task First: repeatedly schedule the (op, device)
+  pair that can start earliest, if the device's memory holds the op. O(V * D * log V).
+
+Ops are timed as a list schedule of each device's order, transfers contention-free (the
+placers' own model); ``fastt.sched.simulate`` replays any of them under link contention.
+"""
+from __future__ import annotations
+
+import heapq
+
+from fastt.errors import FasttError
+from fastt.sched.dpos import group_memory
+from fastt.sched.problem import Problem
+from fastt.sched.schedule import Schedule, Timeline, ready_times
+from fastt.sched.simulate import simulate
+
+
+def _timed(p: Problem, device: list[int], order: list[int]) -> Schedule:
+    """Start and finish times of ``order`` run on ``device`` (contention-free transfers)."""
+    orders: list[list[int]] = [[] for _ in range(p.num_devices)]
+    for i in order:
+        orders[device[i]].append(i)
+    r = simulate(p, device, orders, link_concurrency=None)
+    return Schedule(list(device), r.start, r.finish)
+
+
+def single(p: Problem) -> Schedule:
+    gmem = sum(p.mem)
+    fits = [d for d in range(p.num_devices) if gmem <= p.devices[d].memory]
+    if not fits:
+        raise FasttError("the graph does not fit in any single device's memory")
+    best = min(fits, key=lambda d: (sum(row[d] for row in p.w), d))
+    return _timed(p, [best] * p.n, p.topo)
+
+
+def heft(p: Problem) -> Schedule:
+    D = p.num_devices
+    wbar = [sum(r) / D for r in p.w]
+    pairs = [(a, b) for a in range(D) for b in range(D) if a != b]
+    cbar = [sum(p.comm(e, a, b) for a, b in pairs) / len(pairs) if pairs else 0.0
+            for e in range(len(p.edge_bytes))]
+    rank = [0.0] * p.n
+    for i in reversed(p.topo):
+        rank[i] = wbar[i] + max((cbar[e] + rank[j] for j, e in p.succs[i]), default=0.0)
+    pos = {op: k for k, op in enumerate(p.topo)}
+    return _eft_list_schedule(p, sorted(range(p.n), key=lambda i: (-rank[i], pos[i])))
+
+
+def _eft_list_schedule(p: Problem, visit: list[int]) -> Schedule:
+    """Each op, in ``visit`` order, to the device where it finishes first (insertion-based),
+    its colocation group following it; memory as in DPOS."""
+    D = p.num_devices
+    gmem = group_memory(p)
+    used = [0.0] * D
+    group_dev: dict[int, int] = {}
+    device, start, finish = [-1] * p.n, [0.0] * p.n, [0.0] * p.n
+    timelines = [Timeline() for _ in range(D)]
+    for i in visit:
+        g = p.group[i]
+        cands = [group_dev[g]] if g in group_dev else \
+            [d for d in range(D) if used[d] + gmem[g] <= p.devices[d].memory]
+        if not cands:
+            raise FasttError(f"op {p.names[i]!r} fits in no device's remaining memory")
+        ready = ready_times(p, i, device, finish)
+        ft, st, d = min((st + p.w[i][d], st, d) for d in cands
+                        for st in (timelines[d].earliest(ready[d], p.w[i][d]),))
+        if g not in group_dev:
+            group_dev[g] = d
+            used[d] += gmem[g]
+        device[i], start[i], finish[i] = d, st, ft
+        timelines[d].insert(st, ft)
+    return Schedule(device, start, finish)
+
+
+def m_topo(p: Problem) -> Schedule:
+    D = p.num_devices
+    gmem = group_memory(p)
+    limit = sum(p.mem) / D + max(p.mem, default=0.0)
+    caps = [min(limit, dev.memory) for dev in p.devices]
+    device = [-1] * p.n
+    group_dev: dict[int, int] = {}
+    used = [0.0] * D
+    d = 0
+    for i in p.topo:
+        g = p.group[i]
+        if g not in group_dev:
+            while d < D and used[d] + gmem[g] > caps[d]:
+                d += 1
+            if d == D:  # Baechi's balanced limit is a target; fall back to real capacity
+                fits = [k for k in range(D) if used[k] + gmem[g] <= p.devices[k].memory]
+                if not fits:
+                    raise FasttError(f"op {p.names[i]!r} fits in no device's remaining memory")
+                d = fits[0]
+            group_dev[g] = d
+            used[d] += gmem[g]
+        device[i] = group_dev[g]
+    return _timed(p, device, p.topo)
+
+
+def m_etf(p: Problem) -> Schedule:
+    D = p.num_devices
+    gmem = group_memory(p)
+    used = [0.0] * D
+    group_dev: dict[int, int] = {}
+    device, start, finish = [-1] * p.n, [0.0] * p.n, [0.0] * p.n
+    free = [0.0] * D
+    missing = [len(p.preds[i]) for i in range(p.n)]
+    heaps: list[list[tuple[float, int]]] = [[] for _ in range(D)]  # (data-ready time, op)
+    placed = [False] * p.n
+
+    def release(i: int) -> None:
+        ready = ready_times(p, i, device, finish)
+        g = p.group[i]
+        for d in ([group_dev[g]] if g in group_dev else range(D)):
+            heapq.heappush(heaps[d], (ready[d], i))
+
+    for i in range(p.n):
+        if missing[i] == 0:
+            release(i)
+    for _ in range(p.n):
+        best = None  # (earliest start, data-ready, device, op)
+        for d in range(D):
+            h = heaps[d]
+            while h and (placed[h[0][1]] or _blocked(p, h[0][1], d, used, gmem, group_dev)):
+                heapq.heappop(h)
+            if h:
+                cand = (max(free[d], h[0][0]), h[0][0], d, h[0][1])
+                if best is None or cand < best:
+                    best = cand
+        if best is None:
+            stuck = next(p.names[i] for i in range(p.n) if not placed[i])
+            raise FasttError(f"op {stuck!r} fits in no device's remaining memory")
+        st, _, d, i = best
+        heapq.heappop(heaps[d])
+        g = p.group[i]
+        if g not in group_dev:
+            group_dev[g] = d
+            used[d] += gmem[g]
+        placed[i] = True
+        device[i], start[i], finish[i] = d, st, st + p.w[i][d]
+        free[d] = finish[i]
+        for j, _ in p.succs[i]:
+            missing[j] -= 1
+            if missing[j] == 0:
+                release(j)
+    return Schedule(device, start, finish)
+
+
+def _blocked(p: Problem, i: int, d: int, used: list[float], gmem: dict[int, float],
+             group_dev: dict[int, int]) -> bool:
+    g = p.group[i]
+    if g in group_dev:
+        return group_dev[g] != d
+    return used[d] + gmem[g] > p.devices[d].memory

@@ -1,0 +1,48 @@
+import random
+
+import pytest
+
+from fastt.sched import Device, Problem, dpos
+from fastt.sched.baselines import heft, m_etf, m_topo, single
+from fastt.sched.simulate import simulate
+from tests.exact import check_schedule
+from tests.test_dpos import random_problem
+
+PLACERS = {"single": single, "heft": heft, "m_topo": m_topo, "m_etf": m_etf}
+
+
+@pytest.mark.parametrize("name", sorted(PLACERS))
+def test_baselines_give_valid_schedules(name):
+    rnd = random.Random(5)
+    for _ in range(150):
+        p = random_problem(rnd, homogeneous=False, memory=rnd.random() < 0.5)
+        try:
+            s = PLACERS[name](p)
+        except Exception as e:  # only single may fail: the graph may not fit one device
+            assert name == "single" and "single device" in str(e)
+            continue
+        check_schedule(p, s)
+        r = simulate(p, s.device, s.device_orders(p.num_devices), link_concurrency=None)
+        assert r.makespan <= s.makespan + 1e-9  # replay never later than the placer's timing
+
+
+def test_m_topo_fills_devices_in_topological_order_up_to_baechis_limit():
+    p = Problem.build(6, [(i, i + 1, 0) for i in range(5)], [[1, 1, 1]] * 6,
+                      [Device(f"/gpu:{d}") for d in range(3)], mem=[1] * 6)
+    s = m_topo(p)
+    # limit = 6/3 + 1 = 3 ops per device
+    assert s.device == [0, 0, 0, 1, 1, 1]
+
+
+def test_m_etf_picks_the_earliest_start():
+    # Two independent ops and two devices: each gets its own device, both start at 0.
+    p = Problem.build(2, [], [[3, 3], [2, 2]], [Device("/gpu:0"), Device("/gpu:1")])
+    s = m_etf(p)
+    assert sorted(s.device) == [0, 1] and s.start == [0, 0]
+
+
+def test_heft_uses_mean_costs_and_dpos_the_max():
+    # An op that is slow on one device: DPOS's max-rank and HEFT's mean-rank differ but both
+    # place it on its fast device.
+    p = Problem.build(2, [(0, 1, 0)], [[1, 9], [1, 1]], [Device("/gpu:0"), Device("/gpu:1")])
+    assert heft(p).device[0] == 0 and dpos(p).device[0] == 0
