@@ -130,7 +130,7 @@ def test_bad_arguments():
 
 
 def test_base_size_transformer_builds():
-    # Construction only (about 1.5 s): 4303 ops with the Adam training step, 63 trainable
+    # Construction only (about 1.5 s): 4303 ops with the Adam training step, 99 trainable
     # variables, ~19M parameters without the (here 100-token) vocabulary.
     m = zoo.build("transformer", layers=6, d_model=512, heads=8, d_ff=2048, seq_len=128,
                   batch_size=8)

@@ -83,4 +83,4 @@ def build(name: str, **kwargs: Any) -> TrainingGraph:
 
 
 def _load_all() -> None:
-    from fastt.zoo import cnn, slim_nets  # noqa: F401  (they register their models)
+    from fastt.zoo import cnn, nlp, slim_nets  # noqa: F401  (they register their models)
