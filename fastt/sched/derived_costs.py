@@ -1,0 +1,83 @@
+"""Costs of ops that fastt created (sub-ops, replicas, splits, joins) before they are profiled.
+
+A sub-op or replica costs ``overhead + (t_whole - overhead) * fraction``, where ``fraction`` is
+its share of the whole op's work and ``overhead`` the fixed per-launch time of its op type,
+fitted as the intercept of a linear regression of measured time on analytical work over the
+measured ops of that type. A split, concat or sum costs its bytes at the device's copy rate
+(never its name's measured time: a join carries the name of the op it replaced). Sub-ops
+measured under their own name keep their measured time.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+from sklearn.linear_model import LinearRegression
+
+from fastt.costs.analytical import flops
+from fastt.ir import Graph
+from fastt.sched.problem import CostSource
+
+_COPY_TYPES = frozenset({"SplitV", "ConcatV2", "AddN"})
+
+
+def fit_overheads(graph: Graph, base: CostSource, device: str) -> dict[str, float]:
+    """Op type -> fixed per-op time on ``device`` (regression intercept, clamped to
+    [0, the type's fastest measured op]); types with fewer than 3 measured ops get 0."""
+    samples: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for op in graph:
+        if "_fastt_origin" in op.attrs:
+            continue
+        t = base.compute(op.name, device)
+        if t > 0:
+            samples[op.type].append((flops(op, graph), t))
+    out = {}
+    for typ, pts in samples.items():
+        if len(pts) < 3 or len({x for x, _ in pts}) < 2:
+            out[typ] = 0.0
+            continue
+        x = np.array([[p[0]] for p in pts])
+        y = np.array([p[1] for p in pts])
+        intercept = float(LinearRegression().fit(x, y).intercept_)
+        out[typ] = min(max(intercept, 0.0), float(y.min()))
+    return out
+
+
+class Overheads:
+    """``fit_overheads`` of one original graph, per device, fitted once and shared."""
+
+    def __init__(self, original: Graph, base: CostSource) -> None:
+        self.original, self.base = original, base
+        self._fits: dict[str, dict[str, float]] = {}
+
+    def get(self, typ: str, device: str) -> float:
+        if device not in self._fits:
+            self._fits[device] = fit_overheads(self.original, self.base, device)
+        return self._fits[device].get(typ, 0.0)
+
+
+class DerivedCosts:
+    """A ``CostSource`` for a transformed ``graph`` over a ``CostSource`` of the original."""
+
+    def __init__(self, base: CostSource, graph: Graph, overheads: Overheads,
+                 copy_bytes_per_s: float = 10e9) -> None:
+        self.base, self.graph, self.overheads = base, graph, overheads
+        self.copy_bytes_per_s = copy_bytes_per_s
+
+    def compute(self, op: str, device: str) -> float:
+        o = self.graph[op]
+        origin = o.attrs.get("_fastt_origin")
+        if origin is not None:
+            measured = self.base.compute(op, device)  # profiled under its own name already?
+            if measured > 0:
+                return measured
+            whole = self.base.compute(origin, device)
+            fixed = min(self.overheads.get(o.type, device), whole)
+            return fixed + (whole - fixed) * float(o.attrs.get("_fastt_fraction", 1.0))
+        if o.type in _COPY_TYPES and ("_fastt_split_of" in o.attrs or "_fastt_join" in o.attrs):
+            # Never priced by name: a join carries the name of the op it replaced.
+            return sum(t.nbytes or 0 for t in o.outputs) / self.copy_bytes_per_s
+        return self.base.compute(op, device)
+
+    def link(self, src: str, dst: str) -> tuple[float, float]:
+        return self.base.link(src, dst)

@@ -1,0 +1,119 @@
+"""OS-DPOS: Operation Splitting with DPOS (FastT, Middleware 2020, Algorithm 2).
+
+Run DPOS; take the critical path of the resulting schedule, its ops by decreasing compute
+time; for each, try every split rule of its type and every part count 2..#devices, re-running
+DPOS on each split graph; accept the best split if it lowers the predicted step time and go on,
+else stop. Ops with no split rule are passed over rather than ending the search. The result is
+never worse than DPOS on the input graph. Each candidate costs one DPOS run: O(C * R * D)
+DPOS runs for C critical-path ops, R rules per op and D devices.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from fastt.costs.memory import MemoryModel
+from fastt.errors import FasttError
+from fastt.ir import Graph
+from fastt.sched.derived_costs import DerivedCosts, Overheads
+from fastt.sched.dpos import dpos
+from fastt.sched.problem import CostSource, Device, Problem
+from fastt.sched.schedule import Schedule
+from fastt.sched.split_rules import rules
+from fastt.sched.splitting import Split, split_operation
+
+log = logging.getLogger("fastt")
+
+Compile = Callable[[Graph], Problem]
+
+
+@dataclass
+class Plan:
+    """A graph (possibly transformed), its compiled problem and DPOS schedule."""
+    graph: Graph
+    problem: Problem
+    schedule: Schedule
+    splits: list[Split] = field(default_factory=list)
+    tried: int = 0  # DPOS runs spent on candidate splits
+
+    @property
+    def makespan(self) -> float:
+        return self.schedule.makespan
+
+
+def schedule_critical_path(p: Problem, s: Schedule, eps: float = 1e-12) -> list[int]:
+    """The chain that sets the makespan: from the last op to finish, back through whatever
+    made each op wait (a predecessor's data or the device's previous op)."""
+    if p.n == 0:
+        return []
+    prev_on_device: dict[int, int] = {}
+    for order in s.device_orders(p.num_devices):
+        for a, b in zip(order, order[1:]):
+            prev_on_device[b] = a
+    j = max(range(p.n), key=lambda i: (s.finish[i], -i))
+    path = [j]
+    while s.start[j] > eps:
+        nxt = None
+        for m, e in p.preds[j]:
+            if abs(s.finish[m] + p.comm(e, s.device[m], s.device[j]) - s.start[j]) <= 1e-9:
+                nxt = m
+                break
+        if nxt is None:
+            m = prev_on_device.get(j)
+            if m is None or abs(s.finish[m] - s.start[j]) > 1e-9:
+                break
+            nxt = m
+        j = nxt
+        path.append(j)
+    return path[::-1]
+
+
+def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
+            max_parts: int | None = None) -> Plan:
+    """Split critical-path ops of ``graph`` while DPOS predicts a shorter step."""
+    p = compile_graph(graph)
+    best = Plan(graph, p, dpos(p))
+    s, cp = best.schedule, schedule_critical_path(p, best.schedule)
+    cp_names = [p.names[i] for i in sorted(cp, key=lambda i: -p.w[i][s.device[i]])]
+    top = min(max_parts or num_devices, num_devices)
+    for name in cp_names:
+        if name not in best.graph:
+            continue
+        op = best.graph[name]
+        candidates = [(r.dim, n) for r in rules(op, best.graph)
+                      for n in range(2, top + 1) if (r.extent(op, best.graph) or 0) >= n]
+        if not candidates:
+            continue
+        found = None
+        for dim, n in candidates:
+            try:
+                g2 = split_operation(best.graph, name, dim, n)
+            except FasttError as e:
+                log.debug("split %s %s %d refused: %s", name, dim, n, e)
+                continue
+            p2 = compile_graph(g2)
+            s2 = dpos(p2)
+            best.tried += 1
+            if found is None or s2.makespan < found[2].makespan:
+                found = (g2, p2, s2, Split(name, dim, n))
+        if found is None or found[2].makespan >= best.makespan:
+            break
+        g2, p2, s2, split = found
+        log.info("split %s on %s into %d: %.6f -> %.6f s", name, split.dim, split.n,
+                 best.makespan, s2.makespan)
+        best = Plan(g2, p2, s2, best.splits + [split], best.tried)
+    return best
+
+
+def compiler(devices: Sequence[Device], costs: CostSource, original: Graph) -> Compile:
+    """A ``Compile`` for graphs derived from ``original``: sub-op costs derived from the
+    whole ops', memory from each graph's own variables and output sizes."""
+    overheads = Overheads(original, costs)
+
+    def compile_graph(g: Graph) -> Problem:
+        mem = MemoryModel.from_graph(g)
+        return Problem.from_graph(g, devices, DerivedCosts(costs, g, overheads),
+                                  mem={op.name: mem.op_bytes(op.name) for op in g},
+                                  persistent=mem.persistent)
+    return compile_graph

@@ -1,0 +1,138 @@
+"""How each op type can be split into sub-ops without changing what it computes.
+
+A ``SplitRule`` says, for one named dimension of an op, what each input becomes (cut along an
+axis, passed whole, or a shape vector whose entry shrinks) and how the sub-ops' outputs are
+joined (concatenated along an axis, or summed where the op reduces over the split dimension:
+a weight gradient split on the batch). BatchNorm statistics are never split on the batch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastt.ir import Graph, Op
+
+SPLIT, FULL, SHAPE = "split", "full", "shape"
+
+
+@dataclass(frozen=True)
+class Part:
+    kind: str  # SPLIT: cut along ``axis``; FULL: whole tensor; SHAPE: entry ``axis`` shrinks
+    axis: int = 0
+
+
+@dataclass(frozen=True)
+class SplitRule:
+    dim: str  # "batch", "channel", "rows", "cols", "reduce"
+    inputs: tuple[Part, ...]
+    join: str  # "concat" or "sum"
+    out_axis: int  # output axis divided among the sub-ops ("concat"); -1 for "sum"
+
+    def extent(self, op: Op, graph: Graph) -> int | None:
+        """Size of the dimension being split (None when a shape is unknown)."""
+        if self.join == "concat":
+            shape = op.outputs[0].shape
+            return shape[self.out_axis] if shape and self.out_axis < len(shape) else None
+        for part, ref in zip(self.inputs, op.inputs):
+            if part.kind == SPLIT:
+                shape = graph.tensor(ref).shape
+                return shape[part.axis] if shape and part.axis < len(shape) else None
+        return None
+
+
+_UNARY = frozenset({"Relu", "Relu6", "Elu", "Selu", "Tanh", "Sigmoid", "Softplus", "Neg",
+                    "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Abs", "Cast", "LeakyRelu",
+                    "Softmax", "LogSoftmax"})
+_BINARY = frozenset({"Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum",
+                     "SquaredDifference", "ReluGrad", "Relu6Grad", "EluGrad", "SigmoidGrad",
+                     "TanhGrad", "SoftplusGrad", "BiasAdd", "LeakyReluGrad"})
+_POOL = frozenset({"MaxPool", "AvgPool"})
+
+
+def _channel_axis(op: Op, rank: int = 4) -> int:
+    return 1 if str(op.attrs.get("data_format", "NHWC")).startswith("NC") else rank - 1
+
+
+def _rank(graph: Graph, op: Op, i: int) -> int | None:
+    shape = graph.tensor(op.inputs[i]).shape if i < len(op.inputs) else None
+    return None if shape is None else len(shape)
+
+
+def rules(op: Op, graph: Graph) -> list[SplitRule]:
+    """The split rules of ``op`` (empty when it cannot be split)."""
+    t = op.type
+    if len(op.outputs) != 1 or op.outputs[0].shape is None or op.colocate_with:
+        return []
+    if any(graph.tensor(r).dtype in ("resource",) or graph.tensor(r).dtype.endswith("_ref")
+           for r in op.inputs):
+        return []
+    c = _channel_axis(op)
+    if t == "Conv2D":
+        return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL)), "concat", 0),
+                SplitRule("channel", (Part(FULL), Part(SPLIT, 3)), "concat", c)]
+    if t == "Conv2DBackpropInput":  # (input_sizes, filter, out_backprop)
+        return [SplitRule("batch", (Part(SHAPE, 0), Part(FULL), Part(SPLIT, 0)), "concat", 0),
+                SplitRule("channel", (Part(SHAPE, c), Part(SPLIT, 2), Part(FULL)), "concat", c)]
+    if t == "Conv2DBackpropFilter":  # (input, filter_sizes, out_backprop)
+        return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL), Part(SPLIT, 0)), "sum", -1),
+                SplitRule("channel", (Part(FULL), Part(SHAPE, 3), Part(SPLIT, c)), "concat", 3)]
+    if t == "MatMul":
+        ta, tb = bool(op.attrs.get("transpose_a")), bool(op.attrs.get("transpose_b"))
+        return [SplitRule("rows", (Part(SPLIT, 1 if ta else 0), Part(FULL)), "concat", 0),
+                SplitRule("cols", (Part(FULL), Part(SPLIT, 0 if tb else 1)), "concat", 1),
+                SplitRule("reduce", (Part(SPLIT, 0 if ta else 1), Part(SPLIT, 1 if tb else 0)),
+                          "sum", -1)]
+    if t in ("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"):
+        r = _rank(graph, op, 0)
+        if r is None or r < 3 or _rank(graph, op, 1) != r:
+            return []
+        ax, ay = bool(op.attrs.get("adj_x")), bool(op.attrs.get("adj_y"))
+        return [SplitRule("batch", (Part(SPLIT, 0), Part(SPLIT, 0)), "concat", 0),
+                SplitRule("rows", (Part(SPLIT, r - 1 if ax else r - 2), Part(FULL)), "concat",
+                          r - 2),
+                SplitRule("cols", (Part(FULL), Part(SPLIT, r - 2 if ay else r - 1)), "concat",
+                          r - 1)]
+    if t in _POOL:
+        return [SplitRule("batch", (Part(SPLIT, 0),), "concat", 0),
+                SplitRule("channel", (Part(SPLIT, c),), "concat", c)]
+    if t == "MaxPoolGrad":  # (orig_input, orig_output, grad)
+        return [SplitRule(d, (Part(SPLIT, a),) * 3, "concat", a) for d, a in
+                (("batch", 0), ("channel", c))]
+    if t == "AvgPoolGrad":  # (orig_input_shape, grad)
+        return [SplitRule(d, (Part(SHAPE, a), Part(SPLIT, a)), "concat", a) for d, a in
+                (("batch", 0), ("channel", c))]
+    if t == "BiasAddGrad":
+        return [SplitRule("batch", (Part(SPLIT, 0),), "sum", -1)]
+    if t in _UNARY or t in _BINARY:
+        return _elementwise(op, graph)
+    return []
+
+
+def _elementwise(op: Op, graph: Graph) -> list[SplitRule]:
+    """Batch split of an element-wise op: full-rank inputs are cut on axis 0, broadcast ones
+    (lower rank, or leading dimension 1) are passed whole."""
+    out = op.outputs[0].shape
+    if not out or out[0] is None or out[0] < 2 or op.type in ("Softmax", "LogSoftmax") \
+            and len(out) < 2:
+        return []
+    parts = []
+    for ref in op.inputs:
+        shape = graph.tensor(ref).shape
+        if shape is None:
+            return []
+        if len(shape) == len(out) and shape[0] == out[0]:
+            parts.append(Part(SPLIT, 0))
+        elif len(shape) < len(out) or shape[0] == 1:
+            parts.append(Part(FULL))
+        else:
+            return []
+    return [SplitRule("batch", tuple(parts), "concat", 0)]
+
+
+def find(op: Op, graph: Graph, dim: str) -> SplitRule | None:
+    return next((r for r in rules(op, graph) if r.dim == dim), None)
+
+
+def part_sizes(extent: int, n: int) -> list[int]:
+    """``n`` near-equal sizes summing to ``extent`` (the first ones one larger)."""
+    base, extra = divmod(extent, n)
+    return [base + (1 if k < extra else 0) for k in range(n)]

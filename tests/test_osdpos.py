@@ -1,0 +1,104 @@
+import random
+
+import pytest
+
+from fastt.ir import Graph
+from fastt.sched import Device, dpos
+from fastt.sched.osdpos import compiler, os_dpos, schedule_critical_path
+from fastt.sched.problem import Problem
+from tests.exact import check_schedule
+from tests.helpers import op
+
+
+class TableCosts:
+    """Per-op times equal on every device; links: intercept + slope * bytes."""
+
+    def __init__(self, times, intercept=1e-5, slope=1e-10):
+        self.times, self.intercept, self.slope = times, intercept, slope
+
+    def compute(self, name, device):
+        return self.times.get(name, 0.0)
+
+    def link(self, src, dst):
+        return (self.intercept, self.slope)
+
+
+def devs(k):
+    return [Device(f"/job:localhost/replica:0/task:0/device:GPU:{d}") for d in range(k)]
+
+
+def big_conv():
+    return Graph([
+        op("x", "Placeholder", out=((64, 32, 32, 16),)),
+        op("w", "Const", out=((3, 3, 16, 64),)),
+        op("conv", "Conv2D", ["x", "w"], out=((64, 32, 32, 64),)),
+        op("relu", "Relu", ["conv"], out=((64, 32, 32, 64),)),
+        op("loss", "Sum", ["relu"], out=((),)),
+    ])
+
+
+def test_splitting_a_dominant_conv_beats_dpos():
+    g = big_conv()
+    costs = TableCosts({"x": 1e-6, "w": 1e-6, "conv": 8e-3, "relu": 1e-3, "loss": 1e-4})
+    compile_graph = compiler(devs(4), costs, g)
+    base = dpos(compile_graph(g))
+    plan = os_dpos(g, compile_graph, 4)
+    assert base.makespan >= 9.1e-3  # one device does it all
+    assert plan.splits and plan.splits[0].op == "conv"
+    # 8 ms of conv over 4 devices, plus cutting and re-joining 16 MB at 10 GB/s (~2 ms).
+    assert plan.makespan < 0.7 * base.makespan
+    check_schedule(plan.problem, plan.schedule)
+    # The Relu was split the same way and reads the conv's parts directly.
+    if any(s.op == "relu" for s in plan.splits):
+        assert plan.graph["relu/part0"].inputs[0].op == "conv/part0"
+
+
+def test_no_split_when_transfers_are_too_expensive():
+    g = big_conv()
+    costs = TableCosts({"conv": 8e-3, "relu": 1e-3}, intercept=1.0)
+    compile_graph = compiler(devs(2), costs, g)
+    plan = os_dpos(g, compile_graph, 2)
+    assert plan.splits == [] and plan.makespan == pytest.approx(dpos(compile_graph(g)).makespan)
+
+
+def random_graph(rnd):
+    """A random DAG of <= 8 matmul / element-wise ops on [B, F] tensors."""
+    B = rnd.choice([4, 6, 8])
+    ops = [op("x", "Placeholder", out=((B, 8),))]
+    names = ["x"]
+    for k in range(rnd.randint(1, 7)):
+        a = rnd.choice(names)
+        kind = rnd.choice(["MatMul", "Relu", "AddV2"])
+        if kind == "MatMul":
+            ops.append(op(f"w{k}", "Const", out=((8, 8),)))
+            ops.append(op(f"o{k}", "MatMul", [a, f"w{k}"], out=((B, 8),)))
+        elif kind == "Relu":
+            ops.append(op(f"o{k}", "Relu", [a], out=((B, 8),)))
+        else:
+            ops.append(op(f"o{k}", "AddV2", [a, rnd.choice(names)], out=((B, 8),)))
+        names.append(f"o{k}")
+    return Graph(ops)
+
+
+def test_os_dpos_never_worse_than_dpos_on_300_random_graphs():
+    rnd = random.Random(42)
+    improved = 0
+    for _ in range(300):
+        g = random_graph(rnd)
+        D = rnd.randint(2, 3)
+        costs = TableCosts({o.name: rnd.uniform(1e-4, 1e-2) for o in g},
+                           intercept=rnd.uniform(0, 1e-3), slope=rnd.uniform(0, 1e-8))
+        compile_graph = compiler(devs(D), costs, g)
+        base = dpos(compile_graph(g)).makespan
+        plan = os_dpos(g, compile_graph, D)
+        assert plan.makespan <= base + 1e-12
+        check_schedule(plan.problem, plan.schedule)
+        improved += plan.makespan < base
+    assert improved > 0  # splitting does help on some of them
+
+
+def test_schedule_critical_path_ends_at_the_makespan():
+    p = Problem.build(4, [(0, 1, 0), (0, 2, 0), (1, 3, 0), (2, 3, 0)],
+                      [[1, 1], [4, 4], [3, 3], [1, 1]], devs(2), intercept=1.0)
+    s = dpos(p)
+    assert schedule_critical_path(p, s) == [0, 2, 3]  # d waits for c's transfer (6), not b (5)
