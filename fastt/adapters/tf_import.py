@@ -48,8 +48,24 @@ def _attr_value(v: attr_value_pb2.AttrValue, where: str) -> Any:
     return None  # tensors, placeholders: not needed by any pass
 
 
+def _small_int_const(node: node_def_pb2.NodeDef) -> Any:
+    """The value of an integer Const of at most 16 elements (axes, perms, shapes), else None."""
+    t = node.attr["value"].tensor
+    if t.dtype not in (3, 9) or sum(1 for _ in t.tensor_shape.dim) > 1:  # int32, int64
+        return None
+    dims = [d.size for d in t.tensor_shape.dim]
+    if dims and dims[0] > 16:
+        return None
+    value = tf.make_ndarray(t)
+    return value.tolist()
+
+
 def _attrs(node: node_def_pb2.NodeDef) -> dict[str, Any]:
     out = {}
+    if node.op == "Const" and "value" in node.attr:
+        value = _small_int_const(node)
+        if value is not None:
+            out["value"] = value
     for key, value in node.attr.items():
         if key in _SKIPPED_ATTRS:
             continue

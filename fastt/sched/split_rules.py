@@ -41,10 +41,14 @@ class SplitRule:
 
 _UNARY = frozenset({"Relu", "Relu6", "Elu", "Selu", "Tanh", "Sigmoid", "Softplus", "Neg",
                     "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Abs", "Cast", "LeakyRelu",
-                    "Softmax", "LogSoftmax"})
+                    "Softmax", "LogSoftmax", "Identity", "Reciprocal", "ZerosLike",
+                    "OnesLike", "StopGradient"})
 _BINARY = frozenset({"Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum",
                      "SquaredDifference", "ReluGrad", "Relu6Grad", "EluGrad", "SigmoidGrad",
-                     "TanhGrad", "SoftplusGrad", "BiasAdd", "LeakyReluGrad"})
+                     "TanhGrad", "SoftplusGrad", "BiasAdd", "LeakyReluGrad", "DivNoNan",
+                     "SelectV2", "Select", "Greater", "GreaterEqual", "Less", "LessEqual",
+                     "Equal", "NotEqual", "RsqrtGrad", "SqrtGrad", "Pow", "AddN"})
+_REDUCE = frozenset({"Sum", "Mean", "Max", "Min", "Prod"})
 _POOL = frozenset({"MaxPool", "AvgPool"})
 
 
@@ -60,7 +64,7 @@ def _rank(graph: Graph, op: Op, i: int) -> int | None:
 def rules(op: Op, graph: Graph) -> list[SplitRule]:
     """The split rules of ``op`` (empty when it cannot be split)."""
     t = op.type
-    if len(op.outputs) != 1 or op.outputs[0].shape is None or op.colocate_with:
+    if len(op.outputs) != 1 or op.outputs[0].shape is None:
         return []
     if any(graph.tensor(r).dtype in ("resource",) or graph.tensor(r).dtype.endswith("_ref")
            for r in op.inputs):
@@ -102,9 +106,50 @@ def rules(op: Op, graph: Graph) -> list[SplitRule]:
                 (("batch", 0), ("channel", c))]
     if t == "BiasAddGrad":
         return [SplitRule("batch", (Part(SPLIT, 0),), "sum", -1)]
+    if t == "Reshape":  # rows stay rows: [B, ...] -> [B*k, ...] or [B*k, ...] -> [B, ...]
+        src, out = graph.tensor(op.inputs[0]).shape, op.outputs[0].shape
+        # With equal element counts, divisible leading dims keep whole rows together.
+        if src and out and None not in src and None not in out and src[0] > 1 and out[0] > 1 \
+                and (out[0] % src[0] == 0 or src[0] % out[0] == 0):
+            return [SplitRule("batch", (Part(SPLIT, 0), Part(SHAPE, 0)), "concat", 0)]
+        return []
     if t in _UNARY or t in _BINARY:
         return _elementwise(op, graph)
+    if t in _REDUCE or t == "Transpose" or t == "ExpandDims" or t == "Squeeze":
+        return _batch_local(op, graph)
+    if t == "GatherV2" and len(op.inputs) == 3 and _const(graph, op, 2) == 0 \
+            and not op.attrs.get("batch_dims"):  # rows of an embedding lookup
+        return [SplitRule("batch", (Part(FULL), Part(SPLIT, 0), Part(FULL)), "concat", 0)]
     return []
+
+
+def _const(graph: Graph, op: Op, i: int) -> object:
+    src = graph[op.inputs[i].op] if i < len(op.inputs) else None
+    return src.attrs.get("value") if src is not None and src.type == "Const" else None
+
+
+def _batch_local(op: Op, graph: Graph) -> list[SplitRule]:
+    """Reductions, transposes and expand/squeeze that keep axis 0 where it is, or (a Sum over
+    axis 0) reduce it: split on axis 0, join by concat or by sum."""
+    x = graph.tensor(op.inputs[0]).shape if op.inputs else None
+    if not x or x[0] is None or x[0] < 2:
+        return []
+    if op.type == "Squeeze":
+        dims = op.attrs.get("squeeze_dims") or []
+        return [] if not dims or 0 in dims or -len(x) in dims else \
+            [SplitRule("batch", (Part(SPLIT, 0),), "concat", 0)]
+    arg = _const(graph, op, 1)
+    if arg is None:
+        return []
+    axes = [a % len(x) for a in (arg if isinstance(arg, list) else [arg])] if x else []
+    full = (Part(SPLIT, 0), Part(FULL))
+    if op.type == "Transpose":
+        return [SplitRule("batch", full, "concat", 0)] if axes and axes[0] == 0 else []
+    if op.type == "ExpandDims":
+        return [SplitRule("batch", full, "concat", 0)] if arg not in (0, -len(x) - 1) else []
+    if 0 not in axes:
+        return [SplitRule("batch", full, "concat", 0)]
+    return [SplitRule("batch", full, "sum", -1)] if op.type == "Sum" else []
 
 
 def _elementwise(op: Op, graph: Graph) -> list[SplitRule]:

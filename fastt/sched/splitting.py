@@ -6,7 +6,9 @@ share of the work), fed by ``SplitV`` ops (or the whole tensor, or a per-part sh
 and joined by a ``ConcatV2`` or ``AddN`` that keeps the name ``X``, so that X's consumers and
 anyone fetching X see the same value. A split input whose producer is a join of the same cut
 is wired sub-op to sub-op (no concat -> split); a join whose consumers were all rewired so is
-dropped from the planning graph (the rewriter rebuilds it if the user fetches it).
+dropped from the planning graph (the rewriter rebuilds it if the user fetches it). Part k of an
+op colocated with op Y (``_class: loc:@Y``, e.g. a gradient with its forward op) is colocated
+with part k of Y where Y was split alike; otherwise the hint is dropped.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Any
 
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, TensorRef, TensorSpec
-from fastt.sched.split_rules import FULL, SPLIT, find, part_sizes
+from fastt.sched.split_rules import FULL, SPLIT, SplitRule, find, part_sizes
 
 JOIN_ATTR = "_fastt_join"  # on a join: {"kind": "concat"|"sum", "axis": a, "sizes": [...]}
 
@@ -35,30 +37,101 @@ def _with_axis(shape: tuple[int | None, ...], axis: int, size: int) -> tuple[int
     return tuple(size if k == axis else d for k, d in enumerate(shape))
 
 
-def _cut(graph: Graph, ref: TensorRef, axis: int, sizes: list[int], new_ops: list[Op],
-         owner: str, i: int, rewired: set[str]) -> list[TensorRef]:
-    """The n parts of tensor ``ref`` cut along ``axis``: the producer's own parts when it is a
-    join of the same cut (noted in ``rewired``), else the outputs of a new ``SplitV`` op."""
-    producer = graph[ref.op]
-    join = producer.attrs.get(JOIN_ATTR)
-    if join and join["kind"] == "concat" and join["axis"] == axis and join["sizes"] == sizes:
-        rewired.add(ref.op)
-        return [TensorRef(f"{ref.op}/part{k}", 0) for k in range(len(sizes))]
-    spec = graph.tensor(ref)
-    if spec.shape is None or axis >= len(spec.shape) or spec.shape[axis] != sum(sizes):
-        raise FasttError(f"cannot split input {i} of {owner!r} ({spec.shape}) on axis {axis} "
-                         f"into {sizes}")
-    name = f"{owner}/split_in{i}"
-    new_ops.append(Op(name=name, type="SplitV", inputs=(ref,),
+def scaled(shares: list[int], extent: int | None, what: str) -> list[int]:
+    """``shares`` rescaled to a tensor axis of ``extent`` (which must be a multiple)."""
+    total = sum(shares)
+    if extent is None or extent % total:
+        raise FasttError(f"{what}: an axis of {extent} cannot be cut in shares {shares}")
+    return [s * (extent // total) for s in shares]
+
+
+class _Builder:
+    """Applies split decisions to a graph in one pass (producers before consumers)."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.joins = {o.name: o.attrs[JOIN_ATTR] for o in graph if JOIN_ATTR in o.attrs}
+        self.split_names: set[str] = set()  # ops split in this pass (their parts exist)
+        self.rewired: set[str] = set()
+
+    def cut(self, ref: TensorRef, axis: int, shares: list[int], out: list[Op], owner: str,
+            i: int) -> list[TensorRef]:
+        """The parts of tensor ``ref`` cut along ``axis`` in proportion to ``shares``: the
+        producer's own parts when it is a join of the same cut, else a new ``SplitV``."""
+        spec = self.graph.tensor(ref)
+        extent = spec.shape[axis] if spec.shape is not None and axis < len(spec.shape) else None
+        sizes = scaled(shares, extent, f"input {i} of {owner!r}")
+        join = self.joins.get(ref.op)
+        if join and join["kind"] == "concat" and join["axis"] == axis and join["sizes"] == sizes:
+            self.rewired.add(ref.op)
+            return [TensorRef(f"{ref.op}/part{k}", 0) for k in range(len(sizes))]
+        name = f"{owner}/split_in{i}"
+        out.append(Op(name=name, type="SplitV", inputs=(ref,),
                       outputs=tuple(TensorSpec(spec.dtype, _with_axis(spec.shape, axis, s))
                                     for s in sizes),
                       attrs={"axis": axis, "size_splits": list(sizes),
                              "_fastt_split_of": owner}))
-    return [TensorRef(name, k) for k in range(len(sizes))]
+        return [TensorRef(name, k) for k in range(len(sizes))]
+
+    def expand(self, op: Op, rule: SplitRule, shares: list[int]) -> list[Op]:
+        """The ops that replace ``op``: input cuts, the sub-ops and the join named like it."""
+        name, n, total = op.name, len(shares), sum(shares)
+        out: list[Op] = []
+        per_input: list[list[TensorRef]] = []
+        for i, (part, ref) in enumerate(zip(rule.inputs, op.inputs)):
+            if part.kind == SPLIT:
+                per_input.append(self.cut(ref, part.axis, shares, out, name, i))
+            elif part.kind == FULL:
+                per_input.append([ref] * n)
+            else:
+                shape = op.outputs[0].shape
+                sizes = scaled(shares, shape[part.axis] if shape else None, f"op {name!r}")
+                per_input.append(_shape_consts(op, part.axis, sizes, out, i))
+        spec = op.outputs[0]
+        out_sizes = scaled(shares, spec.shape[rule.out_axis], f"op {name!r}") \
+            if rule.join == "concat" else list(shares)
+        parts = []
+        for k in range(n):
+            shape = _with_axis(spec.shape, rule.out_axis, out_sizes[k]) \
+                if rule.join == "concat" else spec.shape
+            parts.append(op.with_(
+                name=f"{name}/part{k}",
+                inputs=tuple(per_input[i][k] for i in range(len(op.inputs))),
+                outputs=(TensorSpec(spec.dtype, shape),),
+                colocate_with=tuple(f"{c}/part{k}" for c in op.colocate_with
+                                    if c in self.split_names or f"{c}/part{k}" in self.graph),
+                attrs={**op.attrs, "_fastt_origin": op.attrs.get("_fastt_origin", name),
+                       "_fastt_fraction": op.attrs.get("_fastt_fraction", 1.0) * shares[k]
+                       / total}))
+        join_spec = {"kind": rule.join, "axis": rule.out_axis, "sizes": out_sizes}
+        self.joins[name] = join_spec
+        self.split_names.add(name)
+        join = Op(name=name, type="ConcatV2" if rule.join == "concat" else "AddN",
+                  inputs=tuple(TensorRef(p.name, 0) for p in parts), outputs=op.outputs,
+                  device=op.device, attrs={JOIN_ATTR: join_spec, "axis": rule.out_axis,
+                                           "N": n, "_fastt_split_of": name})
+        return out + parts + [join]
 
 
-def split_operation(graph: Graph, name: str, dim: str, n: int) -> Graph:
-    """The graph with op ``name`` split on dimension ``dim`` into ``n`` sub-ops."""
+def apply_decisions(graph: Graph, decisions: dict[str, tuple[SplitRule, list[int]]]) -> Graph:
+    """Split every op named in ``decisions`` (rule, shares), in one pass over ``graph``."""
+    builder = _Builder(graph)
+    ops: list[Op] = []
+    for name in graph.topological_order():
+        op = graph[name]
+        if name in decisions:
+            ops.extend(builder.expand(op, *decisions[name]))
+        else:
+            ops.append(op)
+    new = Graph(ops, name=graph.name, payload=graph.payload)
+    dead = {j for j in builder.rewired if not new.consumers(j) and not new.control_successors(j)}
+    return Graph((o for o in new if o.name not in dead), name=graph.name,
+                 payload=graph.payload) if dead else new
+
+
+def decide(graph: Graph, name: str, dim: str, n: int,
+           shares: list[int] | None = None) -> tuple[SplitRule, list[int]]:
+    """Check that op ``name`` can be split on ``dim`` into ``n``; its (rule, shares)."""
     op = graph[name]
     rule = find(op, graph, dim)
     if rule is None:
@@ -67,48 +140,21 @@ def split_operation(graph: Graph, name: str, dim: str, n: int) -> Graph:
     if extent is None or n < 2 or extent < n:
         raise FasttError(f"op {name!r}: dimension {dim!r} of size {extent} cannot be cut "
                          f"into {n} parts")
-    sizes = part_sizes(extent, n)
-    new_ops: list[Op] = []
-    per_input: list[list[TensorRef]] = []
-    rewired: set[str] = set()
-    for i, (part, ref) in enumerate(zip(rule.inputs, op.inputs)):
-        if part.kind == SPLIT:
-            per_input.append(_cut(graph, ref, part.axis, sizes, new_ops, name, i, rewired))
-        elif part.kind == FULL:
-            per_input.append([ref] * n)
-        else:
-            per_input.append(_shape_consts(op, ref, part.axis, sizes, new_ops, i))
-    out = op.outputs[0]
-    parts = []
-    for k in range(n):
-        shape = _with_axis(out.shape, rule.out_axis, sizes[k]) if rule.join == "concat" \
-            else out.shape
-        parts.append(op.with_(
-            name=f"{name}/part{k}", inputs=tuple(per_input[i][k] for i in range(len(op.inputs))),
-            outputs=(TensorSpec(out.dtype, shape),),
-            attrs={**op.attrs, "_fastt_origin": op.attrs.get("_fastt_origin", name),
-                   "_fastt_fraction": op.attrs.get("_fastt_fraction", 1.0) * sizes[k] / extent}))
-    join_spec = {"kind": rule.join, "axis": rule.out_axis, "sizes": sizes}
-    join = Op(name=name, type="ConcatV2" if rule.join == "concat" else "AddN",
-              inputs=tuple(TensorRef(p.name, 0) for p in parts), outputs=op.outputs,
-              device=op.device, attrs={JOIN_ATTR: join_spec, "axis": rule.out_axis,
-                                       "N": n, "_fastt_split_of": name})
-    ops: list[Op] = []
-    for o in graph:
-        if o.name == name:
-            ops.extend(new_ops)
-            ops.extend(parts)
-            ops.append(join)
-        else:
-            ops.append(o)
-    new = Graph(ops, name=graph.name, payload=graph.payload)
-    dead = {j for j in rewired if not new.consumers(j) and not new.control_successors(j)}
-    return Graph((o for o in new if o.name not in dead), name=graph.name,
-                 payload=graph.payload) if dead else new
+    shares = shares or part_sizes(extent, n)
+    if len(shares) != n or min(shares) < 1:
+        raise FasttError(f"op {name!r}: {n} parts need {n} positive shares, got {shares}")
+    return rule, shares
 
 
-def _shape_consts(op: Op, ref: TensorRef, axis: int, sizes: list[int],
-                  new_ops: list[Op], i: int) -> list[TensorRef]:
+def split_operation(graph: Graph, name: str, dim: str, n: int,
+                    shares: list[int] | None = None) -> Graph:
+    """The graph with op ``name`` split on dimension ``dim`` into ``n`` sub-ops; ``shares``
+    (default: near-equal parts of the dimension) fix the proportions of every cut tensor."""
+    return apply_decisions(graph, {name: decide(graph, name, dim, n, shares)})
+
+
+def _shape_consts(op: Op, axis: int, sizes: list[int], new_ops: list[Op],
+                  i: int) -> list[TensorRef]:
     """Per-part shape vectors for a shape input (Conv2DBackpropInput's input_sizes, ...): the
     vector is the op's own output shape, known statically, with entry ``axis`` shrunk."""
     shape = op.outputs[0].shape
