@@ -53,6 +53,7 @@ class _Builder:
         self.joins = {o.name: o.attrs[JOIN_ATTR] for o in graph if JOIN_ATTR in o.attrs}
         self.split_names: set[str] = set()  # ops split in this pass (their parts exist)
         self.rewired: set[str] = set()
+        self.cuts: dict[tuple[TensorRef, int, tuple[int, ...]], list[TensorRef]] = {}
 
     def cut(self, ref: TensorRef, axis: int, shares: list[int], out: list[Op], owner: str,
             i: int) -> list[TensorRef]:
@@ -65,13 +66,17 @@ class _Builder:
         if join and join["kind"] == "concat" and join["axis"] == axis and join["sizes"] == sizes:
             self.rewired.add(ref.op)
             return [TensorRef(f"{ref.op}/part{k}", 0) for k in range(len(sizes))]
+        key = (ref, axis, tuple(sizes))
+        if key in self.cuts:  # the same tensor cut the same way for another consumer
+            return self.cuts[key]
         name = f"{owner}/split_in{i}"
         out.append(Op(name=name, type="SplitV", inputs=(ref,),
                       outputs=tuple(TensorSpec(spec.dtype, _with_axis(spec.shape, axis, s))
                                     for s in sizes),
                       attrs={"axis": axis, "size_splits": list(sizes),
                              "_fastt_split_of": owner}))
-        return [TensorRef(name, k) for k in range(len(sizes))]
+        self.cuts[key] = [TensorRef(name, k) for k in range(len(sizes))]
+        return self.cuts[key]
 
     def expand(self, op: Op, rule: SplitRule, shares: list[int]) -> list[Op]:
         """The ops that replace ``op``: input cuts, the sub-ops and the join named like it."""

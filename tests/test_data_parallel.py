@@ -1,0 +1,71 @@
+import pytest
+
+from fastt.errors import FasttError
+from fastt.ir import Graph
+from fastt.sched.data_parallel import batch_size, data_parallel, fold_static_shapes, replica_of
+from tests.helpers import op
+
+
+def training_graph(B=8):
+    """x[B,4] -> matmul(w) -> relu -> per-example loss -> mean; dW by transpose_a matmul."""
+    return Graph([
+        op("x", "Placeholder", out=((B, 4),)),
+        op("w", "VarHandleOp", out=((),), dtype="resource", is_variable=True),
+        op("w/read", "ReadVariableOp", ["w"], out=((4, 3),)),
+        op("h", "MatMul", ["x", "w/read"], out=((B, 3),)),
+        op("a", "Relu", ["h"], out=((B, 3),)),
+        op("bn", "FusedBatchNormV3", ["a"], out=((B, 3),)),
+        op("loss", "Mean", ["bn", "axes"], out=((),)),
+        op("axes", "Const", out=((2,),), dtype="int32", attrs={"value": [0, 1]}),
+        op("dy", "Mul", ["bn", "a"], out=((B, 3),)),
+        op("dh", "ReluGrad", ["dy", "a"], out=((B, 3),)),
+        op("dw", "MatMul", ["x", "dh"], out=((4, 3),), attrs={"transpose_a": True}),
+        op("shape", "Shape", ["x"], out=((2,),), dtype="int32"),
+        op("lr", "Const", out=((),)),
+        op("update", "ResourceApplyGradientDescent", ["w", "lr", "dw"], out=()),
+    ])
+
+
+def test_replicas_chain_and_gradients_are_summed_before_one_update():
+    g = data_parallel(training_graph(), 2)
+    # The forward matmul and relu are replicated and chained part to part.
+    assert g["a/part1"].inputs[0].op == "h/part1"
+    assert {replica_of(g[f"h/part{k}"]) for k in range(2)} == {0, 1}
+    # Batch norm statistics run once, on the whole batch (behind a concat of the replicas).
+    assert g["bn"].type == "FusedBatchNormV3" and g["bn"].inputs[0].op == "a"
+    assert g["a"].type == "ConcatV2"
+    # The weight gradient is cut on its reduced (batch) dimension and summed: one update.
+    assert g["dw"].type == "AddN" and [r.op for r in g["dw"].inputs] == ["dw/part0", "dw/part1"]
+    assert g["dw/part0"].attrs["transpose_a"] is True
+    assert g["update"].inputs[2].op == "dw" and "update/part0" not in g
+    # Static shape queries became constants.
+    assert g["shape"].type == "Const" and g["shape"].attrs["value"] == [8, 4]
+    # Shares: 4 and 4 rows; x is cut once and both of its consumers share the cut.
+    assert g["h/split_in0"].attrs["size_splits"] == [4, 4]
+    assert g["h/part0"].outputs[0].shape == (4, 3)
+    assert g["dw/part1"].inputs[0] == g["h/part1"].inputs[0]
+    assert sum(o.type == "SplitV" for o in g) == 1
+
+
+def test_uneven_batches_get_near_equal_shares():
+    g = data_parallel(training_graph(B=7), 3)
+    assert [g[f"h/part{k}"].outputs[0].shape[0] for k in range(3)] == [3, 2, 2]
+    assert sum(g[f"h/part{k}"].attrs["_fastt_fraction"] for k in range(3)) == pytest.approx(1)
+
+
+def test_batch_detection_and_refusals():
+    assert batch_size(training_graph(B=16)) == 16
+    with pytest.raises(FasttError, match="cannot be shared by 9"):
+        data_parallel(training_graph(B=8), 9)
+    with pytest.raises(FasttError, match="cannot find the batch"):
+        batch_size(Graph([op("c", "Const")]))
+    assert data_parallel(training_graph(), 1)["h"].type == "MatMul"
+
+
+def test_shape_n_folds_into_constants_behind_identity_n():
+    g = Graph([op("x", "Placeholder", out=((2, 3),)), op("y", "Placeholder", out=((5,),)),
+               op("s", "ShapeN", ["x", "y"], out=((2,), (1,)), dtype="int32"),
+               op("use", "Identity", ["s:1"], out=((1,),), dtype="int32")])
+    f = fold_static_shapes(g)
+    assert f["s"].type == "IdentityN" and f["s/folded1"].attrs["value"] == [5]
+    assert f["use"].inputs[0].op == "s" and f["use"].inputs[0].index == 1
