@@ -17,6 +17,22 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from fastt import plan_cmd
+    graph = plan_cmd.load(args.graph, args.model, args.batch_size)
+
+    def progress(name: str) -> None:
+        print(f"  planning {name}...", file=sys.stderr, flush=True)
+    print(f"planning {args.strategy}...", file=sys.stderr, flush=True)
+    chosen, others = plan_cmd.run(graph, args.devices, args.strategy, args.costs,
+                                  args.fetch or (), progress=progress)
+    print(plan_cmd.report(graph, args.devices, chosen, others))
+    if args.json:
+        plan_cmd.write_json(args.json, chosen, others)
+        print(f"strategy written to {args.json}")
+    return 0
+
+
 def _worker(args: argparse.Namespace) -> int:
     from fastt.cluster import worker
     return worker.main(["--cluster", args.cluster, "--index", str(args.index), "--job", args.job,
@@ -37,6 +53,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="fastt-demo-out", help="output directory")
     p.add_argument("--steps", type=int, default=5, help="profiled steps (default 5)")
     p.set_defaults(func=_demo)
+
+    from fastt.sched.strategy import STRATEGIES
+    p = sub.add_parser("plan", help="compute a strategy for a training graph; compare it with "
+                                    "every baseline")
+    p.add_argument("graph", nargs="?", help="GraphDef or MetaGraphDef file of a training graph")
+    p.add_argument("--model", help="instead of a file: a model of the zoo (e.g. vgg_19)")
+    p.add_argument("--batch-size", type=int, help="batch size of --model")
+    p.add_argument("--devices", required=True,
+                   help="4xV100, 8xV100:pcie, 2x4xV100 (two servers) or a JSON device file")
+    p.add_argument("--strategy", default="os-dpos", choices=STRATEGIES)
+    p.add_argument("--costs", default="analytical",
+                   help="'analytical' (TensorFlow's estimator for the device kind) or a cost "
+                        "model JSON file written by fastt")
+    p.add_argument("--fetch", action="append", help="op a training step runs (default: the "
+                                                    "MetaGraphDef's train_op collection)")
+    p.add_argument("--json", help="write the strategy as JSON (schema in the README)")
+    p.set_defaults(func=_plan)
 
     p = sub.add_parser("worker", help="run one TensorFlow gRPC server of a cluster")
     p.add_argument("--cluster", required=True, help="host:port,host:port,... in task order")

@@ -7,6 +7,10 @@ from typing import Any, Mapping
 from fastt import dtypes
 from fastt.ir import Graph, Op, TensorRef
 
+#: Ops whose outputs share their input's buffer: they need no memory of their own.
+ALIASING_TYPES = frozenset({"Identity", "IdentityN", "ReadVariableOp", "Reshape", "Squeeze",
+                            "ExpandDims", "StopGradient", "Snapshot", "PreventGradient"})
+
 
 def _variable_bytes(op: Op) -> int:
     """Size of the variable an op defines, from its ``shape``/``dtype`` attrs or its output."""
@@ -37,7 +41,8 @@ class MemoryModel:
     @classmethod
     def from_graph(cls, graph: Graph) -> "MemoryModel":
         persistent = {op.name: _variable_bytes(op) for op in graph if op.is_variable}
-        outputs = {op.name: sum(t.nbytes or 0 for t in op.outputs) for op in graph}
+        outputs = {op.name: 0 if op.type in ALIASING_TYPES else
+                   sum(t.nbytes or 0 for t in op.outputs) for op in graph}
         return cls(persistent, outputs)
 
     def refine(self, output_bytes: Mapping[TensorRef, int]) -> None:
@@ -46,7 +51,7 @@ class MemoryModel:
         for ref, nbytes in output_bytes.items():
             per_op[ref.op] = per_op.get(ref.op, 0) + int(nbytes)
         for op, nbytes in per_op.items():
-            if op not in self.persistent:
+            if op not in self.persistent and self.outputs.get(op, 1) != 0:
                 self.outputs[op] = max(self.outputs.get(op, 0), nbytes)
 
     def op_bytes(self, op: str) -> int:

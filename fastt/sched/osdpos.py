@@ -70,10 +70,17 @@ def schedule_critical_path(p: Problem, s: Schedule, eps: float = 1e-12) -> list[
 
 
 def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
-            max_parts: int | None = None) -> Plan:
-    """Split critical-path ops of ``graph`` while DPOS predicts a shorter step."""
+            max_parts: int | None = None,
+            initial: Callable[[Problem], Schedule] | None = None) -> Plan:
+    """Split critical-path ops of ``graph`` while DPOS predicts a shorter step. With
+    ``initial`` (e.g. the data-parallel placement), start from whichever of its schedule and
+    DPOS's is shorter: the result is then never worse than ``initial``."""
     p = compile_graph(graph)
     best = Plan(graph, p, dpos(p))
+    if initial is not None:
+        start = initial(p)
+        if start.makespan < best.makespan:
+            best = Plan(graph, p, start)
     s, cp = best.schedule, schedule_critical_path(p, best.schedule)
     cp_names = [p.names[i] for i in sorted(cp, key=lambda i: -p.w[i][s.device[i]])]
     top = min(max_parts or num_devices, num_devices)
@@ -106,14 +113,16 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
     return best
 
 
-def compiler(devices: Sequence[Device], costs: CostSource, original: Graph) -> Compile:
+def compiler(devices: Sequence[Device], costs: CostSource, original: Graph,
+             copy_bytes_per_s: float = 10e9) -> Compile:
     """A ``Compile`` for graphs derived from ``original``: sub-op costs derived from the
     whole ops', memory from each graph's own variables and output sizes."""
     overheads = Overheads(original, costs)
 
     def compile_graph(g: Graph) -> Problem:
         mem = MemoryModel.from_graph(g)
-        return Problem.from_graph(g, devices, DerivedCosts(costs, g, overheads),
+        return Problem.from_graph(g, devices, DerivedCosts(costs, g, overheads,
+                                                           copy_bytes_per_s),
                                   mem={op.name: mem.op_bytes(op.name) for op in g},
                                   persistent=mem.persistent)
     return compile_graph

@@ -5,8 +5,9 @@
 share of the work), fed by ``SplitV`` ops (or the whole tensor, or a per-part shape ``Const``)
 and joined by a ``ConcatV2`` or ``AddN`` that keeps the name ``X``, so that X's consumers and
 anyone fetching X see the same value. A split input whose producer is a join of the same cut
-is wired sub-op to sub-op (no concat -> split); a join whose consumers were all rewired so is
-dropped from the planning graph (the rewriter rebuilds it if the user fetches it). Part k of an
+is wired sub-op to sub-op (no concat -> split); a control dependency on a split op becomes one
+on all its parts. A join that nothing reads any more is dropped from the planning graph (the
+rewriter rebuilds it if the user fetches it). Part k of an
 op colocated with op Y (``_class: loc:@Y``, e.g. a gradient with its forward op) is colocated
 with part k of Y where Y was split alike; otherwise the hint is dropped.
 """
@@ -124,6 +125,15 @@ def apply_decisions(graph: Graph, decisions: dict[str, tuple[SplitRule, list[int
     ops: list[Op] = []
     for name in graph.topological_order():
         op = graph[name]
+        if any(c in builder.split_names for c in op.control_inputs):
+            # Waiting for a split op means waiting for all its parts, not for its join.
+            control: list[str] = []
+            for c in op.control_inputs:
+                n = len(builder.joins[c]["sizes"]) if c in builder.split_names else 0
+                control.extend([f"{c}/part{k}" for k in range(n)] if n else [c])
+                if n:
+                    builder.rewired.add(c)
+            op = op.with_(control_inputs=tuple(dict.fromkeys(control)))
         if name in decisions:
             ops.extend(builder.expand(op, *decisions[name]))
         else:

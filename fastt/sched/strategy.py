@@ -1,0 +1,162 @@
+"""Strategies: one entry point for every placer, and the strategy document they produce.
+
+``plan(graph, devices, costs, name)`` returns a ``Strategy``: the graph it refers to (the
+data-parallel graph and splits included), the split list, a device for every op, the execution
+order, and the predicted step time. ``dpos`` and ``os-dpos`` run from the data-parallel graph
+when the model fits one device (FastT's choice: never worse than data parallelism) and from
+the model graph, and keep the faster plan (so never worse than DPOS on the model either);
+OS-DPOS also starts from the data-parallel placement itself when that is faster than DPOS's
+(so it is never worse than data parallelism by construction; ``dpos`` stays pure DPOS).
+``heft``, ``m-topo``, ``m-etf`` and ``single`` place the model graph, as their papers do; ``data-parallel`` puts replica k on device k and the
+shared ops (updates, whole-batch ops) on device 0.
+
+Every strategy's step time is predicted the same way: its placement and per-device order
+replayed by the simulator with contention-free links (``predicted_step_time_s``, the model
+DPOS optimises) and with one transfer at a time per link direction
+(``simulated_step_time_s``).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from fastt.costs.memory import MemoryModel
+from fastt.errors import FasttError
+from fastt.ir import Graph
+from fastt.sched import baselines
+from fastt.sched.data_parallel import data_parallel, replica_of
+from fastt.sched.dpos import dpos
+from fastt.sched.osdpos import compiler, os_dpos
+from fastt.sched.problem import CostSource, Device, Problem
+from fastt.sched.schedule import Schedule
+from fastt.sched.simulate import simulate
+from fastt.sched.splitting import Split
+
+STRATEGIES = ("os-dpos", "dpos", "data-parallel", "single", "heft", "m-topo", "m-etf")
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Strategy:
+    name: str
+    devices: list[str]
+    graph: Graph
+    placement: dict[str, str]
+    order: list[str]
+    predicted_step_time_s: float
+    simulated_step_time_s: float
+    plan_time_s: float
+    splits: list[Split] = field(default_factory=list)
+    replicas: int = 1
+    dpos_runs: int = 0
+
+    def ops_per_device(self) -> dict[str, int]:
+        counts = {d: 0 for d in self.devices}
+        for d in self.placement.values():
+            counts[d] += 1
+        return counts
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "strategy": self.name,
+                "devices": self.devices, "replicas": self.replicas,
+                "predicted_step_time_s": self.predicted_step_time_s,
+                "simulated_step_time_s": self.simulated_step_time_s,
+                "plan_time_s": self.plan_time_s, "dpos_runs": self.dpos_runs,
+                "splits": [s.to_list() for s in self.splits],
+                "placement": self.placement, "order": self.order}
+
+
+def peak_memory_one_device(graph: Graph) -> float:
+    """Bytes the graph needs on one device: variables plus the peak of live outputs when its
+    ops run one after another in topological order (a unit of time each). Outputs of
+    aliasing ops (Identity, ReadVariableOp...) are counted too: an over-estimate."""
+    mem = MemoryModel.from_graph(graph)
+    dev = [Device("/job:localhost/replica:0/task:0/device:CPU:0")]
+    p = Problem.from_graph(graph, dev, _UnitCosts(), persistent=mem.persistent)
+    return simulate(p, [0] * p.n, [p.topo]).peak_memory[0]
+
+
+class _UnitCosts:
+    def compute(self, op: str, device: str) -> float:
+        return 1.0
+
+    def link(self, src: str, dst: str) -> tuple[float, float]:
+        return (0.0, 0.0)
+
+
+def fits_one_device(graph: Graph, devices: Sequence[Device]) -> bool:
+    return peak_memory_one_device(graph) <= min(d.memory for d in devices)
+
+
+def _replay(p: Problem, s: Schedule) -> tuple[float, float]:
+    orders = s.device_orders(p.num_devices)
+    free = simulate(p, s.device, orders, link_concurrency=None).makespan
+    contended = simulate(p, s.device, orders, link_concurrency=1).makespan
+    return free, contended
+
+
+def _data_parallel_schedule(p: Problem, g: Graph) -> Schedule:
+    D = p.num_devices
+    device = []
+    for name in p.names:
+        k = replica_of(g[name])
+        device.append(0 if k is None else k % D)
+    groups: dict[int, int] = {}
+    for i, grp in enumerate(p.group):  # colocation wins: a group follows its first member
+        device[i] = groups.setdefault(grp, device[i])
+    from fastt.sched.dpos import rank_u
+    rank = rank_u(p)
+    pos = {op: k for k, op in enumerate(p.topo)}
+    order = sorted(range(p.n), key=lambda i: (-rank[i], pos[i]))
+    orders: list[list[int]] = [[] for _ in range(D)]
+    for i in order:
+        orders[device[i]].append(i)
+    r = simulate(p, device, orders, link_concurrency=None)
+    return Schedule(device, r.start, r.finish)
+
+
+def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
+         name: str = "os-dpos", copy_bytes_per_s: float = 10e9) -> Strategy:
+    """Compute strategy ``name`` for ``graph`` on ``devices`` under ``costs``; ops fastt adds
+    (split, concat, sum) copy ``copy_bytes_per_s`` on a device."""
+    if name not in STRATEGIES:
+        raise FasttError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+    t0 = time.perf_counter()
+    devices = list(devices)
+    D = len(devices)
+    compile_graph = compiler(devices, costs, graph, copy_bytes_per_s)
+    starts = [(graph, 1)]  # (start graph, replicas)
+    if name in ("os-dpos", "dpos", "data-parallel") and D > 1 and fits_one_device(graph, devices):
+        starts.insert(0, (data_parallel(graph, D), D))
+    if name == "data-parallel":
+        if len(starts) == 1:
+            raise FasttError("data parallelism needs the model to fit one device "
+                             f"({len(devices)} devices given)")
+        starts = starts[:1]
+    best = None
+    runs = 0
+    for start, reps in starts:  # DPOS and OS-DPOS keep the better of both starting points
+        if name == "os-dpos":
+            initial = (lambda p, g=start: _data_parallel_schedule(p, g)) if reps > 1 else None
+            result = os_dpos(start, compile_graph, D, initial=initial)
+            cand = (result.graph, result.problem, result.schedule, result.splits, reps)
+            runs += result.tried + 1
+        else:
+            p = compile_graph(start)
+            placer = {"dpos": dpos, "single": baselines.single, "heft": baselines.heft,
+                      "m-topo": baselines.m_topo, "m-etf": baselines.m_etf}.get(name)
+            cand = (start, p, placer(p) if placer else _data_parallel_schedule(p, start), [],
+                    reps)
+            runs += placer is dpos
+        if best is None or cand[2].makespan < best[2].makespan:
+            best = cand
+    g, p, s, splits, replicas = best
+    plan_time = time.perf_counter() - t0
+    predicted, simulated = _replay(p, s)
+    names = [d.name for d in devices]
+    return Strategy(name=name, devices=names, graph=g,
+                    placement={p.names[i]: names[s.device[i]] for i in range(p.n)},
+                    order=[p.names[i] for i in s.order()], predicted_step_time_s=predicted,
+                    simulated_step_time_s=simulated, plan_time_s=plan_time, splits=splits,
+                    replicas=replicas, dpos_runs=runs)
