@@ -33,17 +33,20 @@ class MemoryModel:
 
     def __init__(self, persistent: Mapping[str, int] | None = None,
                  outputs: Mapping[str, int] | None = None,
-                 capacity: Mapping[str, int] | None = None) -> None:
+                 capacity: Mapping[str, int] | None = None,
+                 aliases: set[str] | None = None) -> None:
         self.persistent: dict[str, int] = dict(persistent or {})
         self.outputs: dict[str, int] = dict(outputs or {})
         self.capacity: dict[str, int] = dict(capacity or {})
+        self.aliases: set[str] = set(aliases or ())  # ops whose outputs share a buffer
 
     @classmethod
     def from_graph(cls, graph: Graph) -> "MemoryModel":
         persistent = {op.name: _variable_bytes(op) for op in graph if op.is_variable}
-        outputs = {op.name: 0 if op.type in ALIASING_TYPES else
-                   sum(t.nbytes or 0 for t in op.outputs) for op in graph}
-        return cls(persistent, outputs)
+        aliases = {op.name for op in graph if op.type in ALIASING_TYPES}
+        outputs = {op.name: 0 if op.name in aliases else sum(t.nbytes or 0 for t in op.outputs)
+                   for op in graph}
+        return cls(persistent, outputs, aliases=aliases)
 
     def refine(self, output_bytes: Mapping[TensorRef, int]) -> None:
         """Replace static sizes by measured allocation sizes (e.g. ``Profile.output_bytes``)."""
@@ -51,7 +54,7 @@ class MemoryModel:
         for ref, nbytes in output_bytes.items():
             per_op[ref.op] = per_op.get(ref.op, 0) + int(nbytes)
         for op, nbytes in per_op.items():
-            if op not in self.persistent and self.outputs.get(op, 1) != 0:
+            if op not in self.persistent and op not in self.aliases:
                 self.outputs[op] = max(self.outputs.get(op, 0), nbytes)
 
     def op_bytes(self, op: str) -> int:
@@ -63,8 +66,9 @@ class MemoryModel:
 
     def to_dict(self) -> dict[str, Any]:
         return {"persistent": self.persistent, "outputs": self.outputs,
-                "capacity": self.capacity}
+                "capacity": self.capacity, "aliases": sorted(self.aliases)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "MemoryModel":
-        return cls(data.get("persistent"), data.get("outputs"), data.get("capacity"))
+        return cls(data.get("persistent"), data.get("outputs"), data.get("capacity"),
+                   set(data.get("aliases", [])))
