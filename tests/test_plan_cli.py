@@ -1,0 +1,37 @@
+"""`fastt plan` on a real VGG-19 training graph file, on 4 simulated V100s."""
+import json
+
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+pytest.importorskip("tf_slim")
+tf.compat.v1.disable_eager_execution()
+
+from fastt import zoo  # noqa: E402
+from fastt.cli import main  # noqa: E402
+
+
+def test_plan_vgg19_on_4_v100_is_no_worse_than_data_parallel(tmp_path, capsys):
+    model = zoo.build("vgg_19", batch_size=32)
+    meta = tmp_path / "vgg19.meta"
+    with model.graph.as_default():
+        tf.compat.v1.add_to_collection("train_op", model.train_op)
+    tf.compat.v1.train.export_meta_graph(filename=str(meta), graph=model.graph)
+    out = tmp_path / "plan.json"
+    assert main(["plan", str(meta), "--devices", "4xV100", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "os-dpos *" in printed and "data-parallel" in printed
+    doc = json.loads(out.read_text())
+    assert doc["strategy"] == "os-dpos" and len(doc["devices"]) == 4
+    assert set(doc["baselines"]) == {"dpos", "data-parallel", "single", "heft", "m-topo",
+                                     "m-etf"}
+    assert doc["predicted_step_time_s"] <= doc["baselines"]["data-parallel"]
+    assert doc["baselines"]["data-parallel"] < doc["baselines"]["single"]
+    assert set(doc["placement"]) == set(doc["order"])
+
+
+def test_plan_errors_are_clear(tmp_path, capsys):
+    assert main(["plan", str(tmp_path / "none.pb"), "--devices", "2xV100"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["plan", "--model", "small_cnn", "--devices", "2xTPU9"]) == 2
+    assert "unknown kind" in capsys.readouterr().err

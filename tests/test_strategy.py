@@ -1,0 +1,74 @@
+import json
+import math
+
+import pytest
+
+from fastt.errors import FasttError
+from fastt.sched.device_spec import StaticCosts, parse
+from fastt.sched.strategy import STRATEGIES, fits_one_device, plan
+from tests.test_data_parallel import training_graph
+
+
+def costs(ds, graph):
+    times = {o.name: 1e-3 * (5 if o.type in ("MatMul", "ReluGrad") else 1) for o in graph}
+    return StaticCosts(times, ds)
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_every_strategy_places_and_orders_every_op(name):
+    ds = parse("2xV100")
+    g = training_graph(B=8)
+    s = plan(g, ds.devices, costs(ds, g), name)
+    assert set(s.placement) == set(s.graph.names) == set(s.order)
+    assert set(s.placement.values()) <= set(s.devices)
+    assert s.predicted_step_time_s > 0 and s.simulated_step_time_s >= s.predicted_step_time_s
+    doc = json.loads(json.dumps(s.to_dict()))
+    assert {"strategy", "devices", "predicted_step_time_s", "plan_time_s", "splits",
+            "placement", "order"} <= set(doc)
+
+
+def test_os_dpos_is_never_worse_than_dpos_or_data_parallel():
+    ds = parse("4xV100")
+    g = training_graph(B=16)
+    c = costs(ds, g)
+    got = {n: plan(g, ds.devices, c, n).predicted_step_time_s for n in STRATEGIES}
+    assert got["os-dpos"] <= got["dpos"] + 1e-12
+    assert got["os-dpos"] <= got["data-parallel"] + 1e-12
+    assert plan(g, ds.devices, c, "data-parallel").replicas == 4
+
+
+def test_data_parallel_needs_the_model_to_fit():
+    ds = parse("2xV100")
+    g = training_graph()
+    tiny = [d.__class__(d.name, 10.0) for d in ds.devices]
+    assert fits_one_device(g, ds.devices) and not fits_one_device(g, tiny)
+    with pytest.raises(FasttError, match="fit one device"):
+        plan(g, tiny, costs(ds, g), "data-parallel")
+    with pytest.raises(FasttError, match="unknown strategy 'fastest'"):
+        plan(g, ds.devices, costs(ds, g), "fastest")
+
+
+def test_device_specs(tmp_path):
+    ds = parse("2x4xV100")
+    assert len(ds.devices) == 8 and ds.devices[4].name == "/job:worker/replica:0/task:1/device:GPU:0"
+    assert ds.devices[0].memory == 16 * 2**30
+    near, far = ds.link(ds.devices[0].name, ds.devices[1].name), \
+        ds.link(ds.devices[0].name, ds.devices[4].name)
+    assert far[1] > near[1]  # the inter-server link is slower (more seconds per byte)
+    assert parse("8xV100:pcie").link(parse("8xV100").devices[0].name,
+                                     parse("8xV100").devices[1].name)[1] > near[1]
+    f = tmp_path / "d.json"
+    f.write_text(json.dumps({"kind": "P100", "devices": [{"name": "/gpu:0", "memory": 1e9},
+                                                        {"name": "/gpu:1"}],
+                             "pairs": [{"src": "/gpu:0", "dst": "/gpu:1",
+                                        "bandwidth_gbps": 1, "latency_us": 100}]}))
+    fs = parse(str(f))
+    assert fs.devices[1].memory == math.inf
+    assert fs.link(fs.devices[0].name, fs.devices[1].name) == pytest.approx((1e-4, 1e-9))
+    for bad, msg in (("4xH999", "unknown kind"), ("four GPUs", "expected e.g."),
+                     (str(tmp_path / "none.json"), "does not exist")):
+        with pytest.raises(FasttError, match=msg):
+            parse(bad)
+    (tmp_path / "bad.json").write_text('{"devices": [{"nom": 1}]}')
+    with pytest.raises(FasttError, match="KeyError"):
+        parse(str(tmp_path / "bad.json"))
