@@ -10,6 +10,7 @@ from fastt.costs.comm import CommCostModel, LinkFit
 from fastt.costs.compute import ComputeCostModel
 from fastt.costs.memory import MemoryModel
 from fastt.errors import CostModelError
+from fastt.jsonio import read_json
 from fastt.profiler import Profile
 
 SCHEMA_VERSION = 1
@@ -51,11 +52,4 @@ class CostModels:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "CostModels":
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            raise CostModelError(f"cost-model file {os.fspath(path)!r} does not exist") from None
-        except json.JSONDecodeError as e:
-            raise CostModelError(f"cost-model file {os.fspath(path)!r} is not JSON: {e}") from None
-        return cls.from_dict(data)
+        return cls.from_dict(read_json(path, "cost-model file", CostModelError))

@@ -13,7 +13,6 @@ JSON device file::
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 
 from fastt import devices as devnames
 from fastt.errors import FasttError
+from fastt.jsonio import read_json
 from fastt.sched.problem import Device
 
 GiB = 2 ** 30
@@ -78,13 +78,7 @@ def parse(spec: str) -> DeviceSet:
 
 
 def _from_file(path: str) -> DeviceSet:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-    except FileNotFoundError:
-        raise FasttError(f"device file {path!r} does not exist") from None
-    except json.JSONDecodeError as e:
-        raise FasttError(f"device file {path!r} is not JSON: {e}") from None
+    data = read_json(path, "device file")
     try:
         kind = str(data.get("kind", "GPU")).upper()
         devs = [Device(devnames.canonical(d["name"]), float(d.get("memory", math.inf)))
