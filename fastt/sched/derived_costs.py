@@ -10,12 +10,13 @@ measured under their own name keep their measured time.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Sequence
 
 import numpy as np
 from sklearn.linear_model import LinearRegression
 
 from fastt.costs.analytical import flops
-from fastt.ir import Graph
+from fastt.ir import Graph, Op
 from fastt.sched.problem import CostSource
 
 _COPY_TYPES = frozenset({"SplitV", "ConcatV2", "AddN"})
@@ -60,12 +61,28 @@ class DerivedCosts:
     """A ``CostSource`` for a transformed ``graph`` over a ``CostSource`` of the original."""
 
     def __init__(self, base: CostSource, graph: Graph, overheads: Overheads,
-                 copy_bytes_per_s: float = 10e9) -> None:
+                 copy_bytes_per_s: float = 10e9,
+                 memo: dict[tuple[object, ...], list[float]] | None = None) -> None:
         self.base, self.graph, self.overheads = base, graph, overheads
         self.copy_bytes_per_s = copy_bytes_per_s
+        self.memo = memo if memo is not None else {}  # shared by the graphs of one search
 
     def compute(self, op: str, device: str) -> float:
+        return self.compute_row(op, (device,))[0]
+
+    def compute_row(self, op: str, devices: Sequence[str]) -> list[float]:
+        """Seconds of ``op`` on each of ``devices``, memoised across the graphs of a search
+        (an op that a split did not touch is not costed again)."""
         o = self.graph[op]
+        key = (op, o.type, o.attrs.get("_fastt_fraction"),
+               o.outputs[0].nbytes if o.outputs else None, tuple(devices))
+        row = self.memo.get(key)
+        if row is None:
+            row = self.memo[key] = [self._compute(o, d) for d in devices]
+        return row
+
+    def _compute(self, o: Op, device: str) -> float:
+        op = o.name
         origin = o.attrs.get("_fastt_origin")
         if origin is not None:
             measured = self.base.compute(op, device)  # profiled under its own name already?

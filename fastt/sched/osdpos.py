@@ -42,6 +42,18 @@ class Plan:
         return self.schedule.makespan
 
 
+def starting_plan(graph: Graph, compile_graph: Compile,
+                  initial: Callable[[Problem], Schedule] | None = None) -> Plan:
+    """DPOS on ``graph``, or ``initial``'s schedule when that is shorter."""
+    p = compile_graph(graph)
+    plan = Plan(graph, p, dpos(p))
+    if initial is not None:
+        other = initial(p)
+        if other.makespan < plan.makespan:
+            plan = Plan(graph, p, other)
+    return plan
+
+
 def schedule_critical_path(p: Problem, s: Schedule, eps: float = 1e-12) -> list[int]:
     """The chain that sets the makespan: from the last op to finish, back through whatever
     made each op wait (a predecessor's data or the device's previous op)."""
@@ -71,17 +83,17 @@ def schedule_critical_path(p: Problem, s: Schedule, eps: float = 1e-12) -> list[
 
 def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
             max_parts: int | None = None,
-            initial: Callable[[Problem], Schedule] | None = None) -> Plan:
+            initial: Callable[[Problem], Schedule] | None = None,
+            start: Plan | None = None) -> Plan:
     """Split critical-path ops of ``graph`` while DPOS predicts a shorter step. With
     ``initial`` (e.g. the data-parallel placement), start from whichever of its schedule and
-    DPOS's is shorter: the result is then never worse than ``initial``."""
-    p = compile_graph(graph)
-    best = Plan(graph, p, dpos(p))
-    if initial is not None:
-        start = initial(p)
-        if start.makespan < best.makespan:
-            best = Plan(graph, p, start)
-    s, cp = best.schedule, schedule_critical_path(p, best.schedule)
+    DPOS's is shorter: the result is then never worse than ``initial``. ``start`` gives the
+    starting plan directly."""
+    if start is None:
+        start = starting_plan(graph, compile_graph, initial)
+    best = start
+    p, s = best.problem, best.schedule
+    cp = schedule_critical_path(p, s)
     cp_names = [p.names[i] for i in sorted(cp, key=lambda i: -p.w[i][s.device[i]])]
     top = min(max_parts or num_devices, num_devices)
     for name in cp_names:
@@ -118,11 +130,12 @@ def compiler(devices: Sequence[Device], costs: CostSource, original: Graph,
     """A ``Compile`` for graphs derived from ``original``: sub-op costs derived from the
     whole ops', memory from each graph's own variables and output sizes."""
     overheads = Overheads(original, costs)
+    memo: dict[tuple[object, ...], list[float]] = {}
 
     def compile_graph(g: Graph) -> Problem:
         mem = MemoryModel.from_graph(g)
         return Problem.from_graph(g, devices, DerivedCosts(costs, g, overheads,
-                                                           copy_bytes_per_s),
+                                                           copy_bytes_per_s, memo),
                                   mem={op.name: mem.op_bytes(op.name) for op in g},
                                   persistent=mem.persistent)
     return compile_graph

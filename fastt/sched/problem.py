@@ -34,6 +34,8 @@ class CostSource(Protocol):
 
     def compute(self, op: str, device: str) -> float: ...
 
+    # Optional: ``compute_row(op, devices) -> [seconds per device]``, used when present.
+
     def link(self, src: str, dst: str) -> tuple[float, float]:
         """(intercept seconds, slope seconds per byte) of the src -> dst path."""
         ...
@@ -107,9 +109,16 @@ class Problem:
         D = self.num_devices
         if D < 2:
             return [0.0] * len(self.edge_bytes)
-        pairs = [(self.intercept[a][b], self.slope[a][b])
-                 for a in range(D) for b in range(D) if a != b]
-        return [max(i + s * nb for i, s in pairs) for nb in self.edge_bytes]
+        pairs = {(self.intercept[a][b], self.slope[a][b])
+                 for a in range(D) for b in range(D) if a != b}
+        # The max of the lines i + s*x: only lines on the upper envelope matter; with one
+        # kind of link (the usual case) that is a single line.
+        lines = [(i, s) for i, s in pairs
+                 if not any(i2 >= i and s2 >= s and (i2, s2) != (i, s) for i2, s2 in pairs)]
+        if len(lines) == 1:
+            i, s = lines[0]
+            return [i + s * nb for nb in self.edge_bytes]
+        return [max(i + s * nb for i, s in lines) for nb in self.edge_bytes]
 
     def groups(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
@@ -122,7 +131,8 @@ class Problem:
               devices: Sequence[Device], intercept: Sequence[Sequence[float]] | float = 0.0,
               slope: Sequence[Sequence[float]] | float = 0.0, mem: Sequence[float] | None = None,
               group: Sequence[int] | None = None, names: Sequence[str] | None = None,
-              persistent: Sequence[float] | None = None) -> "Problem":
+              persistent: Sequence[float] | None = None,
+              topo: Sequence[int] | None = None) -> "Problem":
         """A problem from plain arrays: ``edges`` as (src, dst, bytes[, tensor key]); links as
         matrices or one value for every pair. Edges between the same two ops are merged; an
         edge without a key carries a tensor of its own, a key of None carries none (control)."""
@@ -156,7 +166,8 @@ class Problem:
                    slope=square(slope), mem=list(mem) if mem is not None else [0.0] * n,
                    group=list(group) if group is not None else list(range(n)),
                    edge_tensors=edge_tensors,
-                   persistent=list(persistent) if persistent is not None else [0.0] * n)
+                   persistent=list(persistent) if persistent is not None else [0.0] * n,
+                   topo=list(topo) if topo is not None else [])
 
     @classmethod
     def from_graph(cls, graph: Graph, devices: Sequence[Device], costs: CostSource,
@@ -166,19 +177,21 @@ class Problem:
         device (DPOS's memory check), ``persistent`` op -> variable bytes (default 0)."""
         names = graph.topological_order()
         index = {n: i for i, n in enumerate(names)}
+        back = {op.name for op in graph if graph.is_back_edge_source(op.name)}
         edges: list[tuple] = []
-        for name in names:
+        for j, name in enumerate(names):
             op = graph[name]
-            j = index[name]
             for ref in op.inputs:
-                if not graph.is_back_edge_source(ref.op):
+                if ref.op not in back:
                     edges.append((index[ref.op], j, float(graph.tensor(ref).nbytes or 0),
                                   f"{ref.op}:{ref.index}"))
             for c in op.control_inputs:
-                if not graph.is_back_edge_source(c):
+                if c not in back:
                     edges.append((index[c], j, 0.0, None))
         devs = [d.name for d in devices]
-        w = [[costs.compute(n, d) for d in devs] for n in names]
+        row = getattr(costs, "compute_row", None)
+        w = [row(n, devs) for n in names] if row else \
+            [[costs.compute(n, d) for d in devs] for n in names]
         links = [[costs.link(a, b) if a != b else (0.0, 0.0) for b in devs] for a in devs]
         rep = graph.colocation_groups()
         joined: dict[str, str] = {}  # colocation group -> the group of its while frame
@@ -200,7 +213,8 @@ class Problem:
                          intercept=[[lk[0] for lk in row] for row in links],
                          slope=[[lk[1] for lk in row] for row in links],
                          mem=[float(mem.get(n, 0.0)) for n in names], group=group, names=names,
-                         persistent=[float((persistent or {}).get(n, 0.0)) for n in names])
+                         persistent=[float((persistent or {}).get(n, 0.0)) for n in names],
+                         topo=list(range(len(names))))
 
 
 def _topological(preds: list[list[tuple[int, int]]],

@@ -69,13 +69,21 @@ class Timeline:
         k = bisect_right(e, start)  # the new interval fills a gap: earlier ones end by start
         while k < len(s) and s[k] < start:  # ...up to rounding in the caller's arithmetic
             k += 1
-        s.insert(k, start)
-        e.insert(k, finish)
-        if k == len(s) - 1:
-            self._last[b] = max(self._last[b], finish)
-        self._refresh(b)
-        if b + 1 < len(self._s):
-            self._refresh(b + 1)
+        prev = e[k - 1] if k else (self._last[b - 1] if b else 0.0)
+        if k == len(s):  # appended after the block's last interval: a new gap before it
+            s.append(start)
+            e.append(finish)
+            self._last[b] = finish
+            if start - prev > self._gmax[b]:
+                self._gmax[b] = start - prev
+            if b + 1 < len(self._s) and self._gmax[b + 1] == self._s[b + 1][0] - prev:
+                self._refresh(b + 1)
+        else:  # filled part of the gap before interval k: only that gap shrank
+            filled = s[k] - prev
+            s.insert(k, start)
+            e.insert(k, finish)
+            if filled >= self._gmax[b]:
+                self._refresh(b)
         if len(s) > 2 * self.BLOCK:
             self._split(b)
 

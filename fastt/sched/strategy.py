@@ -27,7 +27,7 @@ from fastt.ir import Graph
 from fastt.sched import baselines
 from fastt.sched.data_parallel import data_parallel, replica_of
 from fastt.sched.dpos import dpos
-from fastt.sched.osdpos import compiler, os_dpos
+from fastt.sched.osdpos import compiler, os_dpos, starting_plan
 from fastt.sched.problem import CostSource, Device, Problem
 from fastt.sched.schedule import Schedule
 from fastt.sched.simulate import simulate
@@ -136,19 +136,20 @@ def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
         starts = starts[:1]
     best = None
     runs = 0
-    for start, reps in starts:  # DPOS and OS-DPOS keep the better of both starting points
-        if name == "os-dpos":
-            initial = (lambda p, g=start: _data_parallel_schedule(p, g)) if reps > 1 else None
-            result = os_dpos(start, compile_graph, D, initial=initial)
-            cand = (result.graph, result.problem, result.schedule, result.splits, reps)
-            runs += result.tried + 1
-        else:
-            p = compile_graph(start)
-            placer = {"dpos": dpos, "single": baselines.single, "heft": baselines.heft,
-                      "m-topo": baselines.m_topo, "m-etf": baselines.m_etf}.get(name)
-            cand = (start, p, placer(p) if placer else _data_parallel_schedule(p, start), [],
-                    reps)
-            runs += placer is dpos
+    if name == "os-dpos":  # split from the better of the starting points
+        plans = [(starting_plan(g0, compile_graph, (lambda p, g=g0: _data_parallel_schedule(
+            p, g)) if reps > 1 else None), reps) for g0, reps in starts]
+        start_plan, reps = min(plans, key=lambda pr: pr[0].makespan)
+        result = os_dpos(start_plan.graph, compile_graph, D, start=start_plan)
+        best = (result.graph, result.problem, result.schedule, result.splits, reps)
+        runs = result.tried + len(plans)
+        starts = []
+    placer = {"dpos": dpos, "single": baselines.single, "heft": baselines.heft,
+              "m-topo": baselines.m_topo, "m-etf": baselines.m_etf}.get(name)
+    for start, reps in starts:  # DPOS keeps the better of both starting points
+        p = compile_graph(start)
+        cand = (start, p, placer(p) if placer else _data_parallel_schedule(p, start), [], reps)
+        runs += placer is dpos
         if best is None or cand[2].makespan < best[2].makespan:
             best = cand
     g, p, s, splits, replicas = best
