@@ -80,7 +80,8 @@ def bench_osdpos(models: list[str], devices: int) -> list[dict]:
         dp_ops = len(data_parallel(graph, devices))
         result = {}
         for strategy in ("data-parallel", "dpos", "os-dpos"):
-            s = plan(graph, ds.devices, costs, strategy, ds.copy_bytes_per_s)
+            s = plan(graph, ds.devices, costs, strategy, ds.copy_bytes_per_s,
+                     workers=os.cpu_count() or 1)
             result[strategy] = s
             print(f"{name} {strategy}: {s.plan_time_s:.2f} s, predicted "
                   f"{s.predicted_step_time_s * 1e3:.2f} ms", flush=True)

@@ -101,6 +101,7 @@ class Graph:
         self._validate()
         self._consumers: dict[str, list[Edge]] | None = None
         self._control_succ: dict[str, list[str]] | None = None
+        self._topo: list[str] | None = None
 
     def _validate(self) -> None:
         for op in self._ops.values():
@@ -182,6 +183,11 @@ class Graph:
 
         Raises GraphStructureError naming ops on a cycle that no while loop explains.
         """
+        if self._topo is None:
+            self._topo = self._kahn()
+        return list(self._topo)
+
+    def _kahn(self) -> list[str]:
         indeg = {n: 0 for n in self._ops}
         for op in self._ops.values():
             for p in self._dag_preds(op):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from typing import Any, Sequence
 
 from fastt.costs import CostModels
@@ -64,7 +65,7 @@ def run(graph: Graph, spec: str, strategy: str = "os-dpos", costs: str = "analyt
     device_set = parse(spec)
     source = cost_source(graph, device_set, costs, fetches(graph, fetch))
     copy = device_set.copy_bytes_per_s
-    chosen = plan(graph, device_set.devices, source, strategy, copy)
+    chosen = plan(graph, device_set.devices, source, strategy, copy, workers=os.cpu_count() or 1)
     others: dict[str, Strategy | str] = {}
     for name in baselines:
         if name == strategy:

@@ -102,3 +102,13 @@ def test_schedule_critical_path_ends_at_the_makespan():
                       [[1, 1], [4, 4], [3, 3], [1, 1]], devs(2), intercept=1.0)
     s = dpos(p)
     assert schedule_critical_path(p, s) == [0, 2, 3]  # d waits for c's transfer (6), not b (5)
+
+
+def test_parallel_candidate_evaluation_gives_the_same_plan():
+    g = big_conv()
+    costs = TableCosts({"x": 1e-6, "w": 1e-6, "conv": 8e-3, "relu": 1e-3, "loss": 1e-4})
+    compile_graph = compiler(devs(4), costs, g)
+    serial = os_dpos(g, compile_graph, 4, workers=1)
+    parallel = os_dpos(g, compile_graph, 4, workers=2)
+    assert parallel.splits == serial.splits and parallel.tried == serial.tried
+    assert parallel.makespan == serial.makespan

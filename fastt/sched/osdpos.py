@@ -5,11 +5,13 @@ time; for each, try every split rule of its type and every part count 2..#device
 DPOS on each split graph; accept the best split if it lowers the predicted step time and go on,
 else stop. Ops with no split rule are passed over rather than ending the search. The result is
 never worse than DPOS on the input graph. Each candidate costs one DPOS run: O(C * R * D)
-DPOS runs for C critical-path ops, R rules per op and D devices.
+DPOS runs for C critical-path ops, R rules per op and D devices; the candidates of one op are
+independent and can be evaluated in parallel (``workers``).
 """
 from __future__ import annotations
 
 import logging
+import multiprocessing as mp
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -81,14 +83,42 @@ def schedule_critical_path(p: Problem, s: Schedule, eps: float = 1e-12) -> list[
     return path[::-1]
 
 
+_CONTEXT: tuple[Graph, Compile, str] | None = None  # what forked workers evaluate
+
+
+def _makespan(candidate: tuple[str, int]) -> float | None:
+    """DPOS's step time for the current graph with one more split (None if refused)."""
+    assert _CONTEXT is not None
+    graph, compile_graph, name = _CONTEXT
+    try:
+        return dpos(compile_graph(split_operation(graph, name, *candidate))).makespan
+    except FasttError as e:
+        log.debug("split %s %s refused: %s", name, candidate, e)
+        return None
+
+
+def _evaluate(graph: Graph, compile_graph: Compile, name: str,
+              candidates: list[tuple[str, int]], workers: int) -> list[float | None]:
+    """Step time of every candidate split of op ``name``, on ``workers`` forked processes."""
+    global _CONTEXT
+    _CONTEXT = (graph, compile_graph, name)
+    try:
+        if workers > 1 and len(candidates) > 1 and "fork" in mp.get_all_start_methods():
+            with mp.get_context("fork").Pool(min(workers, len(candidates))) as pool:
+                return pool.map(_makespan, candidates, chunksize=1)
+        return [_makespan(c) for c in candidates]
+    finally:
+        _CONTEXT = None
+
+
 def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
             max_parts: int | None = None,
             initial: Callable[[Problem], Schedule] | None = None,
-            start: Plan | None = None) -> Plan:
+            start: Plan | None = None, workers: int = 1) -> Plan:
     """Split critical-path ops of ``graph`` while DPOS predicts a shorter step. With
     ``initial`` (e.g. the data-parallel placement), start from whichever of its schedule and
     DPOS's is shorter: the result is then never worse than ``initial``. ``start`` gives the
-    starting plan directly."""
+    starting plan directly. Candidate splits are evaluated on ``workers`` processes."""
     if start is None:
         start = starting_plan(graph, compile_graph, initial)
     best = start
@@ -104,21 +134,16 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
                       for n in range(2, top + 1) if (r.extent(op, best.graph) or 0) >= n]
         if not candidates:
             continue
-        found = None
-        for dim, n in candidates:
-            try:
-                g2 = split_operation(best.graph, name, dim, n)
-            except FasttError as e:
-                log.debug("split %s %s %d refused: %s", name, dim, n, e)
-                continue
-            p2 = compile_graph(g2)
-            s2 = dpos(p2)
-            best.tried += 1
-            if found is None or s2.makespan < found[2].makespan:
-                found = (g2, p2, s2, Split(name, dim, n))
-        if found is None or found[2].makespan >= best.makespan:
+        spans = _evaluate(best.graph, compile_graph, name, candidates, workers)
+        best.tried += sum(t is not None for t in spans)
+        scored = [(t, c) for t, c in zip(spans, candidates) if t is not None]
+        if not scored or min(scored)[0] >= best.makespan:
             break
-        g2, p2, s2, split = found
+        dim, n = min(scored)[1]
+        g2 = split_operation(best.graph, name, dim, n)
+        p2 = compile_graph(g2)
+        s2 = dpos(p2)
+        split = Split(name, dim, n)
         log.info("split %s on %s into %d: %.6f -> %.6f s", name, split.dim, split.n,
                  best.makespan, s2.makespan)
         best = Plan(g2, p2, s2, best.splits + [split], best.tried)

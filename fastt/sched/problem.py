@@ -139,20 +139,22 @@ class Problem:
         D = len(devices)
         merged: dict[tuple[int, int], dict[object, float]] = {}
         for k, edge in enumerate(edges):
-            a, b, nb = edge[0], edge[1], float(edge[2])
-            if a == b:
-                raise FasttError(f"edge from op {a} to itself")
+            pair = (edge[0], edge[1])
+            if pair[0] == pair[1]:
+                raise FasttError(f"edge from op {pair[0]} to itself")
             key = edge[3] if len(edge) > 3 else ("edge", k)
-            tensors = merged.setdefault((a, b), {})
+            tensors = merged.get(pair)
+            if tensors is None:
+                tensors = merged[pair] = {}
             if key is not None:
-                tensors[key] = nb
+                tensors[key] = edge[2]
         preds: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         succs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         edge_bytes, edge_tensors = [], []
         for e, ((a, b), tensors) in enumerate(merged.items()):
             preds[b].append((a, e))
             succs[a].append((b, e))
-            edge_bytes.append(sum(tensors.values()))
+            edge_bytes.append(float(sum(tensors.values())))
             edge_tensors.append(list(tensors.items()))
 
         def square(v: Sequence[Sequence[float]] | float) -> list[list[float]]:
@@ -183,8 +185,7 @@ class Problem:
             op = graph[name]
             for ref in op.inputs:
                 if ref.op not in back:
-                    edges.append((index[ref.op], j, float(graph.tensor(ref).nbytes or 0),
-                                  f"{ref.op}:{ref.index}"))
+                    edges.append((index[ref.op], j, float(graph.tensor(ref).nbytes or 0), ref))
             for c in op.control_inputs:
                 if c not in back:
                     edges.append((index[c], j, 0.0, None))

@@ -117,9 +117,10 @@ def _data_parallel_schedule(p: Problem, g: Graph) -> Schedule:
 
 
 def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
-         name: str = "os-dpos", copy_bytes_per_s: float = 10e9) -> Strategy:
+         name: str = "os-dpos", copy_bytes_per_s: float = 10e9, workers: int = 1) -> Strategy:
     """Compute strategy ``name`` for ``graph`` on ``devices`` under ``costs``; ops fastt adds
-    (split, concat, sum) copy ``copy_bytes_per_s`` on a device."""
+    (split, concat, sum) copy ``copy_bytes_per_s`` on a device; OS-DPOS evaluates candidate
+    splits on ``workers`` processes."""
     if name not in STRATEGIES:
         raise FasttError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
     t0 = time.perf_counter()
@@ -140,7 +141,7 @@ def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
         plans = [(starting_plan(g0, compile_graph, (lambda p, g=g0: _data_parallel_schedule(
             p, g)) if reps > 1 else None), reps) for g0, reps in starts]
         start_plan, reps = min(plans, key=lambda pr: pr[0].makespan)
-        result = os_dpos(start_plan.graph, compile_graph, D, start=start_plan)
+        result = os_dpos(start_plan.graph, compile_graph, D, start=start_plan, workers=workers)
         best = (result.graph, result.problem, result.schedule, result.splits, reps)
         runs = result.tried + len(plans)
         starts = []
