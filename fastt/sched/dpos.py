@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from fastt.errors import FasttError
+from fastt.sched._gc import without_gc
 from fastt.sched.problem import Problem
 from fastt.sched.schedule import Schedule, Timeline, ready_times
 
@@ -98,6 +99,7 @@ def critical_path_devices(p: Problem, cp: list[int], used: list[float],
     return assign
 
 
+@without_gc
 def dpos(p: Problem) -> Schedule:
     """Place and order every op of ``p``; returns the predicted schedule."""
     n, D = p.n, p.num_devices

@@ -25,6 +25,7 @@ from fastt.costs.memory import MemoryModel
 from fastt.errors import FasttError
 from fastt.ir import Graph
 from fastt.sched import baselines
+from fastt.sched._gc import without_gc
 from fastt.sched.data_parallel import data_parallel, replica_of
 from fastt.sched.dpos import dpos
 from fastt.sched.osdpos import compiler, os_dpos, starting_plan
@@ -123,6 +124,12 @@ def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
     splits on ``workers`` processes."""
     if name not in STRATEGIES:
         raise FasttError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+    return _plan(graph, list(devices), costs, name, copy_bytes_per_s, workers)
+
+
+@without_gc
+def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
+          copy_bytes_per_s: float, workers: int) -> Strategy:
     t0 = time.perf_counter()
     devices = list(devices)
     D = len(devices)
