@@ -50,7 +50,7 @@ def fetches(graph: Graph, explicit: Sequence[str] = ()) -> list[str]:
 def cost_source(graph: Graph, device_set: DeviceSet, costs: str,
                 fetch: Sequence[str]) -> CostSource:
     if costs == "analytical":
-        from fastt.adapters.tf_import import to_graph_def
+        from fastt.adapters.export import to_graph_def
         from tf_patches.grappler_costs import analytical_costs
         kind = device_set.kind if device_set.kind != "GPU" else "V100"
         seconds = analytical_costs(to_graph_def(graph), list(fetch), kind)

@@ -2,7 +2,7 @@
 
 Everything here goes through TensorFlow's public graph API and protobufs; the IR it returns
 knows nothing of TensorFlow. The NodeDef of every op travels in ``Op.node_def`` so that
-``to_graph_def`` gives TensorFlow back the same ops, edges and attributes.
+``fastt.adapters.export.to_graph_def`` gives TensorFlow back the same ops, edges and attributes.
 """
 from __future__ import annotations
 
@@ -209,23 +209,6 @@ def load_graph(path: str | os.PathLike[str]) -> Graph:
     g = from_graph_def(graph_def, name=os.path.basename(os.fspath(path)))
     g.payload.update(extra)
     return g
-
-
-def to_graph_def(graph: Graph) -> graph_pb2.GraphDef:
-    """A GraphDef with the IR's ops, edges, devices and (from the payload) attributes."""
-    gd = graph_pb2.GraphDef()
-    for op in graph:
-        node = gd.node.add()
-        if op.node_def is not None:
-            node.ParseFromString(op.node_def)
-        node.name, node.op, node.device = op.name, op.type, op.device
-        del node.input[:]
-        node.input.extend(r.op if r.index == 0 else f"{r.op}:{r.index}" for r in op.inputs)
-        node.input.extend("^" + c for c in op.control_inputs)
-    library = graph.payload.get("library")
-    if library:
-        gd.library.ParseFromString(library)
-    return gd
 
 
 def with_feed_shapes(graph_def: graph_pb2.GraphDef,
