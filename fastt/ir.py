@@ -307,6 +307,25 @@ class Graph:
         """A JSON-able description (without the adapter's payload)."""
         return {"name": self.name, "ops": [_op_to_dict(op) for op in self._ops.values()]}
 
+    def fan_in(self, names: Iterable[str]) -> "Graph":
+        """The subgraph of ``names`` and everything they depend on (data and control): what a
+        ``Session.run`` of them executes."""
+        keep: set[str] = set()
+        stack = [n.split(":")[0].lstrip("^") for n in names]
+        missing = [n for n in stack if n not in self._ops]
+        if missing:
+            raise KeyError(f"no op named {missing[0]!r} in graph")
+        while stack:
+            n = stack.pop()
+            if n in keep:
+                continue
+            keep.add(n)
+            op = self._ops[n]
+            stack.extend(r.op for r in op.inputs)
+            stack.extend(op.control_inputs)
+        return Graph((op for n, op in self._ops.items() if n in keep), name=self.name,
+                     payload=self.payload)
+
     def loop_summary(self) -> dict[str, Any]:
         """What loops the graph has: v1 while frames and functional While ops."""
         functional = [op.name for op in self._ops.values()

@@ -63,9 +63,11 @@ def run(graph: Graph, spec: str, strategy: str = "os-dpos", costs: str = "analyt
         progress: Any = None) -> tuple[Strategy, dict[str, Strategy | str]]:
     """The chosen strategy and every baseline (or why it could not be computed)."""
     device_set = parse(spec)
-    source = cost_source(graph, device_set, costs, fetches(graph, fetch))
+    step = fetches(graph, fetch)
+    source = cost_source(graph, device_set, costs, step)
     copy = device_set.copy_bytes_per_s
-    chosen = plan(graph, device_set.devices, source, strategy, copy, workers=os.cpu_count() or 1)
+    chosen = plan(graph, device_set.devices, source, strategy, copy,
+                  workers=os.cpu_count() or 1, fetches=step)
     others: dict[str, Strategy | str] = {}
     for name in baselines:
         if name == strategy:
@@ -73,7 +75,7 @@ def run(graph: Graph, spec: str, strategy: str = "os-dpos", costs: str = "analyt
         if progress:
             progress(name)
         try:
-            others[name] = plan(graph, device_set.devices, source, name, copy)
+            others[name] = plan(graph, device_set.devices, source, name, copy, fetches=step)
         except FasttError as e:
             others[name] = str(e)
     return chosen, others

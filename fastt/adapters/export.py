@@ -75,7 +75,8 @@ def to_graph_def(graph: Graph, placement: Mapping[str, str] | None = None
     """A GraphDef of ``graph``; ``placement`` (op -> device) overrides the ops' devices."""
     gd = graph_pb2.GraphDef()
     for op in graph:
-        if placement and op.name in placement:
+        placed = placement is not None and op.name in placement
+        if placed:
             op = op.with_(device=placement[op.name])
         if op.node_def is None:
             gd.node.extend(_synthesise(op, graph))
@@ -85,11 +86,11 @@ def to_graph_def(graph: Graph, placement: Mapping[str, str] | None = None
         node.name, node.op, node.device = op.name, op.type, op.device
         del node.input[:]
         node.input.extend(_input_names(op))
-        if "_fastt_origin" in op.attrs or placement is not None:
-            for key in _STALE_ATTRS:  # colocation comes from the IR, not the old NodeDef
+        if "_fastt_origin" in op.attrs or placed:
+            for key in _STALE_ATTRS:  # colocation comes from the IR (or the placement)
                 if key in node.attr:
                     del node.attr[key]
-            if op.colocate_with and placement is None:
+            if op.colocate_with and not placed:
                 node.attr["_class"].list.s.extend(f"loc:@{c}".encode() for c in
                                                   op.colocate_with)
     library = graph.payload.get("library")

@@ -21,6 +21,7 @@ from fastt.ir import Graph, Op, TensorRef, TensorSpec
 from fastt.sched.split_rules import FULL, SPLIT, SplitRule, find, part_sizes
 
 JOIN_ATTR = "_fastt_join"  # on a join: {"kind": "concat"|"sum", "axis": a, "sizes": [...]}
+DROPPED_JOINS = "dropped_joins"  # graph payload: joins no op reads any more, by name
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,12 @@ def apply_decisions(graph: Graph, decisions: dict[str, tuple[SplitRule, list[int
             ops.append(op)
     new = Graph(ops, name=graph.name, payload=graph.payload)
     dead = {j for j in builder.rewired if not new.consumers(j) and not new.control_successors(j)}
+    if not dead:
+        return new
+    # Kept aside (not scheduled) so that the rewriter can rebuild them for a user's fetch.
+    dropped = {**graph.payload.get(DROPPED_JOINS, {}), **{j: new[j] for j in dead}}
     return Graph((o for o in new if o.name not in dead), name=graph.name,
-                 payload=graph.payload) if dead else new
+                 payload={**graph.payload, DROPPED_JOINS: dropped})
 
 
 def decide(graph: Graph, name: str, dim: str, n: int,

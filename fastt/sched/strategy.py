@@ -118,12 +118,19 @@ def _data_parallel_schedule(p: Problem, g: Graph) -> Schedule:
 
 
 def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
-         name: str = "os-dpos", copy_bytes_per_s: float = 10e9, workers: int = 1) -> Strategy:
+         name: str = "os-dpos", copy_bytes_per_s: float = 10e9, workers: int = 1,
+         fetches: Sequence[str] = ()) -> Strategy:
     """Compute strategy ``name`` for ``graph`` on ``devices`` under ``costs``; ops fastt adds
     (split, concat, sum) copy ``copy_bytes_per_s`` on a device; OS-DPOS evaluates candidate
-    splits on ``workers`` processes."""
+    splits on ``workers`` processes. With ``fetches`` (a training step's train op and loss)
+    only what they run is planned; initializers, savers and the like are left out."""
     if name not in STRATEGIES:
         raise FasttError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+    if fetches:
+        try:
+            graph = graph.fan_in(fetches)
+        except KeyError as e:
+            raise FasttError(f"fetches name an op that is not in the graph: {e}") from None
     return _plan(graph, list(devices), costs, name, copy_bytes_per_s, workers)
 
 

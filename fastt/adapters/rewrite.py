@@ -1,0 +1,115 @@
+"""Apply a strategy to a TensorFlow graph: the GraphDef an inner session will run.
+
+The planned training step (data-parallel replicas, splits, placement) replaces the original
+ops it covers; every other op (initializers, savers, summaries) is kept as it was, and keeps
+its colocation hints so that TensorFlow places it next to its variables. A join that planning
+dropped because no planned op reads it is rebuilt, next to its first part, so the user can
+still fetch that op by name. With ``enforce_order``, each device runs its planned ops in the
+strategy's order, through the fewest control dependencies that make it so (none where the
+graph already orders two ops), added between planned ops only: a run that fetches something
+else drags in nothing of the training step beyond what precedes it.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from tensorflow.core.framework import graph_pb2
+
+from fastt.adapters.export import to_graph_def
+from fastt.errors import FasttError
+from fastt.ir import Graph, Op
+from fastt.sched.splitting import DROPPED_JOINS
+from fastt.sched.strategy import Strategy
+
+
+def merged_graph(original: Graph, strategy: Strategy) -> Graph:
+    """The planned step plus the original ops it does not cover (and joins they need)."""
+    planned = strategy.graph
+    ops: dict[str, Op] = {op.name: op for op in planned}
+    dropped = planned.payload.get(DROPPED_JOINS, {})
+    for op in original:
+        if op.name not in ops and op.name not in dropped:
+            ops[op.name] = op
+    for name, join in dropped.items():  # every original name stays fetchable
+        if name not in ops:
+            first = join.inputs[0].op
+            ops[name] = join.with_(device=strategy.placement.get(first, join.device))
+    return Graph(ops.values(), name=original.name, payload=planned.payload)
+
+
+def _implied(preds: dict[str, list[str]], pos: dict[str, int], a: str, b: str) -> bool:
+    """Whether ``a`` already runs before ``b`` (``a`` is an ancestor of ``b``)."""
+    stack, seen, floor = [b], {b}, pos[a]
+    while stack:
+        for p in preds[stack.pop()]:
+            if p == a:
+                return True
+            if p not in seen and pos.get(p, -1) > floor:
+                seen.add(p)
+                stack.append(p)
+    return False
+
+
+def shared_ops(graph: Graph, planned: Graph) -> set[str]:
+    """Planned ops that something outside the training step also needs (variable handles an
+    initializer assigns, constants a saver reads...): they must not wait for the step."""
+    outside = [op.name for op in graph if op.name not in planned]
+    return set(graph.fan_in(outside).names) & set(planned.names) if outside else set()
+
+
+def order_edges(graph: Graph, strategy: Strategy) -> dict[str, list[str]]:
+    """Op -> control inputs to add so that each device runs its ops in the strategy's order
+    (ops shared with runs other than the step are left out of the chains)."""
+    shared = shared_ops(graph, strategy.graph)
+    per_device: dict[str, list[str]] = defaultdict(list)
+    for name in strategy.order:
+        if name in graph and name not in shared:
+            per_device[strategy.placement[name]].append(name)
+    topo = graph.topological_order()
+    pos = {n: i for i, n in enumerate(topo)}
+    preds = {op.name: [r.op for r in op.inputs] + list(op.control_inputs) for op in graph}
+    added: dict[str, list[str]] = defaultdict(list)
+    for names in per_device.values():
+        for a, b in zip(names, names[1:]):
+            if pos[a] >= pos[b] and _implied(preds, pos, b, a):
+                raise FasttError(f"the strategy orders {a!r} before {b!r} on one device, "
+                                 "but the graph makes it wait for it")
+            if not _implied(preds, pos, a, b):
+                added[b].append(a)
+                preds[b].append(a)
+    return added
+
+
+def check(original: Graph, strategy: Strategy) -> None:
+    """Refuse, before any session runs, a strategy the rewriter cannot honour."""
+    devices = set(strategy.devices)
+    planned = strategy.graph
+    unplaced = [n for n in planned.names if n not in strategy.placement]
+    if unplaced:
+        raise FasttError(f"the strategy places no device for {len(unplaced)} ops, e.g. "
+                         f"{unplaced[0]!r}")
+    bad = {d for d in strategy.placement.values() if d not in devices}
+    if bad:
+        raise FasttError(f"the strategy places ops on devices it does not list: {sorted(bad)}")
+    groups: dict[str, set[str]] = defaultdict(set)
+    for name, root in planned.colocation_groups().items():
+        groups[root].add(strategy.placement[name])
+    split = [g for g, devs in groups.items() if len(devs) > 1]
+    if split:
+        raise FasttError(f"colocated ops (with {split[0]!r}) are placed on different devices "
+                         f"{sorted(groups[split[0]])}; TensorFlow requires one")
+    missing = [s.op for s in strategy.splits if s.op not in original and
+               s.op.split("/part")[0] not in original]
+    if missing:
+        raise FasttError(f"the split list names ops that are not in the graph: {missing[:3]}")
+
+
+def rewrite(original: Graph, strategy: Strategy, enforce_order: bool = False
+            ) -> graph_pb2.GraphDef:
+    """The GraphDef running ``strategy`` for ``original`` (checked first, see ``check``)."""
+    check(original, strategy)
+    graph = merged_graph(original, strategy)
+    if enforce_order:
+        extra = order_edges(graph, strategy)
+        graph = graph.replace_ops({n: graph[n].with_(control_inputs=graph[n].control_inputs
+                                                     + tuple(c)) for n, c in extra.items()})
+    return to_graph_def(graph, strategy.placement)
