@@ -17,6 +17,7 @@ from tensorflow.core.framework import graph_pb2
 from fastt.adapters.export import to_graph_def
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op
+from fastt.sched.data_parallel import BATCH_SOURCES
 from fastt.sched.splitting import DROPPED_JOINS
 from fastt.sched.strategy import Strategy
 
@@ -49,20 +50,63 @@ def _implied(preds: dict[str, list[str]], pos: dict[str, int], a: str, b: str) -
     return False
 
 
+def _downstream(graph: Graph, sources: list[str]) -> set[str]:
+    seen, stack = set(sources), list(sources)
+    while stack:
+        for s in graph.successors(stack.pop()):
+            if s not in seen:
+                seen.add(s)
+                stack.append(s)
+    return seen
+
+
 def shared_ops(graph: Graph, planned: Graph) -> set[str]:
-    """Planned ops that something outside the training step also needs (variable handles an
-    initializer assigns, constants a saver reads...): they must not wait for the step."""
-    outside = [op.name for op in graph if op.name not in planned]
-    return set(graph.fan_in(outside).names) & set(planned.names) if outside else set()
+    """Planned ops that runs independent of the training data also need (the variable handles
+    an initializer assigns, what a saver reads): they must not wait for the step. Ops that
+    depend on the input batch (summaries, unused gradient branches, joins rebuilt for fetches)
+    need the forward pass anyway and do not count."""
+    inputs = [op.name for op in graph if op.type in BATCH_SOURCES]
+    fed = _downstream(graph, inputs)
+    independent = [op.name for op in graph if op.name not in planned and op.name not in fed]
+    return set(graph.fan_in(independent).names) & set(planned.names) if independent else set()
+
+
+def _updates_state(op: Op) -> bool:
+    return op.stateful and any(k in op.type for k in ("Apply", "Assign", "Scatter"))
+
+
+def chained_ops(graph: Graph, strategy: Strategy) -> set[str]:
+    """The planned ops whose order is enforced: what the state-updating fetches (the train
+    op) need, less the ops shared with runs independent of the data. Ops only a side fetch
+    needs (the loss value) are not chained, so that fetching them alone never waits for an
+    update scheduled earlier on their device."""
+    step = [f for f in strategy.fetches if f.split(":")[0] in graph and
+            any(_updates_state(op) for op in graph.fan_in([f]))]
+    core = set(graph.fan_in(step).names) if step else set(strategy.graph.names)
+    return (core & set(strategy.graph.names)) - shared_ops(graph, strategy.graph)
+
+
+def _fusion_hazard(graph: Graph, a: str, b: str, depth: int = 3) -> bool:
+    """Whether ``b`` feeds an op at most ``depth`` data edges below ``a``. TensorFlow's kernel
+    fusion (oneDNN's and grappler's: Conv2D/MatMul + BiasAdd + Relu/Add) merges such ops into
+    one kernel that then takes ``b`` as an input: a control edge a -> b would become a cycle
+    through the fused kernel and the step would hang (seen: Conv2D -> the bias read)."""
+    frontier = {a}
+    for _ in range(depth):
+        frontier = {e.dst for n in frontier for e in graph.consumers(n)}
+        if any(r.op == b for n in frontier for r in graph[n].inputs):
+            return True
+    return False
 
 
 def order_edges(graph: Graph, strategy: Strategy) -> dict[str, list[str]]:
     """Op -> control inputs to add so that each device runs its ops in the strategy's order
-    (ops shared with runs other than the step are left out of the chains)."""
-    shared = shared_ops(graph, strategy.graph)
+    (only ``chained_ops``; pairs that kernel fusion could close into a cycle are left
+    unordered)."""
+    chained = chained_ops(graph, strategy)
     per_device: dict[str, list[str]] = defaultdict(list)
     for name in strategy.order:
-        if name in graph and name not in shared:
+        if name in chained:
             per_device[strategy.placement[name]].append(name)
     topo = graph.topological_order()
     pos = {n: i for i, n in enumerate(topo)}
@@ -73,7 +117,7 @@ def order_edges(graph: Graph, strategy: Strategy) -> dict[str, list[str]]:
             if pos[a] >= pos[b] and _implied(preds, pos, b, a):
                 raise FasttError(f"the strategy orders {a!r} before {b!r} on one device, "
                                  "but the graph makes it wait for it")
-            if not _implied(preds, pos, a, b):
+            if not _implied(preds, pos, a, b) and not _fusion_hazard(graph, a, b):
                 added[b].append(a)
                 preds[b].append(a)
     return added

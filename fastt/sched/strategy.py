@@ -32,7 +32,7 @@ from fastt.sched.osdpos import compiler, os_dpos, starting_plan
 from fastt.sched.problem import CostSource, Device, Problem
 from fastt.sched.schedule import Schedule
 from fastt.sched.simulate import simulate
-from fastt.sched.splitting import Split
+from fastt.sched.splitting import Split, apply_splits
 
 STRATEGIES = ("os-dpos", "dpos", "data-parallel", "single", "heft", "m-topo", "m-etf")
 SCHEMA_VERSION = 1
@@ -51,6 +51,7 @@ class Strategy:
     splits: list[Split] = field(default_factory=list)
     replicas: int = 1
     dpos_runs: int = 0
+    fetches: list[str] = field(default_factory=list)  # the training step it was planned for
 
     def ops_per_device(self) -> dict[str, int]:
         counts = {d: 0 for d in self.devices}
@@ -64,7 +65,7 @@ class Strategy:
                 "predicted_step_time_s": self.predicted_step_time_s,
                 "simulated_step_time_s": self.simulated_step_time_s,
                 "plan_time_s": self.plan_time_s, "dpos_runs": self.dpos_runs,
-                "splits": [s.to_list() for s in self.splits],
+                "splits": [s.to_list() for s in self.splits], "fetches": self.fetches,
                 "placement": self.placement, "order": self.order}
 
 
@@ -119,11 +120,12 @@ def _data_parallel_schedule(p: Problem, g: Graph) -> Schedule:
 
 def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
          name: str = "os-dpos", copy_bytes_per_s: float = 10e9, workers: int = 1,
-         fetches: Sequence[str] = ()) -> Strategy:
+         fetches: Sequence[str] = (), splits: Sequence[Split] = ()) -> Strategy:
     """Compute strategy ``name`` for ``graph`` on ``devices`` under ``costs``; ops fastt adds
     (split, concat, sum) copy ``copy_bytes_per_s`` on a device; OS-DPOS evaluates candidate
     splits on ``workers`` processes. With ``fetches`` (a training step's train op and loss)
-    only what they run is planned; initializers, savers and the like are left out."""
+    only what they run is planned; initializers, savers and the like are left out. ``splits``
+    are applied first, to each starting graph that has their ops (e.g. a saved strategy's)."""
     if name not in STRATEGIES:
         raise FasttError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
     if fetches:
@@ -131,12 +133,14 @@ def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
             graph = graph.fan_in(fetches)
         except KeyError as e:
             raise FasttError(f"fetches name an op that is not in the graph: {e}") from None
-    return _plan(graph, list(devices), costs, name, copy_bytes_per_s, workers)
+    result = _plan(graph, list(devices), costs, name, copy_bytes_per_s, workers, list(splits))
+    result.fetches = list(fetches)
+    return result
 
 
 @without_gc
 def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
-          copy_bytes_per_s: float, workers: int) -> Strategy:
+          copy_bytes_per_s: float, workers: int, forced: list[Split]) -> Strategy:
     t0 = time.perf_counter()
     devices = list(devices)
     D = len(devices)
@@ -144,6 +148,11 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
     starts = [(graph, 1)]  # (start graph, replicas)
     if name in ("os-dpos", "dpos", "data-parallel") and D > 1 and fits_one_device(graph, devices):
         starts.insert(0, (data_parallel(graph, D), D))
+    if forced:
+        starts = [(apply_splits(g0, forced), reps) for g0, reps in starts
+                  if all(sp.op in g0 for sp in forced[:1])]
+        if not starts:
+            raise FasttError(f"split list names {forced[0].op!r}, which no starting graph has")
     if name == "data-parallel":
         if len(starts) == 1:
             raise FasttError("data parallelism needs the model to fit one device "
@@ -168,6 +177,7 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
         if best is None or cand[2].makespan < best[2].makespan:
             best = cand
     g, p, s, splits, replicas = best
+    splits = forced + splits
     plan_time = time.perf_counter() - t0
     predicted, simulated = _replay(p, s)
     names = [d.name for d in devices]
