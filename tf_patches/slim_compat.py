@@ -1,12 +1,15 @@
-"""Let tf-slim 1.1 import under TensorFlow 2.16+ with tf_keras.
+"""tf-slim 1.1 under TensorFlow 2.16+ with tf_keras, and its nets on small images.
 
 tf-slim's nets import ``tf_keras.legacy_tf_layers``, which tf_keras 2.16+ keeps at
-``tf_keras.src.legacy_tf_layers``. Aliasing the module is enough.
+``tf_keras.src.legacy_tf_layers``: ``install`` aliases the module. ``small_inputs`` lets VGG
+and AlexNet build for images smaller than 224x224.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
+from typing import Any, Iterator
 
 
 def install() -> bool:
@@ -25,3 +28,30 @@ def install() -> bool:
         except ImportError:
             pass
     return True
+
+
+@contextlib.contextmanager
+def small_inputs() -> Iterator[None]:
+    """While building a tf-slim net, its VALID convolutions whose kernel is larger than their
+    input (VGG's and AlexNet's fully connected layers, written as 7x7 and 5x5 convolutions
+    sized for 224x224 images) use SAME padding, so the nets build for small images. Every other
+    layer is unchanged."""
+    import tf_slim.layers as slim_layers
+
+    original = slim_layers.conv2d
+
+    def conv2d(inputs: Any, num_outputs: Any, kernel_size: Any, *args: Any, **kwargs: Any) -> Any:
+        k = kernel_size if isinstance(kernel_size, (list, tuple)) else (kernel_size,) * 2
+        h, w = inputs.shape[1], inputs.shape[2]
+        if kwargs.get("padding") == "VALID" and h is not None and w is not None \
+                and (k[0] > h or k[1] > w):
+            kwargs["padding"] = "SAME"
+        return original(inputs, num_outputs, kernel_size, *args, **kwargs)
+
+    # arg_scope finds a layer's default arguments under this key: keep the original's.
+    conv2d._key_op = getattr(original, "_key_op", str(original))  # type: ignore[attr-defined]
+    slim_layers.conv2d = conv2d
+    try:
+        yield
+    finally:
+        slim_layers.conv2d = original
