@@ -25,9 +25,16 @@ MODELS = {
     "lenet": ("adam", {"batch_size": 8}),
     "alexnet_v2": ("sgd", {"batch_size": 4, "image_size": 96}),
     "vgg_16": ("momentum", {"batch_size": 4, "image_size": 32}),
-    "inception_v3": ("adam", {"batch_size": 4, "image_size": 107}),
-    "resnet_v2_50": ("momentum", {"batch_size": 4, "image_size": 32}),
-    "transformer": ("adam", {"layers": 1, "batch_size": 4}),
+    # float64: Adam turns float32 rounding on near-zero gradients into visible updates.
+    "inception_v3": ("adam", {"batch_size": 4, "image_size": 107, "dtype": tf.float64}),
+    # At 32x32, block 4 sees 1x1 maps and its BatchNorm normalises 4 numbers per channel: a
+    # 6e-17 difference became 1e-4 in 5 steps (the same split at 64x64: 2.3e-11). At lr 0.01
+    # it memorises the batch (loss 3.2 -> 0.3) so fast that even float64 rounding grows to 10%.
+    "resnet_v2_50": ("momentum", {"batch_size": 4, "image_size": 64, "dtype": tf.float64,
+                                  "learning_rate": 1e-3}),
+    # float64: its attention key biases have an exactly-zero gradient; Adam would normalise
+    # float32 rounding noise into full-size updates.
+    "transformer": ("adam", {"layers": 1, "batch_size": 4, "dtype": tf.float64}),
     "lstm_lm": ("sgd", {"batch_size": 8}),
 }
 TOL = {"sgd": (1e-4, 1e-5), "momentum": (1e-4, 1e-5), "adam": (1e-3, 1e-4)}
@@ -45,7 +52,7 @@ def forced_splits(ir, m, D):
     seen, splits = set(), []
     for op in step:
         for r in rules(op, step):
-            if (op.type, r.dim) not in seen and (r.extent(op, step) or 0) >= D:
+            if (op.type, r.dim) not in seen and (r.base(op, step) or 0) >= D:
                 seen.add((op.type, r.dim))
                 splits.append(Split(op.name, r.dim, D))
                 break
@@ -78,7 +85,9 @@ def test_rewritten_graphs_train_like_the_original(name, D):
         if mode == "splits":
             assert len(s.splits) >= 2
         for order in (False, True):
-            losses, values = _run_with_values(rewrite(ir, s, enforce_order=order), m, ir, D)
+            gd = rewrite(ir, s, enforce_order=order)
+            assert set(ir.names) <= {n.name for n in gd.node}  # every op keeps its name
+            losses, values = _run_with_values(gd, m, ir, D)
             np.testing.assert_allclose(losses, ref_losses, rtol=rtol, atol=atol,
                                        err_msg=f"{mode} order={order}")
             for v, got, want in zip(_variables(ir), values, ref_values):

@@ -90,7 +90,7 @@ def _batch_rule(op: Op, graph: Graph, axis: dict[str, int], B: int) -> SplitRule
                 split_any = True
             if not ok:
                 break
-        extent = rule.extent(op, graph)
+        extent = rule.base(op, graph)
         if ok and split_any and extent and extent % B == 0:
             return rule
     return None

@@ -131,7 +131,7 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
             continue
         op = best.graph[name]
         candidates = [(r.dim, n) for r in rules(op, best.graph)
-                      for n in range(2, top + 1) if (r.extent(op, best.graph) or 0) >= n]
+                      for n in range(2, top + 1) if (r.base(op, best.graph) or 0) >= n]
         if not candidates:
             continue
         spans = _evaluate(best.graph, compile_graph, name, candidates, workers)

@@ -7,6 +7,7 @@ a weight gradient split on the batch). BatchNorm statistics are never split on t
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fastt.ir import Graph, Op
@@ -27,16 +28,22 @@ class SplitRule:
     join: str  # "concat" or "sum"
     out_axis: int  # output axis divided among the sub-ops ("concat"); -1 for "sum"
 
-    def extent(self, op: Op, graph: Graph) -> int | None:
-        """Size of the dimension being split (None when a shape is unknown)."""
-        if self.join == "concat":
-            shape = op.outputs[0].shape
-            return shape[self.out_axis] if shape and self.out_axis < len(shape) else None
+    def base(self, op: Op, graph: Graph) -> int | None:
+        """The common divisor of every extent this rule cuts (inputs and output): what the
+        parts are shares of. A reshape [B, T, D] -> [B*T, D] cuts B and B*T: its base is B."""
+        sizes = []
         for part, ref in zip(self.inputs, op.inputs):
             if part.kind == SPLIT:
                 shape = graph.tensor(ref).shape
-                return shape[part.axis] if shape and part.axis < len(shape) else None
-        return None
+                sizes.append(shape[part.axis] if shape and part.axis < len(shape) else None)
+        if self.join == "concat" or any(p.kind == SHAPE for p in self.inputs):
+            axis = self.out_axis if self.join == "concat" else \
+                next(p.axis for p in self.inputs if p.kind == SHAPE)
+            shape = op.outputs[0].shape
+            sizes.append(shape[axis] if shape and axis < len(shape) else None)
+        if not sizes or any(s is None or s <= 0 for s in sizes):
+            return None
+        return math.gcd(*sizes)
 
 
 _UNARY = frozenset({"Relu", "Relu6", "Elu", "Selu", "Tanh", "Sigmoid", "Softplus", "Neg",

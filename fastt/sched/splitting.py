@@ -156,7 +156,7 @@ def decide(graph: Graph, name: str, dim: str, n: int,
     rule = find(op, graph, dim)
     if rule is None:
         raise FasttError(f"op {name!r} ({op.type}) cannot be split on {dim!r}")
-    extent = rule.extent(op, graph)
+    extent = rule.base(op, graph)
     if extent is None or n < 2 or extent < n:
         raise FasttError(f"op {name!r}: dimension {dim!r} of size {extent} cannot be cut "
                          f"into {n} parts")

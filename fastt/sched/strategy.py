@@ -125,7 +125,7 @@ def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
     (split, concat, sum) copy ``copy_bytes_per_s`` on a device; OS-DPOS evaluates candidate
     splits on ``workers`` processes. With ``fetches`` (a training step's train op and loss)
     only what they run is planned; initializers, savers and the like are left out. ``splits``
-    are applied first, to each starting graph that has their ops (e.g. a saved strategy's)."""
+    (of the user's ops, e.g. a saved strategy's) are applied to the model graph first."""
     if name not in STRATEGIES:
         raise FasttError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
     if fetches:
@@ -148,11 +148,8 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
     starts = [(graph, 1)]  # (start graph, replicas)
     if name in ("os-dpos", "dpos", "data-parallel") and D > 1 and fits_one_device(graph, devices):
         starts.insert(0, (data_parallel(graph, D), D))
-    if forced:
-        starts = [(apply_splits(g0, forced), reps) for g0, reps in starts
-                  if all(sp.op in g0 for sp in forced[:1])]
-        if not starts:
-            raise FasttError(f"split list names {forced[0].op!r}, which no starting graph has")
+    if forced:  # a split list names the user's ops: it starts from the model graph
+        starts = [(apply_splits(graph, forced), 1)]
     if name == "data-parallel":
         if len(starts) == 1:
             raise FasttError("data parallelism needs the model to fit one device "

@@ -40,7 +40,8 @@ def optimizer(name: str, learning_rate: float = 0.01) -> Any:
 
 
 def classifier(name: str, body: Callable[..., Any], image_shape: Sequence[int], classes: int,
-               batch_size: int, opt: str, seed: int, dtype: Any = tf.float32) -> TrainingGraph:
+               batch_size: int, opt: str, seed: int, dtype: Any = tf.float32,
+               learning_rate: float = 0.01) -> TrainingGraph:
     """A classification training graph: ``logits = body(images)``, softmax cross-entropy."""
     g = tf.Graph()
     rng = np.random.RandomState(seed)
@@ -50,7 +51,7 @@ def classifier(name: str, body: Callable[..., Any], image_shape: Sequence[int], 
         y = _tf1.placeholder(tf.int32, [batch_size], name="labels")
         logits = body(x)
         loss = _tf1.losses.sparse_softmax_cross_entropy(y, logits)
-        train_op = optimizer(opt).minimize(
+        train_op = optimizer(opt, learning_rate).minimize(
             loss, global_step=_tf1.train.get_or_create_global_step(),
             colocate_gradients_with_ops=True)
         init = _tf1.group(_tf1.global_variables_initializer(), _tf1.local_variables_initializer())

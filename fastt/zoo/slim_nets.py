@@ -30,7 +30,8 @@ def _net(name: str, module: str, fn: str, default_size: int,
     (VGG's and AlexNet's classifiers are VALID convolutions sized for 224x224)."""
     @register(name)
     def build(batch_size: int = 4, image_size: int = default_size, classes: int = 10,
-              opt: str = "momentum", seed: int = 0) -> TrainingGraph:
+              opt: str = "momentum", seed: int = 0, dtype: Any = tf.float32,
+              learning_rate: float = 0.01) -> TrainingGraph:
         slim = _slim()
         mod = importlib.import_module(f"tf_slim.nets.{module}")
 
@@ -51,7 +52,8 @@ def _net(name: str, module: str, fn: str, default_size: int,
                         logits = net(x, num_classes=classes)[0]
             # Some nets keep 1x1 spatial dims on their logits.
             return logits if logits.shape.rank == 2 else tf.reshape(logits, [batch_size, classes])
-        return classifier(name, body, (image_size, image_size, 3), classes, batch_size, opt, seed)
+        return classifier(name, body, (image_size, image_size, 3), classes, batch_size, opt, seed,
+                          dtype, learning_rate)
 
 
 _net("vgg_16", "vgg", "vgg_16", 224, min_size=32, small=True)
