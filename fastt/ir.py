@@ -188,10 +188,7 @@ class Graph:
         return list(self._topo)
 
     def _kahn(self) -> list[str]:
-        indeg = {n: 0 for n in self._ops}
-        for op in self._ops.values():
-            for p in self._dag_preds(op):
-                indeg[op.name] += 1
+        indeg = {n: len(self._dag_preds(op)) for n, op in self._ops.items()}
         ready = deque(n for n, d in indeg.items() if d == 0)
         order: list[str] = []
         while ready:

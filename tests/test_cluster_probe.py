@@ -31,7 +31,7 @@ def test_probe_fits_a_positive_slope_with_high_r2_both_ways():
         model = CommCostModel()
         for src, dst in ((1, 0), (0, 1)):
             model.update(probe_pair(cluster.device(src), cluster.device(dst),
-                                    target=cluster.target, repeats=5))
+                                    target=cluster.target))
         for src, dst in ((1, 0), (0, 1)):
             fit = model.fit(cluster.device(src), cluster.device(dst))
             assert fit is not None and fit.samples == 8

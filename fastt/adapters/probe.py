@@ -5,13 +5,13 @@ the source device and a reduction on the destination reads it, so each traced st
 one tensor; the transfer samples come from the step's RunMetadata like any other profile's
 (``RecvTensor`` entries across processes). Within one process TensorFlow hands tensors between
 devices without tracing a transfer; there the probe times the reduction on the destination
-against the same reduction on the source. Each size yields one sample, the median of
-``repeats`` measurements: on shared cores single transfers vary by several times.
+against the same reduction on the source. Each size yields one sample, the lower quartile of
+``repeats`` measurements: on shared cores single transfers vary by several times, and
+interference only ever adds time.
 """
 from __future__ import annotations
 
 import logging
-import statistics
 import time
 from typing import Any, Sequence
 
@@ -29,7 +29,7 @@ DEFAULT_SIZES = tuple(4 ** k * 1024 for k in range(8))  # 1 KiB .. 16 MiB
 
 
 def probe_pair(src: str, dst: str, target: str = "", config: Any = None,
-               sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 3) -> list[TransferSample]:
+               sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 7) -> list[TransferSample]:
     """Transfer samples from ``src`` to ``dst`` (full device names) for every size, ``repeats``
     times each, through a session on ``target`` ("" = in-process) with ``config``."""
     if src == dst:
@@ -57,11 +57,15 @@ def probe_pair(src: str, dst: str, target: str = "", config: Any = None,
             traced = [s.seconds for _ in range(repeats)
                       for s in profile(traced_run(sess, remote)[1], graph).transfers
                       if s.nbytes == nbytes and s.src != s.dst]
-            seconds = statistics.median(traced) if traced else \
+            seconds = _lower_quartile(traced) if traced else \
                 _timed_difference(sess, remote, local, repeats)
             samples.append(TransferSample(src, dst, nbytes, seconds, "probe"))
     log.info("probed %s -> %s: %d sizes", src, dst, len(samples))
     return samples
+
+
+def _lower_quartile(values: Sequence[float]) -> float:
+    return sorted(values)[len(values) // 4]
 
 
 def _timed_difference(sess: Any, remote: Any, local: Any, repeats: int) -> float:
@@ -74,4 +78,4 @@ def _timed_difference(sess: Any, remote: Any, local: Any, repeats: int) -> float
         sess.run(local)
         t2 = time.perf_counter()
         diffs.append((t1 - t0) - (t2 - t1))
-    return max(statistics.median(diffs), 0.0)
+    return max(_lower_quartile(diffs), 0.0)

@@ -20,7 +20,7 @@ def _variable_bytes(op: Op) -> int:
         size = dtypes.itemsize(str(dtype), where=f"variable {op.name!r}")
         if size is not None:
             return size * math.prod(shape)
-    return sum(t.nbytes or 0 for t in op.outputs if not t.dtype == "resource")
+    return sum(t.nbytes or 0 for t in op.outputs if t.dtype != "resource")
 
 
 class MemoryModel:

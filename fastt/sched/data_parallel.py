@@ -65,9 +65,9 @@ def _batch_ops(graph: Graph) -> list[str]:
     seen: set[str] = set()
     for name in graph.topological_order():
         op = graph[name]
-        if op.type in BATCH_SOURCES or any(r.op in seen for r in op.inputs):
-            if op.type in BATCH_SOURCES or not any(k in op.type for k in _STOP):
-                seen.add(name)
+        if op.type in BATCH_SOURCES or (any(r.op in seen for r in op.inputs)
+                                        and not any(k in op.type for k in _STOP)):
+            seen.add(name)
     return [n for n in graph.topological_order() if n in seen and graph[n].type
             not in BATCH_SOURCES]
 

@@ -27,7 +27,7 @@ from fastt.ir import Graph
 from fastt.sched import baselines
 from fastt.sched._gc import without_gc
 from fastt.sched.data_parallel import data_parallel, replica_of
-from fastt.sched.dpos import dpos
+from fastt.sched.dpos import dpos, rank_u
 from fastt.sched.osdpos import compiler, os_dpos, starting_plan
 from fastt.sched.problem import CostSource, Device, Problem
 from fastt.sched.schedule import Schedule
@@ -107,7 +107,6 @@ def _data_parallel_schedule(p: Problem, g: Graph) -> Schedule:
     groups: dict[int, int] = {}
     for i, grp in enumerate(p.group):  # colocation wins: a group follows its first member
         device[i] = groups.setdefault(grp, device[i])
-    from fastt.sched.dpos import rank_u
     rank = rank_u(p)
     pos = {op: k for k, op in enumerate(p.topo)}
     order = sorted(range(p.n), key=lambda i: (-rank[i], pos[i]))
