@@ -43,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastt",
         description="Automatic placement, ordering and splitting of TensorFlow graph-mode "
-                    "training. Set FASTT=1 to accelerate an unchanged training script.")
+                    "training (the FastT system). 'fastt plan' computes a strategy for a "
+                    "training graph and compares it with the baselines.")
     parser.add_argument("--version", action="version", version=f"fastt {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
