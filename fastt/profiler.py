@@ -232,9 +232,9 @@ def _absorbed_ops(graph: Graph, kernel_type: dict[str, str],
     """
     result: dict[str, list[str]] = {}
     for user, ktype in kernel_type.items():
-        if not ktype or ktype == graph[user].type or ktype.endswith("_" + graph[user].type) \
-                or ktype.endswith("Native" + graph[user].type):
-            continue
+        typ = graph[user].type
+        if not ktype or ktype == typ or ktype.endswith(("_" + typ, "Native" + typ)):
+            continue  # the op's own kernel (possibly renamed, e.g. _MklNativeConv2D)
         members: list[str] = []
         frontier = [user]
         while frontier:

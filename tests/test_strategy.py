@@ -5,6 +5,7 @@ import pytest
 
 from fastt.errors import FasttError
 from fastt.sched.device_spec import StaticCosts, parse
+from fastt.sched.splitting import Split
 from fastt.sched.strategy import STRATEGIES, fits_one_device, plan
 from tests.test_data_parallel import training_graph
 
@@ -44,6 +45,8 @@ def test_data_parallel_needs_the_model_to_fit():
     assert fits_one_device(g, ds.devices) and not fits_one_device(g, tiny)
     with pytest.raises(FasttError, match="fit one device"):
         plan(g, tiny, costs(ds, g), "data-parallel")
+    with pytest.raises(FasttError, match="split list cannot be combined"):
+        plan(g, ds.devices, costs(ds, g), "data-parallel", splits=[Split("h", "batch", 2)])
     with pytest.raises(FasttError, match="unknown strategy 'fastest'"):
         plan(g, ds.devices, costs(ds, g), "fastest")
 

@@ -37,7 +37,7 @@ def _const(name: str, value: object, dtype: str, device: str) -> node_def_pb2.No
     return node
 
 
-def _synthesise(op: Op, graph: Graph) -> list[node_def_pb2.NodeDef]:
+def _synthesise(op: Op) -> list[node_def_pb2.NodeDef]:
     """NodeDefs for an op fastt created (with helper constants where TensorFlow needs them)."""
     dev = op.device
     if op.type == "Const":
@@ -79,7 +79,7 @@ def to_graph_def(graph: Graph, placement: Mapping[str, str] | None = None
         if placed:
             op = op.with_(device=placement[op.name])
         if op.node_def is None:
-            gd.node.extend(_synthesise(op, graph))
+            gd.node.extend(_synthesise(op))
             continue
         node = gd.node.add()
         node.ParseFromString(op.node_def)

@@ -147,6 +147,9 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
     starts = [(graph, 1)]  # (start graph, replicas)
     if name in ("os-dpos", "dpos", "data-parallel") and D > 1 and fits_one_device(graph, devices):
         starts.insert(0, (data_parallel(graph, D), D))
+    if forced and name == "data-parallel":
+        raise FasttError("a split list cannot be combined with the data-parallel strategy; "
+                         "plan it with dpos or os-dpos")
     if forced:  # a split list names the user's ops: it starts from the model graph
         starts = [(apply_splits(graph, forced), 1)]
     if name == "data-parallel":
