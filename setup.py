@@ -4,6 +4,7 @@ import re
 import shutil
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 TF_SERIES = "~=2.21.0"
 
@@ -25,6 +26,17 @@ def tensorflow_requirement() -> list:
         return [choice + TF_SERIES]
     gpu = os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None
     return [("tensorflow" if gpu else "tensorflow-cpu") + TF_SERIES]
+
+
+class build_py_with_hook(build_py):
+    """Also ship ``fastt.pth``, the start-up hook, at the root of site-packages."""
+
+    def run(self) -> None:
+        super().run()
+        self.copy_file(os.path.join(here, "fastt.pth"), os.path.join(self.build_lib, "fastt.pth"))
+
+    def get_outputs(self, include_bytecode: bool = True) -> list:
+        return super().get_outputs(include_bytecode) + [os.path.join(self.build_lib, "fastt.pth")]
 
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -51,4 +63,5 @@ setup(
         "test": ["pytest>=7", "tf-slim==1.1.0"],
     },
     entry_points={"console_scripts": ["fastt=fastt.cli:main"]},
+    cmdclass={"build_py": build_py_with_hook},
 )

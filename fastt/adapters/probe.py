@@ -60,7 +60,7 @@ def probe_pair(src: str, dst: str, target: str = "", config: Any = None,
             seconds = _lower_quartile(traced) if traced else \
                 _timed_difference(sess, remote, local, repeats)
             samples.append(TransferSample(src, dst, nbytes, seconds, "probe"))
-    log.info("probed %s -> %s: %d sizes", src, dst, len(samples))
+    log.debug("probed %s -> %s: %d sizes", src, dst, len(samples))
     return samples
 
 

@@ -144,7 +144,7 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
         p2 = compile_graph(g2)
         s2 = dpos(p2)
         split = Split(name, dim, n)
-        log.info("split %s on %s into %d: %.6f -> %.6f s", name, split.dim, split.n,
+        log.debug("split %s on %s into %d: %.6f -> %.6f s", name, split.dim, split.n,
                  best.makespan, s2.makespan)
         best = Plan(g2, p2, s2, best.splits + [split], best.tried)
     return best

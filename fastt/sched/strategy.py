@@ -119,12 +119,14 @@ def _data_parallel_schedule(p: Problem, g: Graph) -> Schedule:
 
 def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
          name: str = "os-dpos", copy_bytes_per_s: float = 10e9, workers: int = 1,
-         fetches: Sequence[str] = (), splits: Sequence[Split] = ()) -> Strategy:
+         fetches: Sequence[str] = (), splits: Sequence[Split] = (), split: bool = True
+         ) -> Strategy:
     """Compute strategy ``name`` for ``graph`` on ``devices`` under ``costs``; ops fastt adds
     (split, concat, sum) copy ``copy_bytes_per_s`` on a device; OS-DPOS evaluates candidate
     splits on ``workers`` processes. With ``fetches`` (a training step's train op and loss)
     only what they run is planned; initializers, savers and the like are left out. ``splits``
-    (of the user's ops, e.g. a saved strategy's) are applied to the model graph first."""
+    (of the user's ops, e.g. a saved strategy's) are applied to the model graph first; with
+    ``split=False`` OS-DPOS keeps its starting plan (DPOS or data parallel, no splits)."""
     if name not in STRATEGIES:
         raise FasttError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
     if fetches:
@@ -132,14 +134,16 @@ def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
             graph = graph.fan_in(fetches)
         except KeyError as e:
             raise FasttError(f"fetches name an op that is not in the graph: {e}") from None
-    result = _plan(graph, list(devices), costs, name, copy_bytes_per_s, workers, list(splits))
+    result = _plan(graph, list(devices), costs, name, copy_bytes_per_s, workers, list(splits),
+                   split)
     result.fetches = list(fetches)
     return result
 
 
 @without_gc
 def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
-          copy_bytes_per_s: float, workers: int, forced: list[Split]) -> Strategy:
+          copy_bytes_per_s: float, workers: int, forced: list[Split], split: bool = True
+          ) -> Strategy:
     t0 = time.perf_counter()
     devices = list(devices)
     D = len(devices)
@@ -163,7 +167,8 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
         plans = [(starting_plan(g0, compile_graph, (lambda p, g=g0: _data_parallel_schedule(
             p, g)) if reps > 1 else None), reps) for g0, reps in starts]
         start_plan, reps = min(plans, key=lambda pr: pr[0].makespan)
-        result = os_dpos(start_plan.graph, compile_graph, D, start=start_plan, workers=workers)
+        result = (os_dpos(start_plan.graph, compile_graph, D, start=start_plan, workers=workers)
+                  if split else start_plan)
         best = (result.graph, result.problem, result.schedule, result.splits, reps)
         runs = result.tried + len(plans)
         starts = []
@@ -185,3 +190,17 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
                     order=[p.names[i] for i in s.order()], predicted_step_time_s=predicted,
                     simulated_step_time_s=simulated, plan_time_s=plan_time, splits=splits,
                     replicas=replicas, dpos_runs=runs)
+
+
+def predict(strategy: Strategy, devices: Sequence[Device], costs: CostSource,
+            original: Graph, copy_bytes_per_s: float = 10e9) -> float:
+    """``strategy``'s step time under ``costs`` (e.g. cost models updated since it was
+    planned): its placement and order replayed with contention-free links."""
+    p = compiler(list(devices), costs, original, copy_bytes_per_s)(strategy.graph)
+    index = {d.name: k for k, d in enumerate(devices)}
+    device = [index[strategy.placement[n]] for n in p.names]
+    pos = {n: i for i, n in enumerate(p.names)}
+    orders: list[list[int]] = [[] for _ in devices]
+    for name in strategy.order:
+        orders[device[pos[name]]].append(pos[name])
+    return simulate(p, device, orders, link_concurrency=None).makespan

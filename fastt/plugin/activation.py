@@ -1,0 +1,95 @@
+"""Checkpoint-restart activation: a graph in a session of its own, with the training's state.
+
+TensorFlow cannot change the graph of a session that has run, so each strategy runs in an
+inner session on its rewritten graph. ``Running`` is one such graph and session; ``start``
+builds it and carries the state over from the running one (``fastt.plugin.state``); nothing
+changes until the new session holds the state, so a failure leaves the old one running.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+
+from fastt.ir import Graph
+from fastt.plugin.state import SCOPE, State, StateOps
+from tf_patches import session_hook as hook
+
+log = logging.getLogger("fastt")
+_tf1 = tf.compat.v1
+
+
+class Running:
+    """A graph the user's session is served from: the user's own session (``inner=False``)
+    or an inner session fastt opened."""
+
+    def __init__(self, strategy: Any, graph: tf.Graph, sess: Any, state: StateOps,
+                 profile_graph: Graph, inner: bool) -> None:
+        self.strategy, self.graph, self.sess = strategy, graph, sess
+        self.state, self.profile_graph, self.inner = state, profile_graph, inner
+        self._elements: dict[str, Any] = {}
+        self.callables: dict[tuple[Any, bool], Any] = {}
+
+    def element(self, name: str) -> Any:
+        e = self._elements.get(name)
+        if e is None:
+            e = self._elements[name] = self.graph.as_graph_element(name)
+        return e
+
+    def run(self, fetches: Any, feed_dict: Any = None) -> Any:
+        """TensorFlow's own run on this session (never the plugin's)."""
+        return hook.original("run")(self.sess, fetches, feed_dict)
+
+    def capture(self) -> State:
+        return self.state.capture(self.run)
+
+    def close(self) -> None:
+        if self.inner:
+            self.callables.clear()
+            self.sess.close()
+
+
+def user_graph_def(graph: tf.Graph) -> graph_pb2.GraphDef:
+    """The user's graph as it is, less the state reads fastt added to it."""
+    gd = graph.as_graph_def()
+    keep = [n for n in gd.node if not n.name.startswith(SCOPE + "/")]
+    if len(keep) != len(gd.node):
+        del gd.node[:]
+        gd.node.extend(keep)
+    return gd
+
+
+def start(graph_def: graph_pb2.GraphDef, strategy: Any, profile_graph: Graph,
+          target: str, config: Any, current: Running, variables: list[str],
+          iterators: list[str], initializers: list[str],
+          check: Callable[[Running], None] | None = None) -> Running:
+    """An inner session on ``graph_def`` holding ``current``'s state (variables, iterator
+    positions; ``initializers``, e.g. lookup tables, re-run)."""
+    g = tf.Graph()
+    with g.as_default():
+        _tf1.import_graph_def(graph_def, name="")
+    with hook.plain_sessions():
+        sess = _tf1.Session(target, graph=g, config=config)
+    new = Running(strategy, g, sess, StateOps(g, variables, iterators), profile_graph, True)
+    try:
+        state = current.capture()
+        new.state.restore(new.run, state)
+        present = [n for n in initializers if _has_op(g, n)]
+        if present:
+            new.run(present)
+        if check is not None:
+            check(new)
+    except BaseException:
+        sess.close()
+        raise
+    return new
+
+
+def _has_op(g: tf.Graph, name: str) -> bool:
+    try:
+        g.get_operation_by_name(name)
+        return True
+    except KeyError:
+        return False

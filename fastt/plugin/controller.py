@@ -1,0 +1,210 @@
+"""The session plugin's decisions, step by step (no TensorFlow here).
+
+A ``Controller`` sees every run of the training step: ``before_step()`` says whether to trace
+it, ``after_step(seconds, run_metadata)`` records it and, between two steps, profiles, plans,
+activates, measures and rolls back through a ``Backend`` (the TensorFlow side). The phases:
+
+    warmup -> profile -> plan -> measure -> (rolled back | active) -> profile -> ... -> steady
+    steady -> (every ``reprofile_every`` steps) profile -> plan only on a significant change
+
+The first plan is the starting strategy (data parallel when the model fits one device, else a
+model-parallel spread), the next ones the chosen strategy; planning stops when the cost models
+are stable or after ``max_rounds``. A strategy is activated only when it is predicted faster
+than the one running, and rolled back when it measures slower than the one before it.
+"""
+from __future__ import annotations
+
+import logging
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from fastt.plugin.settings import Settings
+
+log = logging.getLogger("fastt")
+
+STATUSES = ("measuring", "active", "superseded", "rolled_back", "failed")
+
+
+class Backend(Protocol):
+    def starting_strategy(self) -> str: ...
+    def profile(self, run_metadata: Any) -> None: ...
+    def cost_change(self) -> float: ...
+    def plan(self, name: str) -> Any: ...
+    def predict(self, strategy: Any) -> float: ...
+    def activate(self, strategy: Any | None) -> None: ...
+    def record(self, entry: "Entry", history: list["Entry"]) -> str: ...
+
+
+@dataclass
+class Entry:
+    """One strategy fastt computed, with what happened to it."""
+    n: int
+    name: str
+    strategy: Any
+    predicted_s: float
+    status: str = "measuring"
+    step: int = 0  # training step at which it was activated
+    measured_s: list[float] = field(default_factory=list)
+    reason: str = ""
+    dump: str = ""
+
+    @property
+    def measured_median_s(self) -> float | None:
+        return statistics.median(self.measured_s) if self.measured_s else None
+
+
+class Controller:
+    def __init__(self, settings: Settings, backend: Backend) -> None:
+        self.settings, self.backend = settings, backend
+        self.phase = "warmup"
+        self.step = 0
+        self.rounds = 0
+        self.history: list[Entry] = []
+        self.active: Entry | None = None  # None: the original graph
+        self.original_s: list[float] = []
+        self._times: list[float] = []
+        self._traced = 0
+        self._measuring: Entry | None = None
+        self._since_profile = 0
+        self._chosen_planned = False  # stability ends planning once the chosen one ran
+
+    # -- what the runtime calls around each training step ---------------------------------
+    def before_step(self) -> bool:
+        """Whether the coming step is traced."""
+        return self.phase == "profile"
+
+    def after_step(self, seconds: float, run_metadata: Any = None) -> None:
+        self.step += 1
+        try:
+            getattr(self, "_" + self.phase)(seconds, run_metadata)
+        except Exception as e:  # noqa: BLE001 - never break training
+            self.fail(e)
+
+    def fail(self, error: BaseException) -> None:
+        """Something inside fastt failed: back to the original graph, stop planning."""
+        if self.settings.strict:
+            raise error
+        entry = self._measuring or (self.history[-1] if self.history else None)
+        reason = f"{type(error).__name__}: {error}"
+        log.warning("fastt: %s; training continues on the original graph", reason)
+        if entry is not None and entry.status in ("measuring", "active"):
+            entry.status, entry.reason = "failed", reason
+        self.phase, self._measuring = "off", None
+        if self.active is not None or entry is not None:
+            self.active = None
+            try:
+                self.backend.activate(None)
+            except Exception as e:  # noqa: BLE001
+                log.error("fastt: could not return to the original graph (%s: %s)",
+                          type(e).__name__, e)
+            if entry is not None:
+                entry.dump = self.backend.record(entry, self.history)
+
+    # -- phases --------------------------------------------------------------------------
+    def _warmup(self, seconds: float, _: Any) -> None:
+        self._times.append(seconds)
+        if len(self._times) >= self.settings.warmup_steps:
+            self.original_s = self._times[1:]  # the first step builds the executors
+            self._start_profile()
+
+    def _profile(self, seconds: float, run_metadata: Any) -> None:
+        if run_metadata is not None:
+            self.backend.profile(run_metadata)
+        self._traced += 1
+        if self._traced < self.settings.profile_steps:
+            return
+        if self._chosen_planned and self.backend.cost_change() < self.settings.replan_threshold:
+            log.info("fastt: cost models stable (change %.1f%%); keeping %s",
+                     100 * self.backend.cost_change(), self._label(self.active))
+            self._steady_now()
+            return
+        self._plan_round()
+
+    def _plan_round(self) -> None:
+        self.rounds += 1
+        first = not self.history and self.settings.strategy in ("os-dpos", "dpos")
+        name = self.backend.starting_strategy() if first else self.settings.strategy
+        strategy = self.backend.plan(name)
+        self._chosen_planned = self._chosen_planned or name == self.settings.strategy
+        if self.active is not None:
+            current = self.backend.predict(self.active.strategy)
+            if current <= strategy.predicted_step_time_s:
+                log.info("fastt: %s predicts %.2f ms, no better than %s (%.2f ms); keeping it",
+                         name, 1e3 * strategy.predicted_step_time_s, self._label(self.active),
+                         1e3 * current)
+                self._next_round()
+                return
+        entry = Entry(len(self.history) + 1, name, strategy, strategy.predicted_step_time_s,
+                      step=self.step)
+        self.history.append(entry)
+        self._measuring = entry
+        self.backend.activate(strategy)
+        self.phase, self._times = "measure", []
+
+    def _measure(self, seconds: float, _: Any) -> None:
+        self._times.append(seconds)
+        if len(self._times) < self.settings.measure_steps:
+            return
+        entry, self._measuring = self._measuring, None
+        assert entry is not None
+        entry.measured_s = self._times[1:]
+        previous = self.active
+        before = previous.measured_median_s if previous else statistics.median(self.original_s)
+        assert entry.measured_median_s is not None and before is not None
+        if entry.measured_median_s > before:
+            entry.status = "rolled_back"
+            entry.reason = (f"measured {1e3 * entry.measured_median_s:.2f} ms/step, slower than "
+                            f"{self._label(previous)} at {1e3 * before:.2f} ms/step")
+            self.backend.activate(previous.strategy if previous else None)
+        else:
+            entry.status = "active"
+            if previous is not None:
+                previous.status = "superseded"
+                previous.dump = self.backend.record(previous, self.history)
+            self.active = entry
+        entry.dump = self.backend.record(entry, self.history)
+        self._summary(entry)
+        self._next_round()
+
+    def _steady(self, seconds: float, _: Any) -> None:
+        self._since_profile += 1
+        if self.settings.reprofile_every and self._since_profile >= self.settings.reprofile_every:
+            self.rounds = max(self.rounds, 1)  # re-plans only on a significant change
+            self._start_profile()
+
+    def _off(self, seconds: float, _: Any) -> None:
+        pass
+
+    # -- helpers -------------------------------------------------------------------------
+    def _next_round(self) -> None:
+        if self.rounds >= self.settings.max_rounds:
+            self._steady_now()
+        else:
+            self._start_profile()
+
+    def _start_profile(self) -> None:
+        self.phase, self._traced = "profile", 0
+
+    def _steady_now(self) -> None:
+        self.phase, self._since_profile = "steady", 0
+        self.rounds = self.settings.max_rounds
+
+    @property
+    def original_median_s(self) -> float | None:
+        return statistics.median(self.original_s) if self.original_s else None
+
+    @staticmethod
+    def _label(entry: Entry | None) -> str:
+        return "the original graph" if entry is None else f"strategy {entry.n} ({entry.name})"
+
+    def _summary(self, e: Entry) -> None:
+        orig = self.original_median_s
+        measured = e.measured_median_s or 0.0
+        speedup = orig / measured if orig and measured else float("nan")
+        verb = "activated" if e.status == "active" else "rolled back"
+        log.info("fastt: %s strategy %d (%s) on %d devices: predicted %.2f ms/step, measured "
+                 "%.2f ms/step, original %.2f ms/step, speedup %.2fx%s%s", verb, e.n, e.name,
+                 len(getattr(e.strategy, "devices", [])), 1e3 * e.predicted_s, 1e3 * measured,
+                 1e3 * (orig or 0.0), speedup, f" ({e.reason})" if e.reason else "",
+                 f"; dump {e.dump}" if e.dump else "")

@@ -1,0 +1,332 @@
+"""The plugin behind one user ``Session``: serves its runs, finds the training step, and is
+the ``Controller``'s TensorFlow side (profile, plan, activate, dump).
+
+Until a strategy is active every call goes to the user's own session unchanged. Afterwards the
+user's fetches and feeds (every form ``Session.run`` takes) are resolved in the user's graph,
+named, and run on the inner session, whose graph has the same names; results come back in the
+user's structure. ``sess.graph`` stays the user's graph.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import Counter
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
+
+from fastt.adapters.probe import probe_pair
+from fastt.adapters.rewrite import _updates_state, merged_graph, rewrite
+from fastt.adapters.tf_import import from_tf_graph
+from fastt.costs import CostModels, MemoryModel
+from fastt.devices import device_type
+from fastt.ir import Graph, TensorRef
+from fastt.plugin import activation, dump
+from fastt.plugin.activation import Running
+from fastt.plugin.controller import Controller, Entry
+from fastt.plugin.settings import Settings
+from fastt.plugin.state import SCOPE, StateOps, stateful_ops
+from fastt.profiler import profile
+from fastt.sched.problem import Device, ModelCosts
+from fastt.sched.strategy import fits_one_device, plan, predict
+from tf_patches import session_hook as hook
+
+log = logging.getLogger("fastt")
+_tf1 = tf.compat.v1
+_RETRYABLE = (tf.errors.OutOfRangeError, tf.errors.CancelledError)
+
+
+class SessionPlugin:
+    def __init__(self, sess: Any, target: str, config: Any, settings: Settings) -> None:
+        self.sess, self.graph, self.target = sess, sess.graph, target
+        self.config = config
+        self.settings = settings
+        self.controller: Controller | None = None
+        self.devices: list[Device] = []
+        self.step_names: list[str] = []
+        self.ir: Graph | None = None
+        self.models: CostModels | None = None
+        self._kinds: dict[Any, bool] = {}
+        self._seen: Counter[Any] = Counter()
+        self._off = False
+        self._feed_shapes: dict[str, tuple[int, ...]] = {}
+        self._shapes: dict[TensorRef, tuple[int, ...]] = {}
+        variables, iterators = stateful_ops(self.graph)
+        self.user = Running(None, self.graph, sess, StateOps(self.graph, variables, iterators),
+                            Graph([]), inner=False)
+        self.current = self.user
+
+    # -- the user's calls ----------------------------------------------------------------
+    def run(self, fetches: Any, feed_dict: Any, options: Any, run_metadata: Any) -> Any:
+        if self.current is self.user and self._off:
+            return hook.original("run")(self.sess, fetches, feed_dict, options, run_metadata)
+        req = hook.request(self.graph, fetches, feed_dict)
+        ctl = self._controller_for(req.signature, req.fetch_names + req.target_names)
+        if ctl is None:
+            return self._dispatch(req, fetches, feed_dict, options, run_metadata)
+        if self.models is None:
+            self._feed_shapes = {n: v.shape for n, v in req.feeds.items()}
+        trace = ctl.before_step()
+        meta = _tf1.RunMetadata() if trace or run_metadata is not None else None
+        opts = _traced(options) if trace else options
+        t0 = time.perf_counter()
+        out = self._dispatch(req, fetches, feed_dict, opts, meta)
+        seconds = time.perf_counter() - t0
+        if run_metadata is not None:
+            run_metadata.MergeFrom(meta)
+        ctl.after_step(seconds, meta if trace else None)
+        return out
+
+    def _dispatch(self, req: hook.Request, fetches: Any, feed_dict: Any, options: Any,
+                  meta: Any) -> Any:
+        cur = self.current
+        if cur is self.user:
+            return hook.original("run")(self.sess, fetches, feed_dict, options, meta)
+        try:
+            values = hook.run_elements(
+                cur.sess, [self._element(n) for n in req.fetch_names],
+                [self._element(n) for n in req.target_names],
+                {self._element(n): v for n, v in req.feeds.items()}, options, meta)
+        except _RETRYABLE:
+            raise
+        except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
+            if cur.strategy is None or self.controller is None:
+                raise
+            self.controller.fail(e)
+            if self.current is cur:
+                raise
+            return self._dispatch(req, fetches, feed_dict, options, meta)
+        return hook.build_results(self.sess, req, values)
+
+    def _element(self, name: str) -> Any:
+        try:
+            return self.current.element(name)
+        except KeyError:  # the user added ops after the activation: serve the grown graph
+            log.info("fastt: the graph grew (%s); re-activating on it", name)
+            self.ir = None
+            self.activate(self.current.strategy)
+            return self.current.element(name)
+
+    def make_callable(self, callable_options: Any) -> "_Callable":
+        return _Callable(self, callable_options)
+
+    def call(self, c: "_Callable", args: tuple[Any, ...], run_metadata: Any) -> Any:
+        ctl = self._controller_for(c.signature, c.names) if not self._off else None
+        trace = ctl.before_step() if ctl else False
+        if ctl is not None and self.models is None:
+            self._feed_shapes = {n: np.shape(a) for n, a in zip(c.options.feed, args)}
+        cur = self.current
+        key = (c, trace)
+        fn = cur.callables.get(key)
+        if fn is None:
+            opts = c.options
+            if trace:
+                opts = config_pb2.CallableOptions()
+                opts.CopyFrom(c.options)
+                opts.run_options.trace_level = config_pb2.RunOptions.FULL_TRACE
+            fn = cur.callables[key] = (hook.original("_make_callable_from_options")(
+                cur.sess, opts) if cur is self.user else hook.plain_callable(cur.sess, opts))
+        meta = _tf1.RunMetadata() if trace else run_metadata
+        t0 = time.perf_counter()
+        out = fn(*args, run_metadata=meta)
+        if ctl is not None:
+            if trace and run_metadata is not None:
+                run_metadata.MergeFrom(meta)
+            ctl.after_step(time.perf_counter() - t0, meta if trace else None)
+        return out
+
+    def partial_run_setup(self, fetches: Any, feeds: Any = None) -> Any:
+        if self.current is self.user:
+            return hook.original("partial_run_setup")(self.sess, fetches, feeds)
+        req = hook.request(self.graph, fetches)
+        feed_names = [self.graph.as_graph_element(f, allow_operation=False).name
+                      for f in (feeds or [])]
+        return self.current.sess.partial_run_setup(req.fetch_names + req.target_names,
+                                                   feed_names)
+
+    def partial_run(self, handle: Any, fetches: Any, feed_dict: Any = None) -> Any:
+        if self.current is self.user:
+            return hook.original("partial_run")(self.sess, handle, fetches, feed_dict)
+        req = hook.request(self.graph, fetches, feed_dict)
+        values = self.current.sess.partial_run(handle, req.fetch_names + req.target_names,
+                                               dict(req.feeds))
+        return hook.build_results(self.sess, req, values[:len(req.fetch_names)])
+
+    def close(self) -> None:
+        if self.current is not self.user:
+            self.current.close()
+            self.current = self.user
+
+    # -- finding the training step ---------------------------------------------------------
+    def _controller_for(self, signature: Any, names: list[str]) -> Controller | None:
+        if self.controller is not None:
+            return self.controller if signature == self._step_signature else None
+        if self._off:
+            return None
+        kind = self._kinds.get(signature)
+        if kind is None:
+            kind = self._kinds[signature] = self._is_training(names)
+        if not kind:
+            return None
+        self._seen[signature] += 1
+        if self._seen[signature] < 2:  # the training step is the one that recurs
+            return None
+        return self._start(signature, names)
+
+    def _is_training(self, names: list[str]) -> bool:
+        ir = self._user_ir()
+        trainable = {v.op.name for v in self.graph.get_collection(
+            _tf1.GraphKeys.TRAINABLE_VARIABLES)}
+        for op in ir.fan_in(names):
+            if _updates_state(op) and op.inputs:
+                var = op.inputs[0].op
+                if not trainable or var in trainable:
+                    return True
+        return False
+
+    def _user_ir(self) -> Graph:
+        if self.ir is None:
+            ir = from_tf_graph(self.graph, name="user")
+            self.ir = Graph([op for op in ir if not op.name.startswith(SCOPE + "/")],
+                            name=ir.name, payload=ir.payload)
+            if self.models is not None:  # measured shapes survive a re-import
+                self.ir = self.ir.with_output_shapes(self._shapes)
+        return self.ir
+
+    def _start(self, signature: Any, names: list[str]) -> Controller | None:
+        self.devices = self._resolve_devices()
+        if len(self.devices) < 2:
+            self._off = True
+            log.info("fastt: fewer than 2 devices (set FASTT_DEVICES, e.g. cpu:2); "
+                     "this session runs as it is")
+            return None
+        if self.graph.get_collection(_tf1.GraphKeys.QUEUE_RUNNERS):
+            self._off = True
+            log.warning("fastt: the graph uses queue runners, whose queues cannot be carried "
+                        "to another session; this session runs as it is")
+            return None
+        self._step_signature = signature
+        self.step_names = [n.split(":")[0] for n in names]
+        self.controller = Controller(self.settings, self)
+        log.info("fastt: training step found (%d fetches and targets); planning over %d "
+                 "devices", len(names), len(self.devices))
+        return self.controller
+
+    def _resolve_devices(self) -> list[Device]:
+        if self.settings.devices:
+            names = self.settings.devices
+        else:
+            names = [d.name for d in self.sess.list_devices() if d.device_type == "GPU"]
+        return [Device(n, math.inf if device_type(n) == "CPU" else _memory(self.sess, n))
+                for n in names]
+
+    # -- the Controller's backend ------------------------------------------------------------
+    def starting_strategy(self) -> str:
+        step = self._user_ir().fan_in(self.step_names)
+        return "data-parallel" if fits_one_device(step, self.devices) else "m-topo"
+
+    def profile(self, run_metadata: Any) -> None:
+        cur = self.current
+        graph = self._user_ir() if cur.strategy is None else cur.profile_graph
+        p = profile(run_metadata, graph)
+        joins = {op.name for op in graph if "_fastt_join" in op.attrs}
+        p.compute = [s for s in p.compute if s.op not in joins]  # a join has its op's name
+        if self.models is None:
+            fed = {TensorRef(*_split_name(n)): tuple(s) for n, s in self._feed_shapes.items()}
+            self._shapes = {**p.output_shapes, **fed}
+            self.ir = self._user_ir().with_output_shapes(self._shapes, p.output_bytes)
+            self.models = CostModels(memory=MemoryModel.from_graph(self.ir))
+        self.models.update(p)
+
+    def cost_change(self) -> float:
+        assert self.models is not None
+        return self.models.compute.relative_change()
+
+    def _costs(self) -> ModelCosts:
+        assert self.models is not None
+        names = [d.name for d in self.devices]
+        for src in names:
+            for dst in names:
+                if src != dst and self.models.comm.fit(src, dst) is None:
+                    with hook.plain_sessions():
+                        self.models.comm.update(probe_pair(src, dst, self.target,
+                                                           self.inner_config()))
+        return ModelCosts(self.models)
+
+    def plan(self, name: str) -> Any:
+        s = plan(self._user_ir(), self.devices, self._costs(), name, fetches=self.step_names,
+                 split=self.settings.split)
+        log.info("fastt: planned %s in %.2f s: predicted %.2f ms/step, %d splits", name,
+                 s.plan_time_s, 1e3 * s.predicted_step_time_s, len(s.splits))
+        return s
+
+    def predict(self, strategy: Any) -> float:
+        return predict(strategy, self.devices, self._costs(),
+                       self._user_ir().fan_in(self.step_names))
+
+    def activate(self, strategy: Any | None) -> None:
+        ir = self._user_ir()
+        if strategy is None:
+            gd, graph = activation.user_graph_def(self.graph), ir
+        else:
+            gd = rewrite(ir, strategy, enforce_order=self.settings.order)
+            graph = merged_graph(ir, strategy)
+        inits = [op.name for op in self.graph.get_collection(_tf1.GraphKeys.TABLE_INITIALIZERS)]
+        new = activation.start(gd, strategy, graph, self.target, self.inner_config(),
+                               self.current, self.user.state.variables,
+                               self.user.state.iterators, inits)
+        old, self.current = self.current, new
+        old.close()
+
+    def inner_config(self) -> Any:
+        cfg = _tf1.ConfigProto()
+        if self.config is not None:
+            cfg.CopyFrom(self.config)
+        if self.settings.logical_cpus > cfg.device_count.get("CPU", 1):
+            cfg.device_count["CPU"] = self.settings.logical_cpus
+        return cfg
+
+    def record(self, entry: Entry, history: list[Entry]) -> str:
+        if not self.settings.dump_dir:
+            return ""
+        assert self.controller is not None
+        mechanism = "control-dependencies" if self.settings.order else "none"
+        doc = dump.document(entry, history, self.controller.original_s, mechanism)
+        return dump.write(self.settings.dump_dir, entry, doc, self.models)
+
+
+class _Callable:
+    """What ``_make_callable_from_options`` returns (tf-keras runs its steps through it):
+    it runs on whichever session currently serves the user's."""
+
+    def __init__(self, plugin: SessionPlugin, options: Any) -> None:
+        self.plugin, self.options = plugin, options
+        self.names = list(options.fetch) + list(options.target)
+        self.signature = (tuple(sorted(options.fetch)), tuple(sorted(options.target)),
+                          tuple(sorted(options.feed)))
+
+    def __call__(self, *args: Any, run_metadata: Any = None) -> Any:
+        return self.plugin.call(self, args, run_metadata)
+
+
+def _traced(options: Any) -> Any:
+    opts = _tf1.RunOptions()
+    if options is not None:
+        opts.CopyFrom(options)
+    opts.trace_level = _tf1.RunOptions.FULL_TRACE
+    return opts
+
+
+def _split_name(name: str) -> tuple[str, int]:
+    op, _, index = name.rpartition(":")
+    return op, int(index)
+
+
+def _memory(sess: Any, name: str) -> float:
+    for d in sess.list_devices():
+        if d.name == name and d.memory_limit_bytes:
+            return float(d.memory_limit_bytes)
+    return math.inf

@@ -1,0 +1,137 @@
+"""The session plugin's settings, read from environment variables (no TensorFlow here).
+
+Every variable is documented in the README; an invalid value raises ``SettingsError`` naming
+the variable and what it accepts.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from fastt.errors import FasttError
+from fastt.sched.strategy import STRATEGIES
+
+_TRUE = ("1", "true", "on", "yes")
+_FALSE = ("", "0", "false", "off", "no")
+LOCAL_CPU = "/job:localhost/replica:0/task:0/device:CPU:{}"
+
+
+class SettingsError(FasttError):
+    """An environment variable of fastt has a value fastt cannot use."""
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None:
+        return default
+    v = raw.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise SettingsError(f"{name}={raw!r}: expected 1/0 (or true/false, on/off, yes/no)")
+
+
+def _count(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        v = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r}: expected a whole number >= {minimum}") from None
+    if v < minimum:
+        raise SettingsError(f"{name}={raw!r}: expected a whole number >= {minimum}")
+    return v
+
+
+def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        v = float(raw)
+    except ValueError:
+        v = -1.0
+    if not 0.0 <= v < 1.0:
+        raise SettingsError(f"{name}={raw!r}: expected a fraction in [0, 1)")
+    return v
+
+
+_DEVICE = re.compile(r"^(/job:[\w-]+(/replica:\d+)?(/task:\d+)?)?/device:(CPU|GPU):\d+$",
+                     re.IGNORECASE)
+
+
+def parse_devices(raw: str) -> tuple[list[str], int]:
+    """``FASTT_DEVICES``: ``cpu:N`` (N logical CPU devices in this process) or a comma list
+    of device names. Returns (device names, logical CPUs the inner sessions need)."""
+    text = raw.strip()
+    m = re.fullmatch(r"cpu:(\d+)", text, re.IGNORECASE)
+    if m:
+        n = int(m.group(1))
+        if n < 1:
+            raise SettingsError(f"FASTT_DEVICES={raw!r}: cpu:N needs N >= 1")
+        return [LOCAL_CPU.format(i) for i in range(n)], n
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise SettingsError(f"FASTT_DEVICES={raw!r}: expected cpu:N or a comma list of "
+                            "device names such as /device:GPU:0,/device:GPU:1")
+    bad = [n for n in names if not _DEVICE.match(n)]
+    if bad:
+        raise SettingsError(f"FASTT_DEVICES={raw!r}: {bad[0]!r} is not a device name "
+                            "(expected e.g. /device:GPU:0 or /job:worker/task:1/device:CPU:0)")
+    if len(set(names)) != len(names):
+        raise SettingsError(f"FASTT_DEVICES={raw!r}: a device is listed twice")
+    from fastt.devices import canonical
+    full = [canonical(n) for n in names]
+    cpus = [int(n.rsplit(":", 1)[1]) for n in full
+            if "/device:CPU:" in n and n.startswith("/job:localhost/")]
+    return full, (max(cpus) + 1 if cpus else 1)
+
+
+@dataclass(frozen=True)
+class Settings:
+    enabled: bool = False
+    devices: list[str] = field(default_factory=list)  # empty: decided from the machine
+    logical_cpus: int = 1
+    strategy: str = "os-dpos"
+    dump_dir: str = ""
+    warmup_steps: int = 5
+    profile_steps: int = 3
+    measure_steps: int = 5
+    max_rounds: int = 3
+    reprofile_every: int = 500  # steps; 0: never
+    replan_threshold: float = 0.1  # relative change of the cost models that triggers a re-plan
+    order: bool = True
+    split: bool = True
+    strict: bool = False
+    log_level: str = "INFO"
+
+
+def from_env(env: Mapping[str, str] | None = None) -> Settings:
+    """The settings in ``env`` (default: ``os.environ``)."""
+    env = os.environ if env is None else env
+    enabled = _flag(env, "FASTT", False)
+    devices, cpus = [], 1
+    if env.get("FASTT_DEVICES", "").strip():
+        devices, cpus = parse_devices(env["FASTT_DEVICES"])
+    strategy = env.get("FASTT_STRATEGY", "os-dpos").strip() or "os-dpos"
+    if strategy not in STRATEGIES:
+        raise SettingsError(f"FASTT_STRATEGY={strategy!r}: expected one of "
+                            f"{', '.join(STRATEGIES)}")
+    level = env.get("FASTT_LOG_LEVEL", "INFO").strip().upper() or "INFO"
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise SettingsError(f"FASTT_LOG_LEVEL={level!r}: expected DEBUG, INFO, WARNING or ERROR")
+    return Settings(
+        enabled=enabled, devices=devices, logical_cpus=cpus, strategy=strategy,
+        dump_dir=env.get("FASTT_DUMP_DIR", "").strip(),
+        warmup_steps=_count(env, "FASTT_WARMUP_STEPS", 5, 2),
+        profile_steps=_count(env, "FASTT_PROFILE_STEPS", 3, 1),
+        measure_steps=_count(env, "FASTT_MEASURE_STEPS", 5, 2),
+        max_rounds=_count(env, "FASTT_MAX_ROUNDS", 3, 1),
+        reprofile_every=_count(env, "FASTT_REPROFILE_EVERY", 500, 0),
+        replan_threshold=_fraction(env, "FASTT_REPLAN_THRESHOLD", 0.1),
+        order=_flag(env, "FASTT_ORDER", True), split=_flag(env, "FASTT_SPLIT", True),
+        strict=_flag(env, "FASTT_STRICT", False), log_level=level)

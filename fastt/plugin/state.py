@@ -1,0 +1,147 @@
+"""Carry a training's state from one session to another, bit for bit.
+
+The state is every variable (global, local, optimizer slots, the global step, metrics) and
+the position of every ``tf.data`` iterator (serialized by TensorFlow itself, shuffle buffers
+and random state included). Values travel as numpy arrays, so they arrive unchanged. Reads
+use the variable's own read op where the graph has one; what is missing is added under
+``fastt_state/`` (to the user's graph too, even when finalized: reads only).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import tensorflow as tf
+
+from tf_patches.session_hook import unfinalized
+
+log = logging.getLogger("fastt")
+VARIABLE_TYPES = frozenset({"VarHandleOp", "VariableV2", "Variable"})
+ITERATOR_TYPES = frozenset({"OneShotIterator", "IteratorV2", "Iterator"})
+SCOPE = "fastt_state"
+Run = Callable[[Any, Any], Any]  # run(fetches, feed_dict) on the right session
+
+
+@dataclass
+class State:
+    values: dict[str, np.ndarray] = field(default_factory=dict)
+    iterators: dict[str, bytes] = field(default_factory=dict)
+    uninitialized: list[str] = field(default_factory=list)
+
+
+def stateful_ops(graph: tf.Graph) -> tuple[list[str], list[str]]:
+    """(variable op names, iterator op names) of ``graph``, outside fastt's own ops."""
+    variables, iterators = [], []
+    for op in graph.get_operations():
+        if op.name.startswith(SCOPE + "/"):
+            continue
+        if op.type in VARIABLE_TYPES:
+            variables.append(op.name)
+        elif op.type in ITERATOR_TYPES:
+            iterators.append(op.name)
+    return variables, iterators
+
+
+def _existing_read(op: tf.Operation) -> tf.Tensor | None:
+    if op.type != "VarHandleOp":
+        return op.outputs[0]  # a reference variable's output reads as its value
+    for c in op.outputs[0].consumers():
+        if c.type == "ReadVariableOp" and not c.control_inputs:
+            return c.outputs[0]
+    return None
+
+
+class StateOps:
+    """Reads and writes of one graph's state, built on first use."""
+
+    def __init__(self, graph: tf.Graph, variables: list[str], iterators: list[str]) -> None:
+        self.graph = graph
+        self.variables = [v for v in variables if _has(graph, v)]
+        self.iterators = [i for i in iterators if _has(graph, i)]
+        self._reads: dict[str, tf.Tensor] | None = None
+        self._writes: tuple[dict[str, Any], dict[str, Any]] | None = None
+
+    def reads(self) -> dict[str, tf.Tensor]:
+        if self._reads is None:
+            g, reads, missing = self.graph, {}, []
+            for name in self.variables:
+                t = _existing_read(g.get_operation_by_name(name))
+                if t is None:
+                    missing.append(name)
+                else:
+                    reads[name] = t
+            if missing or self.iterators:
+                with unfinalized(g), tf.name_scope(SCOPE + "/"):
+                    for name in missing:
+                        op = g.get_operation_by_name(name)
+                        reads[name] = tf.raw_ops.ReadVariableOp(
+                            resource=op.outputs[0], dtype=op.get_attr("dtype"))
+                    for name in self.iterators:
+                        h = g.get_operation_by_name(name).outputs[0]
+                        reads[name] = tf.io.serialize_tensor(
+                            tf.raw_ops.SerializeIterator(resource_handle=h))
+            self._reads = reads
+        return self._reads
+
+    def capture(self, run: Run) -> State:
+        """The state held by the session ``run`` runs on."""
+        reads = self.reads()
+        state = State()
+        try:
+            values = dict(zip(reads, run(list(reads.values()), None)))
+        except tf.errors.FailedPreconditionError:  # some variable never initialized
+            values = {}
+            for name, t in reads.items():
+                try:
+                    values[name] = run(t, None)
+                except tf.errors.FailedPreconditionError:
+                    state.uninitialized.append(name)
+        for name, v in values.items():
+            if name in self.iterators:
+                state.iterators[name] = v
+            else:
+                state.values[name] = np.asarray(v)
+        if state.uninitialized:
+            log.debug("fastt: not carried (never initialized): %s", state.uninitialized)
+        return state
+
+    def _build_writes(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        if self._writes is None:
+            g = self.graph
+            feeds, ops = {}, {}
+            with unfinalized(g), tf.name_scope(SCOPE + "/"):
+                for name in self.variables:
+                    op = g.get_operation_by_name(name)
+                    ph = tf.compat.v1.placeholder(op.get_attr("dtype"), name="value")
+                    feeds[name] = ph
+                    if op.type == "VarHandleOp":
+                        ops[name] = tf.raw_ops.AssignVariableOp(resource=op.outputs[0], value=ph)
+                    else:
+                        ops[name] = tf.raw_ops.Assign(ref=op.outputs[0], value=ph,
+                                                      validate_shape=False).op
+                for name in self.iterators:
+                    ph = tf.compat.v1.placeholder(tf.string, [], name="iterator")
+                    feeds[name] = ph
+                    ops[name] = tf.raw_ops.DeserializeIterator(
+                        resource_handle=g.get_operation_by_name(name).outputs[0],
+                        serialized=tf.io.parse_tensor(ph, tf.variant))
+            self._writes = (feeds, ops)
+        return self._writes
+
+    def restore(self, run: Run, state: State) -> None:
+        """Put ``state`` into the session ``run`` runs on: variables first, then iterators."""
+        feeds, ops = self._build_writes()
+        for group in (state.values, state.iterators):
+            names = [n for n in group if n in ops]
+            if names:
+                run([ops[n] for n in names], {feeds[n]: group[n] for n in names})
+
+
+def _has(graph: tf.Graph, name: str) -> bool:
+    try:
+        graph.get_operation_by_name(name)
+        return True
+    except KeyError:
+        return False
