@@ -23,6 +23,7 @@ from fastt.adapters.rewrite import _updates_state, merged_graph, rewrite
 from fastt.adapters.tf_import import from_tf_graph
 from fastt.costs import CostModels, MemoryModel
 from fastt.devices import device_type
+from fastt.errors import FasttError
 from fastt.ir import Graph, TensorRef
 from fastt.plugin import activation, dump
 from fastt.plugin.activation import Running
@@ -30,6 +31,7 @@ from fastt.plugin.controller import Controller, Entry
 from fastt.plugin.settings import Settings
 from fastt.plugin.state import SCOPE, StateOps, stateful_ops
 from fastt.profiler import profile
+from fastt.sched.data_parallel import batch_size
 from fastt.sched.problem import Device, ModelCosts
 from fastt.sched.strategy import fits_one_device, plan, predict
 from tf_patches import session_hook as hook
@@ -52,6 +54,7 @@ class SessionPlugin:
         self._kinds: dict[Any, bool] = {}
         self._seen: Counter[Any] = Counter()
         self._off = False
+        self._ir_version = -1
         self._feed_shapes: dict[str, tuple[int, ...]] = {}
         self._shapes: dict[TensorRef, tuple[int, ...]] = {}
         variables, iterators = stateful_ops(self.graph)
@@ -63,7 +66,13 @@ class SessionPlugin:
     def run(self, fetches: Any, feed_dict: Any, options: Any, run_metadata: Any) -> Any:
         if self.current is self.user and self._off:
             return hook.original("run")(self.sess, fetches, feed_dict, options, run_metadata)
-        req = hook.request(self.graph, fetches, feed_dict)
+        try:
+            req = hook.request(self.graph, fetches, feed_dict)
+        except Exception:  # noqa: BLE001 - TensorFlow's own run says what is wrong
+            if self.current is self.user:
+                return hook.original("run")(self.sess, fetches, feed_dict, options,
+                                            run_metadata)
+            raise
         ctl = self._controller_for(req.signature, req.fetch_names + req.target_names)
         if ctl is None:
             return self._dispatch(req, fetches, feed_dict, options, run_metadata)
@@ -122,6 +131,10 @@ class SessionPlugin:
         key = (c, trace)
         fn = cur.callables.get(key)
         if fn is None:
+            if cur is not self.user:
+                for name in c.names + list(c.options.feed):
+                    self._element(name)  # re-activates on a grown graph
+                cur = self.current
             opts = c.options
             if trace:
                 opts = config_pb2.CallableOptions()
@@ -162,6 +175,17 @@ class SessionPlugin:
 
     # -- finding the training step ---------------------------------------------------------
     def _controller_for(self, signature: Any, names: list[str]) -> Controller | None:
+        try:
+            return self._find_step(signature, names)
+        except Exception as e:  # noqa: BLE001 - never break training
+            if self.settings.strict:
+                raise
+            self._off = True
+            log.warning("fastt: could not analyse the graph (%s: %s); this session runs as "
+                        "it is", type(e).__name__, e)
+            return None
+
+    def _find_step(self, signature: Any, names: list[str]) -> Controller | None:
         if self.controller is not None:
             return self.controller if signature == self._step_signature else None
         if self._off:
@@ -188,7 +212,8 @@ class SessionPlugin:
         return False
 
     def _user_ir(self) -> Graph:
-        if self.ir is None:
+        if self.ir is None or self._ir_version != self.graph.version:
+            self._ir_version = self.graph.version
             ir = from_tf_graph(self.graph, name="user")
             self.ir = Graph([op for op in ir if not op.name.startswith(SCOPE + "/")],
                             name=ir.name, payload=ir.payload)
@@ -226,6 +251,11 @@ class SessionPlugin:
     # -- the Controller's backend ------------------------------------------------------------
     def starting_strategy(self) -> str:
         step = self._user_ir().fan_in(self.step_names)
+        try:
+            batch_size(step)
+        except FasttError as e:
+            log.info("fastt: no data parallelism (%s); starting from a model-parallel spread", e)
+            return "m-topo"
         return "data-parallel" if fits_one_device(step, self.devices) else "m-topo"
 
     def profile(self, run_metadata: Any) -> None:
