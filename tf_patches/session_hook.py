@@ -161,6 +161,11 @@ def request(graph: Any, fetches: Any, feed_dict: Any = None) -> Request:
             if hasattr(sub_value, "to_numpy_array"):  # a TensorHandle
                 sub_value = sub_value.to_numpy_array()
             arr = np.asarray(sub_value, dtype=t.dtype.as_numpy_dtype)
+            if not t.get_shape().is_compatible_with(arr.shape):
+                raise ValueError(f"Cannot feed value of shape {arr.shape} for Tensor {t.name}, "
+                                 f"which has shape {t.get_shape()}")
+            if not graph.is_feedable(t):
+                raise ValueError(f"Tensor {t.name} may not be fed.")
             by_ref[t.ref()] = arr
             feeds[t.name] = arr
     handler = _session._FetchHandler(graph, fetches, by_ref)

@@ -1,0 +1,53 @@
+"""The plugin's environment variables: defaults, values, and errors that name the variable."""
+import pytest
+
+from fastt.plugin.settings import LOCAL_CPU, Settings, SettingsError, from_env, parse_devices
+
+
+def test_defaults_are_off_and_os_dpos():
+    s = from_env({})
+    assert s == Settings()
+    assert not s.enabled and s.strategy == "os-dpos" and s.order and s.split
+
+
+def test_values_are_read():
+    s = from_env({"FASTT": "1", "FASTT_DEVICES": "cpu:4", "FASTT_STRATEGY": "dpos",
+                  "FASTT_DUMP_DIR": "/tmp/x", "FASTT_WARMUP_STEPS": "7",
+                  "FASTT_PROFILE_STEPS": "2", "FASTT_MEASURE_STEPS": "9",
+                  "FASTT_MAX_ROUNDS": "4", "FASTT_REPROFILE_EVERY": "0",
+                  "FASTT_REPLAN_THRESHOLD": "0.25", "FASTT_ORDER": "off", "FASTT_SPLIT": "no",
+                  "FASTT_STRICT": "yes", "FASTT_LOG_LEVEL": "debug"})
+    assert s.enabled and s.devices == [LOCAL_CPU.format(i) for i in range(4)]
+    assert s.logical_cpus == 4 and s.strategy == "dpos" and s.dump_dir == "/tmp/x"
+    assert (s.warmup_steps, s.profile_steps, s.measure_steps) == (7, 2, 9)
+    assert (s.max_rounds, s.reprofile_every, s.replan_threshold) == (4, 0, 0.25)
+    assert not s.order and not s.split and s.strict and s.log_level == "DEBUG"
+
+
+def test_device_lists():
+    names, cpus = parse_devices("/device:CPU:0, /device:CPU:2")
+    assert names == [LOCAL_CPU.format(0), LOCAL_CPU.format(2)] and cpus == 3
+    names, cpus = parse_devices("/job:worker/task:0/device:CPU:0,/job:worker/task:1/device:CPU:0")
+    assert names[1] == "/job:worker/replica:0/task:1/device:CPU:0" and cpus == 1
+
+
+@pytest.mark.parametrize("env, variable", [
+    ({"FASTT": "maybe"}, "FASTT="),
+    ({"FASTT_DEVICES": "cpu:0"}, "FASTT_DEVICES"),
+    ({"FASTT_DEVICES": "gpu0"}, "FASTT_DEVICES"),
+    ({"FASTT_DEVICES": "/device:CPU:0,/device:CPU:0"}, "FASTT_DEVICES"),
+    ({"FASTT_DEVICES": " , "}, "FASTT_DEVICES"),
+    ({"FASTT_STRATEGY": "fastest"}, "FASTT_STRATEGY"),
+    ({"FASTT_WARMUP_STEPS": "1"}, "FASTT_WARMUP_STEPS"),
+    ({"FASTT_PROFILE_STEPS": "three"}, "FASTT_PROFILE_STEPS"),
+    ({"FASTT_MEASURE_STEPS": "-1"}, "FASTT_MEASURE_STEPS"),
+    ({"FASTT_REPROFILE_EVERY": "x"}, "FASTT_REPROFILE_EVERY"),
+    ({"FASTT_REPLAN_THRESHOLD": "2"}, "FASTT_REPLAN_THRESHOLD"),
+    ({"FASTT_ORDER": "sometimes"}, "FASTT_ORDER"),
+    ({"FASTT_SPLIT": "2"}, "FASTT_SPLIT"),
+    ({"FASTT_STRICT": "y"}, "FASTT_STRICT"),
+    ({"FASTT_LOG_LEVEL": "loud"}, "FASTT_LOG_LEVEL"),
+])
+def test_invalid_values_name_the_variable(env, variable):
+    with pytest.raises(SettingsError, match=variable):
+        from_env(env)

@@ -1,0 +1,264 @@
+"""The session plugin in-process: unchanged training code, state carried bit for bit, rollback,
+failures that leave training on the original graph, every fetch and feed form."""
+import collections
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+tf1 = tf.compat.v1
+tf1.disable_eager_execution()
+
+import fastt.plugin  # noqa: E402
+from fastt.errors import FasttError  # noqa: E402
+from fastt.plugin import runtime  # noqa: E402
+from fastt.plugin.settings import Settings, parse_devices  # noqa: E402
+from tf_patches import session_hook  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = 16
+
+
+def settings(tmp_path, **kw):
+    devices, cpus = parse_devices("cpu:2")
+    base = dict(enabled=True, devices=devices, logical_cpus=cpus, dump_dir=str(tmp_path),
+                warmup_steps=2, profile_steps=1, measure_steps=3, max_rounds=2)
+    base.update(kw)
+    return Settings(**base)
+
+
+@pytest.fixture
+def plugin(tmp_path):
+    def install(**kw):
+        fastt.plugin.install(settings(tmp_path, **kw))
+    yield install
+    fastt.plugin.uninstall()
+
+
+def build(with_data=False):
+    """A small classifier: placeholders or a tf.data iterator, Momentum, a global step."""
+    g = tf.Graph()
+    with g.as_default():
+        tf1.set_random_seed(1)
+        rng = np.random.RandomState(0)
+        xs = rng.rand(64, 20).astype(np.float32)
+        ys = rng.randint(0, 4, 64)
+        if with_data:
+            ds = tf.data.Dataset.from_tensor_slices((np.arange(64), xs, ys)).shuffle(
+                64, seed=3).repeat().batch(16, drop_remainder=True)
+            idx, x, y = tf1.data.make_one_shot_iterator(ds).get_next()
+        else:
+            idx = None
+            x = tf1.placeholder(tf.float32, [None, 20], name="x")
+            y = tf1.placeholder(tf.int64, [None], name="y")
+        w1 = tf1.get_variable("w1", [20, 64])
+        w2 = tf1.get_variable("w2", [64, 4])
+        logits = tf.matmul(tf.nn.relu(tf.matmul(x, w1)), w2)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=y, logits=logits))
+        step = tf1.train.get_or_create_global_step()
+        train = tf1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, global_step=step)
+        init = tf1.global_variables_initializer()
+        saver = tf1.train.Saver()
+    feeds = [] if with_data else [{x: xs[i:i + 16], y: ys[i:i + 16]} for i in range(0, 64, 16)]
+    return collections.namedtuple("M", "g x y idx loss train init step saver feeds")(
+        g, x, y, idx, loss, train, init, step, saver, feeds)
+
+
+def train(m, steps=STEPS, fetch_idx=False):
+    sess = tf1.Session(graph=m.g)
+    sess.run(m.init)
+    losses, seen = [], []
+    for i in range(steps):
+        fetches = [m.train, m.loss] + ([m.idx] if fetch_idx else [])
+        out = sess.run(fetches, m.feeds[i % len(m.feeds)] if m.feeds else None)
+        losses.append(out[1])
+        if fetch_idx:
+            seen.extend(out[2].tolist())
+    return sess, losses, seen
+
+
+def statuses(tmp_path):
+    out = {}
+    for d in sorted(os.listdir(tmp_path)):
+        if d.startswith("strategy-"):
+            with open(tmp_path / d / "strategy.json") as f:
+                out[d] = json.load(f)
+    return out
+
+
+def test_without_fastt_nothing_is_patched():
+    code = ("import tensorflow; from tensorflow.python.client import session; "
+            "print(session.BaseSession.run.__module__)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTT")}
+    env["PYTHONPATH"] = ROOT
+    plain = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, check=True).stdout.split()[-1]
+    on = subprocess.run([sys.executable, "-c", code], env={**env, "FASTT": "1"},
+                        capture_output=True, text=True, check=True).stdout.split()[-1]
+    assert plain == "tensorflow.python.client.session"
+    assert on == "tf_patches.session_hook"
+
+
+def test_uninstall_restores_tensorflows_methods(plugin):
+    original = session_hook.BaseSession.__dict__["run"]
+    plugin()
+    assert session_hook.BaseSession.__dict__["run"] is not original
+    fastt.plugin.uninstall()
+    assert session_hook.BaseSession.__dict__["run"] is original
+
+
+def test_state_is_carried_bit_for_bit(plugin, monkeypatch, tmp_path):
+    carried = []
+    activate = runtime.SessionPlugin.activate
+
+    def checked(self, strategy):
+        before = self.current.capture()
+        activate(self, strategy)
+        after = self.current.capture()
+        carried.append((before, after))
+    monkeypatch.setattr(runtime.SessionPlugin, "activate", checked)
+    ref_sess, ref, _ = train(build())
+    plugin()
+    sess, losses, _ = train(build())
+    assert len(carried) >= 2  # an activation, and a rollback or a second activation
+    for before, after in carried:
+        assert sorted(before.values) == sorted(after.values) and len(before.values) >= 5
+        for name, value in before.values.items():
+            assert value.dtype == after.values[name].dtype
+            assert value.tobytes() == after.values[name].tobytes(), name
+    assert session_hook.plugin_of(sess).current is not session_hook.plugin_of(sess).user
+    np.testing.assert_allclose(losses, ref, rtol=1e-4)
+
+
+def test_a_slower_strategy_is_rolled_back(plugin, monkeypatch, tmp_path, caplog):
+    dispatch = runtime.SessionPlugin._dispatch
+
+    def slow_when_planned(self, *args):  # every planned strategy measures slower
+        if self.current.strategy is not None:
+            time.sleep(0.05)
+        return dispatch(self, *args)
+    monkeypatch.setattr(runtime.SessionPlugin, "_dispatch", slow_when_planned)
+    _, ref, _ = train(build())
+    plugin()
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        sess, losses, _ = train(build())
+    docs = statuses(tmp_path)
+    assert len(docs) == 2 and all(d["status"] == "rolled_back" for d in docs.values())
+    assert all("slower than the original graph" in d["reason"] for d in docs.values())
+    assert all(d["measured_step_time_s"] > d["original_step_time_s"] for d in docs.values())
+    assert sum("rolled back strategy" in r.message for r in caplog.records) == 2
+    assert session_hook.plugin_of(sess).current.strategy is None  # on the original graph
+    np.testing.assert_allclose(losses, ref, rtol=1e-4)
+
+
+def _warnings(caplog):
+    return [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "fastt"]
+
+
+def test_an_injected_failure_leaves_training_on_the_original_graph(plugin, monkeypatch,
+                                                                    tmp_path, caplog):
+    def broken(*a, **kw):
+        raise RuntimeError("injected")
+    monkeypatch.setattr(runtime, "rewrite", broken)
+    _, ref, _ = train(build())
+    plugin()
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        sess, losses, _ = train(build())
+    assert len(_warnings(caplog)) == 1 and "injected" in _warnings(caplog)[0].message
+    p = session_hook.plugin_of(sess)
+    assert p.current.strategy is None and p.controller.phase == "off"
+    assert [d["status"] for d in statuses(tmp_path).values()] == ["failed"]
+    assert losses == ref  # never left the original graph: bit for bit the same training
+
+
+def test_a_strategy_the_rewriter_refuses_leaves_training_running(plugin, monkeypatch,
+                                                                 tmp_path, caplog):
+    plan = runtime.SessionPlugin.plan
+
+    def unplaced(self, name):
+        s = plan(self, name)
+        s.placement.pop(next(iter(s.placement)))  # the rewriter refuses unplaced ops
+        return s
+    monkeypatch.setattr(runtime.SessionPlugin, "plan", unplaced)
+    _, ref, _ = train(build())
+    plugin()
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        sess, losses, _ = train(build())
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1 and "places no device" in warnings[0].message
+    assert session_hook.plugin_of(sess).current.strategy is None
+    assert losses == ref
+
+
+def test_strict_mode_raises_the_failure(plugin, monkeypatch):
+    monkeypatch.setattr(runtime, "rewrite", lambda *a, **kw: (_ for _ in ()).throw(
+        FasttError("refused")))
+    plugin(strict=True)
+    with pytest.raises(FasttError, match="refused"):
+        train(build())
+
+
+Pair = collections.namedtuple("Pair", "loss step")
+
+
+def test_every_fetch_and_feed_form_after_activation(plugin):
+    plugin()
+    m = build()
+    sess, _, _ = train(m)
+    p = session_hook.plugin_of(sess)
+    assert p.current is not p.user and sess.graph is m.g
+    feed = m.feeds[0]
+    loss = sess.run(m.loss, feed)
+    by_name = sess.run(m.loss.name, {"x:0": feed[m.x], "y:0": feed[m.y]})
+    assert by_name == loss
+    out = sess.run({"a": [m.loss, (m.step,)], "b": Pair(m.loss, m.step), "op": m.step.op},
+                   feed)
+    assert out["a"][0] == loss and isinstance(out["a"][1], tuple)
+    assert isinstance(out["b"], Pair) and out["b"].step == out["a"][1][0] == STEPS
+    assert out["op"] is None
+    call = sess.make_callable([m.loss, m.step], feed_list=[m.x, m.y])
+    assert call(feed[m.x], feed[m.y]) == [loss, STEPS]
+    h = sess.partial_run_setup([m.loss], [m.x, m.y])
+    assert sess.partial_run(h, m.loss, feed) == loss
+    with pytest.raises(ValueError, match="Cannot feed value of shape"):
+        sess.run(m.loss, {m.x: np.zeros((16, 3), np.float32), m.y: feed[m.y]})
+    assert p.controller.phase != "off"  # the user's mistake is not fastt's failure
+
+
+def test_checkpoints_saved_through_fastt_restore_without_it(plugin, tmp_path):
+    plugin()
+    m = build()
+    sess, _, _ = train(m)
+    assert session_hook.plugin_of(sess).current is not session_hook.plugin_of(sess).user
+    path = m.saver.save(sess, str(tmp_path / "ckpt" / "model"), global_step=m.step)
+    with m.g.as_default():
+        names = [v.op.name for v in tf1.global_variables()]
+        expected = sess.run(tf1.global_variables())
+    fastt.plugin.uninstall()
+    fresh = build()
+    with tf1.Session(graph=fresh.g) as plain:
+        assert "tf_patches" not in type(plain).run.__module__
+        fresh.saver.restore(plain, path)
+        with fresh.g.as_default():
+            got = plain.run([v for v in tf1.global_variables() if v.op.name in names])
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert np.array_equal(a, b)
+    assert path.endswith(f"model-{STEPS}")
+
+
+def test_tf_data_positions_are_carried(plugin):
+    _, ref, ref_seen = train(build(with_data=True), fetch_idx=True)
+    plugin()
+    sess, losses, seen = train(build(with_data=True), fetch_idx=True)
+    p = session_hook.plugin_of(sess)
+    assert p.current is not p.user and p.user.state.iterators
+    assert seen == ref_seen  # no sample skipped or seen twice across activations
+    np.testing.assert_allclose(losses, ref, rtol=1e-4)
