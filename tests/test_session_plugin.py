@@ -262,3 +262,33 @@ def test_tf_data_positions_are_carried(plugin):
     assert p.current is not p.user and p.user.state.iterators
     assert seen == ref_seen  # no sample skipped or seen twice across activations
     np.testing.assert_allclose(losses, ref, rtol=1e-4)
+
+
+def test_a_step_that_never_ends_returns_to_the_original_graph(plugin, monkeypatch, caplog):
+    """The first step of a new graph runs with a deadline. Here one variable's update waits
+    on an empty queue while the other's runs: the state must come back from before the step,
+    not from the half-updated session."""
+    rewrite = runtime.rewrite
+
+    def hanging(ir, strategy, enforce_order=False):
+        gd = rewrite(ir, strategy, enforce_order)
+        g = tf.Graph()
+        with g.as_default():
+            tf1.import_graph_def(gd, name="")
+            q = tf1.FIFOQueue(1, tf.float32, shapes=[[]], name="never")
+            stuck = q.dequeue(name="never_dequeue")
+        gd = g.as_graph_def()
+        for node in gd.node:
+            if node.op == "ResourceApplyMomentum" and "w2" in node.name:
+                node.input.append("^" + stuck.op.name)
+        return gd
+    monkeypatch.setattr(runtime, "rewrite", hanging)
+    monkeypatch.setattr(runtime, "FIRST_STEP_TIMEOUT_S", 2.0)
+    _, ref, _ = train(build())
+    plugin()
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        sess, losses, _ = train(build())
+    warnings = _warnings(caplog)
+    assert len(warnings) == 1 and "DeadlineExceeded" in warnings[0].message
+    assert session_hook.plugin_of(sess).current.strategy is None
+    assert losses == ref  # the half-applied step was discarded, then retried once

@@ -15,6 +15,7 @@ from collections import defaultdict
 from tensorflow.core.framework import graph_pb2
 
 from fastt.adapters.export import to_graph_def
+from fastt.adapters.fusion import fusion_groups, fusion_hazard
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op
 from fastt.sched.data_parallel import BATCH_SOURCES
@@ -86,24 +87,12 @@ def chained_ops(graph: Graph, strategy: Strategy) -> set[str]:
     return (core & set(strategy.graph.names)) - shared_ops(graph, strategy.graph)
 
 
-def _fusion_hazard(graph: Graph, a: str, b: str, depth: int = 3) -> bool:
-    """Whether ``b`` feeds an op at most ``depth`` data edges below ``a``. TensorFlow's kernel
-    fusion (oneDNN's and grappler's: Conv2D/MatMul + BiasAdd + Relu/Add) merges such ops into
-    one kernel that then takes ``b`` as an input: a control edge a -> b would become a cycle
-    through the fused kernel and the step would hang (seen: Conv2D -> the bias read)."""
-    frontier = {a}
-    for _ in range(depth):
-        frontier = {e.dst for n in frontier for e in graph.consumers(n)}
-        if any(r.op == b for n in frontier for r in graph[n].inputs):
-            return True
-    return False
-
-
 def order_edges(graph: Graph, strategy: Strategy) -> dict[str, list[str]]:
     """Op -> control inputs to add so that each device runs its ops in the strategy's order
     (only ``chained_ops``; pairs that kernel fusion could close into a cycle are left
     unordered)."""
     chained = chained_ops(graph, strategy)
+    groups = fusion_groups(graph)
     per_device: dict[str, list[str]] = defaultdict(list)
     for name in strategy.order:
         if name in chained:
@@ -117,7 +106,7 @@ def order_edges(graph: Graph, strategy: Strategy) -> dict[str, list[str]]:
             if pos[a] >= pos[b] and _implied(preds, pos, b, a):
                 raise FasttError(f"the strategy orders {a!r} before {b!r} on one device, "
                                  "but the graph makes it wait for it")
-            if not _implied(preds, pos, a, b) and not _fusion_hazard(graph, a, b):
+            if not _implied(preds, pos, a, b) and not fusion_hazard(graph, groups, a, b):
                 added[b].append(a)
                 preds[b].append(a)
     return added

@@ -30,6 +30,9 @@ class Running:
         self.strategy, self.graph, self.sess = strategy, graph, sess
         self.state, self.profile_graph, self.inner = state, profile_graph, inner
         self._elements: dict[str, Any] = {}
+        # The state it started with, until its first step succeeds: a first step that fails
+        # part-way (or never ends) may have updated some variables.
+        self.snapshot: State | None = None
         self.callables: dict[tuple[Any, bool], Any] = {}
 
     def element(self, name: str) -> Any:
@@ -74,8 +77,9 @@ def start(graph_def: graph_pb2.GraphDef, strategy: Any, profile_graph: Graph,
         sess = _tf1.Session(target, graph=g, config=config)
     new = Running(strategy, g, sess, StateOps(g, variables, iterators), profile_graph, True)
     try:
-        state = current.capture()
+        state = current.snapshot if current.snapshot is not None else current.capture()
         new.state.restore(new.run, state)
+        new.snapshot = state
         present = [n for n in initializers if _has_op(g, n)]
         if present:
             new.run(present)

@@ -39,6 +39,7 @@ from tf_patches import session_hook as hook
 log = logging.getLogger("fastt")
 _tf1 = tf.compat.v1
 _RETRYABLE = (tf.errors.OutOfRangeError, tf.errors.CancelledError)
+FIRST_STEP_TIMEOUT_S = 120.0  # at least; 50 original steps when longer
 
 
 class SessionPlugin:
@@ -94,11 +95,15 @@ class SessionPlugin:
         cur = self.current
         if cur is self.user:
             return hook.original("run")(self.sess, fetches, feed_dict, options, meta)
+        first = cur.snapshot is not None
         try:
             values = hook.run_elements(
                 cur.sess, [self._element(n) for n in req.fetch_names],
                 [self._element(n) for n in req.target_names],
-                {self._element(n): v for n, v in req.feeds.items()}, options, meta)
+                {self._element(n): v for n, v in req.feeds.items()},
+                self._bounded(options) if first else options, meta)
+            if first:
+                cur.snapshot = None
         except _RETRYABLE:
             raise
         except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
@@ -109,6 +114,17 @@ class SessionPlugin:
                 raise
             return self._dispatch(req, fetches, feed_dict, options, meta)
         return hook.build_results(self.sess, req, values)
+
+    def _bounded(self, options: Any) -> Any:
+        """``options`` with a deadline: a step on a new graph that never ends (a deadlock
+        fastt caused) fails instead, and training returns to the original graph."""
+        opts = _tf1.RunOptions()
+        if options is not None:
+            opts.CopyFrom(options)
+        if not opts.timeout_in_ms:
+            orig = self.controller.original_median_s if self.controller else None
+            opts.timeout_in_ms = int(1e3 * max(FIRST_STEP_TIMEOUT_S, 50 * (orig or 0.0)))
+        return opts
 
     def _element(self, name: str) -> Any:
         try:
@@ -140,11 +156,28 @@ class SessionPlugin:
                 opts = config_pb2.CallableOptions()
                 opts.CopyFrom(c.options)
                 opts.run_options.trace_level = config_pb2.RunOptions.FULL_TRACE
-            fn = cur.callables[key] = (hook.original("_make_callable_from_options")(
-                cur.sess, opts) if cur is self.user else hook.plain_callable(cur.sess, opts))
+            if cur is self.user:
+                fn = hook.original("_make_callable_from_options")(cur.sess, opts)
+            else:
+                bounded = config_pb2.CallableOptions()
+                bounded.CopyFrom(opts)
+                bounded.run_options.CopyFrom(self._bounded(opts.run_options))
+                fn = hook.plain_callable(cur.sess, bounded)
+            cur.callables[key] = fn
         meta = _tf1.RunMetadata() if trace else run_metadata
         t0 = time.perf_counter()
-        out = fn(*args, run_metadata=meta)
+        try:
+            out = fn(*args, run_metadata=meta)
+        except _RETRYABLE:
+            raise
+        except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
+            if cur.strategy is None or self.controller is None:
+                raise
+            self.controller.fail(e)
+            if self.current is cur:
+                raise
+            return self.call(c, args, run_metadata)
+        cur.snapshot = None
         if ctl is not None:
             if trace and run_metadata is not None:
                 run_metadata.MergeFrom(meta)

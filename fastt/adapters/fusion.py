@@ -1,0 +1,93 @@
+"""Which ops TensorFlow may run as one fused kernel (no TensorFlow import here).
+
+Grappler's remapper and oneDNN fuse a contraction (Conv2D, MatMul, their gradients...) with
+the element-wise ops right after it (BiasAdd, an activation, an Add), a weight gradient with
+the BiasAddGrad that reads the same incoming gradient, and a batch norm with its activation.
+A control edge between two ops is harmless in the graph fastt writes, but once such a group
+becomes a single kernel it can close a cycle through it (the step then never finishes).
+``fusion_groups`` over-approximates the groups so that the rewriter can avoid such edges.
+"""
+from __future__ import annotations
+
+from fastt.ir import Graph
+
+CONTRACTIONS = frozenset({
+    "Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMul", "BatchMatMulV2",
+    "BatchMatMulV3", "Conv2DBackpropFilter", "Conv2DBackpropInput",
+    "DepthwiseConv2dNativeBackpropFilter", "DepthwiseConv2dNativeBackpropInput"})
+EPILOGUE = frozenset({
+    "BiasAdd", "Add", "AddV2", "AddN", "Mul", "Relu", "Relu6", "Elu", "LeakyRelu", "Selu",
+    "Tanh", "Sigmoid", "Softplus", "Erf", "Pow", "Squeeze", "Identity", "FusedBatchNorm",
+    "FusedBatchNormV2", "FusedBatchNormV3"})
+_NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3",
+                    "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"})
+_NORM_PARTNERS = frozenset({"Relu", "Relu6", "ReluGrad", "Relu6Grad", "Add", "AddV2"})
+
+
+def fusion_groups(graph: Graph, depth: int = 3) -> dict[str, str]:
+    """Op -> a representative of the group of ops that may become one kernel with it (ops
+    in no group represent themselves). O(n) in the graph size for a fixed ``depth``."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        root = x
+        while parent.get(root, root) != root:
+            root = parent[root]
+        while x != root:
+            parent[x], x = root, parent.get(x, x)
+        return root
+
+    def union(x: str, y: str) -> None:
+        rx, ry = find(x), find(y)
+        if rx != ry:
+            parent[ry] = rx
+
+    for op in graph:
+        if op.type in CONTRACTIONS:
+            frontier = [op.name]
+            for _ in range(depth):
+                frontier = [e.dst for n in frontier for e in graph.consumers(n)
+                            if graph[e.dst].type in EPILOGUE]
+                for n in frontier:
+                    union(op.name, n)
+        elif op.type == "BiasAddGrad" and op.inputs:
+            for reader in _readers(graph, _source(graph, op.inputs[0].op)):
+                if graph[reader].type in CONTRACTIONS:
+                    union(op.name, reader)
+        if op.type in _NORMS:
+            for r in op.inputs:
+                if graph[r.op].type in _NORM_PARTNERS:
+                    union(op.name, r.op)
+            for e in graph.consumers(op.name):
+                if graph[e.dst].type in _NORM_PARTNERS:
+                    union(op.name, e.dst)
+    return {n: find(n) for n in parent}
+
+
+def _source(graph: Graph, name: str) -> str:
+    """The op behind a chain of Identity ops (grappler removes them before fusing)."""
+    while graph[name].type == "Identity" and graph[name].inputs:
+        name = graph[name].inputs[0].op
+    return name
+
+
+def _readers(graph: Graph, name: str) -> list[str]:
+    """Ops reading ``name``'s outputs, directly or through Identity ops."""
+    out, stack = [], [name]
+    while stack:
+        for e in graph.consumers(stack.pop()):
+            (stack if graph[e.dst].type == "Identity" else out).append(e.dst)
+    return out
+
+
+def fusion_hazard(graph: Graph, groups: dict[str, str], a: str, b: str,
+                  depth: int = 4) -> bool:
+    """Whether a control edge ``a -> b`` could close a cycle through a fused kernel: an op
+    near above ``a`` (``depth`` edges) and one near below ``b`` may fuse."""
+    def near(start: str, step: str) -> set[str]:
+        seen, frontier = {start}, [start]
+        for _ in range(depth):
+            frontier = [m for n in frontier for m in getattr(graph, step)(n) if m not in seen]
+            seen.update(frontier)
+        return {groups.get(n, n) for n in seen}
+    return bool(near(a, "predecessors") & near(b, "successors"))

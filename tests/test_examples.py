@@ -1,0 +1,52 @@
+"""The four unchanged example scripts, run as a user would: without fastt, then with
+``FASTT=1 FASTT_DEVICES=cpu:2``. Same final loss, a strategy dump, the activation in the log."""
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = {
+    "session_feed_dict.py": None,
+    "monitored_tf_data.py": None,
+    "keras_fit.py": "tf_keras",
+    "slim_train.py": "tf_slim",
+}
+
+
+def run(script, tmp_path, fastt):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTT")}
+    env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    if fastt:
+        env.update(FASTT="1", FASTT_DEVICES="cpu:2", FASTT_DUMP_DIR=str(tmp_path / "dump"))
+    args = [sys.executable, os.path.join(ROOT, "examples", script)]
+    if script != "keras_fit.py":
+        args += ["--out", str(tmp_path / ("fastt" if fastt else "plain"))]
+    p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    loss = float(re.search(r"final loss: (\S+)", p.stdout).group(1))
+    return loss, p.stdout, p.stderr
+
+
+@pytest.mark.parametrize("script", list(EXAMPLES))
+def test_example_trains_the_same_with_fastt(script, tmp_path):
+    needs = EXAMPLES[script]
+    if needs and importlib.util.find_spec(needs) is None:
+        pytest.skip(f"{script} needs {needs} (installed by the README's test command)")
+    plain_loss, plain_out, _ = run(script, tmp_path, fastt=False)
+    loss, out, err = run(script, tmp_path, fastt=True)
+    assert loss == pytest.approx(plain_loss, rel=1e-3)
+    dumps = sorted((tmp_path / "dump").glob("strategy-*/strategy.json"))
+    assert dumps, err[-3000:]
+    docs = [json.loads(p.read_text()) for p in dumps]
+    assert {d["status"] for d in docs} <= {"active", "superseded", "rolled_back"}
+    assert all(d["reason"] for d in docs if d["status"] == "rolled_back")
+    assert re.search(r"fastt: (activated|rolled back) strategy 1 \(", err)
+    if script == "monitored_tf_data.py":  # the same samples, in the same order
+        samples = re.compile(r"samples: .*")
+        assert samples.search(out).group(0) == samples.search(plain_out).group(0)
+        assert "1920 seen, 1280 distinct" in out
