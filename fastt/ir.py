@@ -362,3 +362,8 @@ def _op_from_dict(d: dict[str, Any]) -> Op:
         colocate_with=tuple(d.get("colocate_with", [])), stateful=d.get("stateful", False),
         is_variable=d.get("is_variable", False), attrs=dict(d.get("attrs", {})),
     )
+
+
+def writes_variable(op: Op) -> bool:
+    """Whether ``op`` writes a variable (an optimizer's apply, an assign, a scatter)."""
+    return op.stateful and any(k in op.type for k in ("Apply", "Assign", "Scatter"))

@@ -82,8 +82,16 @@ def _readers(graph: Graph, name: str) -> list[str]:
 
 def fusion_hazard(graph: Graph, groups: dict[str, str], a: str, b: str,
                   depth: int = 4) -> bool:
-    """Whether a control edge ``a -> b`` could close a cycle through a fused kernel: an op
-    near above ``a`` (``depth`` edges) and one near below ``b`` may fuse."""
+    """Whether a control edge ``a -> b`` could close a cycle through a fused kernel: ``b``
+    feeds an op at most 3 data edges below ``a`` (kernels fused along that chain take ``b``
+    as an input), or an op near above ``a`` (``depth`` edges) and one near below ``b`` may
+    fuse."""
+    frontier = {a}
+    for _ in range(3):
+        frontier = {e.dst for n in frontier for e in graph.consumers(n)}
+        if any(r.op == b for n in frontier for r in graph[n].inputs):
+            return True
+
     def near(start: str, step: str) -> set[str]:
         seen, frontier = {start}, [start]
         for _ in range(depth):

@@ -17,7 +17,7 @@ from tensorflow.core.framework import graph_pb2
 from fastt.adapters.export import to_graph_def
 from fastt.adapters.fusion import fusion_groups, fusion_hazard
 from fastt.errors import FasttError
-from fastt.ir import Graph, Op
+from fastt.ir import Graph, Op, writes_variable
 from fastt.sched.data_parallel import BATCH_SOURCES
 from fastt.sched.splitting import DROPPED_JOINS
 from fastt.sched.strategy import Strategy
@@ -72,17 +72,13 @@ def shared_ops(graph: Graph, planned: Graph) -> set[str]:
     return set(graph.fan_in(independent).names) & set(planned.names) if independent else set()
 
 
-def _updates_state(op: Op) -> bool:
-    return op.stateful and any(k in op.type for k in ("Apply", "Assign", "Scatter"))
-
-
 def chained_ops(graph: Graph, strategy: Strategy) -> set[str]:
     """The planned ops whose order is enforced: what the state-updating fetches (the train
     op) need, less the ops shared with runs independent of the data. Ops only a side fetch
     needs (the loss value) are not chained, so that fetching them alone never waits for an
     update scheduled earlier on their device."""
     step = [f for f in strategy.fetches if f.split(":")[0] in graph and
-            any(_updates_state(op) for op in graph.fan_in([f]))]
+            any(writes_variable(op) for op in graph.fan_in([f]))]
     core = set(graph.fan_in(step).names) if step else set(strategy.graph.names)
     return (core & set(strategy.graph.names)) - shared_ops(graph, strategy.graph)
 

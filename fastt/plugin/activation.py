@@ -14,7 +14,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 from fastt.ir import Graph
-from fastt.plugin.state import SCOPE, State, StateOps
+from fastt.plugin.state import SCOPE, State, StateOps, has_op
 from tf_patches import session_hook as hook
 
 log = logging.getLogger("fastt")
@@ -80,7 +80,7 @@ def start(graph_def: graph_pb2.GraphDef, strategy: Any, profile_graph: Graph,
         state = current.snapshot if current.snapshot is not None else current.capture()
         new.state.restore(new.run, state)
         new.snapshot = state
-        present = [n for n in initializers if _has_op(g, n)]
+        present = [n for n in initializers if has_op(g, n)]
         if present:
             new.run(present)
         if check is not None:
@@ -90,10 +90,3 @@ def start(graph_def: graph_pb2.GraphDef, strategy: Any, profile_graph: Graph,
         raise
     return new
 
-
-def _has_op(g: tf.Graph, name: str) -> bool:
-    try:
-        g.get_operation_by_name(name)
-        return True
-    except KeyError:
-        return False

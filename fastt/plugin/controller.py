@@ -19,11 +19,22 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from fastt.ir import Graph, writes_variable
 from fastt.plugin.settings import Settings
 
 log = logging.getLogger("fastt")
 
 STATUSES = ("measuring", "active", "superseded", "rolled_back", "failed")
+
+
+def updates_trainables(graph: Graph, names: list[str], trainable: set[str]) -> bool:
+    """Whether running ``names`` writes a trainable variable (any variable when
+    ``trainable`` is empty): what makes a run a training step."""
+    for op in graph.fan_in(names):
+        if writes_variable(op) and op.inputs:
+            if not trainable or op.inputs[0].op in trainable:
+                return True
+    return False
 
 
 class Backend(Protocol):
@@ -194,6 +205,10 @@ class Controller:
     def original_median_s(self) -> float | None:
         return statistics.median(self.original_s) if self.original_s else None
 
+    def speedup(self, e: Entry) -> float:
+        orig, mine = self.original_median_s, e.measured_median_s
+        return orig / mine if orig and mine else float("nan")
+
     @staticmethod
     def _label(entry: Entry | None) -> str:
         return "the original graph" if entry is None else f"strategy {entry.n} ({entry.name})"
@@ -201,7 +216,7 @@ class Controller:
     def _summary(self, e: Entry) -> None:
         orig = self.original_median_s
         measured = e.measured_median_s or 0.0
-        speedup = orig / measured if orig and measured else float("nan")
+        speedup = self.speedup(e)
         verb = "activated" if e.status == "active" else "rolled back"
         log.info("fastt: %s strategy %d (%s) on %d devices: predicted %.2f ms/step, measured "
                  "%.2f ms/step, original %.2f ms/step, speedup %.2fx%s%s", verb, e.n, e.name,

@@ -19,7 +19,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
 from fastt.adapters.probe import probe_pair
-from fastt.adapters.rewrite import _updates_state, merged_graph, rewrite
+from fastt.adapters.rewrite import merged_graph, rewrite
 from fastt.adapters.tf_import import from_tf_graph
 from fastt.costs import CostModels, MemoryModel
 from fastt.devices import device_type
@@ -27,7 +27,7 @@ from fastt.errors import FasttError
 from fastt.ir import Graph, TensorRef
 from fastt.plugin import activation, dump
 from fastt.plugin.activation import Running
-from fastt.plugin.controller import Controller, Entry
+from fastt.plugin.controller import Controller, Entry, updates_trainables
 from fastt.plugin.settings import Settings
 from fastt.plugin.state import SCOPE, StateOps, stateful_ops
 from fastt.profiler import profile
@@ -104,16 +104,20 @@ class SessionPlugin:
                 self._bounded(options) if first else options, meta)
             if first:
                 cur.snapshot = None
-        except _RETRYABLE:
-            raise
         except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
-            if cur.strategy is None or self.controller is None:
-                raise
-            self.controller.fail(e)
-            if self.current is cur:
+            if not self._recovered(cur, e):
                 raise
             return self._dispatch(req, fetches, feed_dict, options, meta)
         return hook.build_results(self.sess, req, values)
+
+    def _recovered(self, cur: Running, error: Exception) -> bool:
+        """After ``error`` on a planned graph, back to the original graph (state from before
+        the failed step); whether to retry the call there. The end of the data and
+        cancellations are the user's, not fastt's."""
+        if cur.strategy is None or self.controller is None or isinstance(error, _RETRYABLE):
+            return False
+        self.controller.fail(error)
+        return self.current is not cur
 
     def _bounded(self, options: Any) -> Any:
         """``options`` with a deadline: a step on a new graph that never ends (a deadlock
@@ -168,13 +172,8 @@ class SessionPlugin:
         t0 = time.perf_counter()
         try:
             out = fn(*args, run_metadata=meta)
-        except _RETRYABLE:
-            raise
         except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
-            if cur.strategy is None or self.controller is None:
-                raise
-            self.controller.fail(e)
-            if self.current is cur:
+            if not self._recovered(cur, e):
                 raise
             return self.call(c, args, run_metadata)
         cur.snapshot = None
@@ -202,6 +201,14 @@ class SessionPlugin:
         return hook.build_results(self.sess, req, values[:len(req.fetch_names)])
 
     def close(self) -> None:
+        ctl = self.controller
+        if ctl is not None and ctl.history:
+            a = ctl.active
+            where = f" in {self.settings.dump_dir}" if self.settings.dump_dir else ""
+            log.info("fastt: session closed after %d training steps on %s; %d strategies "
+                     "tried, dumps%s", ctl.step, "the original graph" if a is None else
+                     f"strategy {a.n} ({a.name}), {ctl.speedup(a):.2f}x over the original",
+                     len(ctl.history), where or " off (set FASTT_DUMP_DIR)")
         if self.current is not self.user:
             self.current.close()
             self.current = self.user
@@ -225,24 +232,16 @@ class SessionPlugin:
             return None
         kind = self._kinds.get(signature)
         if kind is None:
-            kind = self._kinds[signature] = self._is_training(names)
+            trainable = {v.op.name for v in self.graph.get_collection(
+                _tf1.GraphKeys.TRAINABLE_VARIABLES)}
+            kind = self._kinds[signature] = updates_trainables(self._user_ir(), names,
+                                                               trainable)
         if not kind:
             return None
         self._seen[signature] += 1
         if self._seen[signature] < 2:  # the training step is the one that recurs
             return None
         return self._start(signature, names)
-
-    def _is_training(self, names: list[str]) -> bool:
-        ir = self._user_ir()
-        trainable = {v.op.name for v in self.graph.get_collection(
-            _tf1.GraphKeys.TRAINABLE_VARIABLES)}
-        for op in ir.fan_in(names):
-            if _updates_state(op) and op.inputs:
-                var = op.inputs[0].op
-                if not trainable or var in trainable:
-                    return True
-        return False
 
     def _user_ir(self) -> Graph:
         if self.ir is None or self._ir_version != self.graph.version:

@@ -58,8 +58,8 @@ class StateOps:
 
     def __init__(self, graph: tf.Graph, variables: list[str], iterators: list[str]) -> None:
         self.graph = graph
-        self.variables = [v for v in variables if _has(graph, v)]
-        self.iterators = [i for i in iterators if _has(graph, i)]
+        self.variables = [v for v in variables if has_op(graph, v)]
+        self.iterators = [i for i in iterators if has_op(graph, i)]
         self._reads: dict[str, tf.Tensor] | None = None
         self._writes: tuple[dict[str, Any], dict[str, Any]] | None = None
 
@@ -139,7 +139,7 @@ class StateOps:
                 run([ops[n] for n in names], {feeds[n]: group[n] for n in names})
 
 
-def _has(graph: tf.Graph, name: str) -> bool:
+def has_op(graph: tf.Graph, name: str) -> bool:
     try:
         graph.get_operation_by_name(name)
         return True
