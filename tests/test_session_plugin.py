@@ -41,8 +41,9 @@ def plugin(tmp_path):
     fastt.plugin.uninstall()
 
 
-def build(with_data=False):
-    """A small classifier: placeholders or a tf.data iterator, Momentum, a global step."""
+def build(with_data=False, with_table=False):
+    """A small classifier: placeholders or a tf.data iterator, Momentum, a global step;
+    optionally labels mapped through a lookup table."""
     g = tf.Graph()
     with g.as_default():
         tf1.set_random_seed(1)
@@ -57,6 +58,10 @@ def build(with_data=False):
             idx = None
             x = tf1.placeholder(tf.float32, [None, 20], name="x")
             y = tf1.placeholder(tf.int64, [None], name="y")
+        if with_table:
+            table = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+                tf.range(4, dtype=tf.int64), tf.constant([3, 2, 1, 0], tf.int64)), -1)
+            y = table.lookup(y)
         w1 = tf1.get_variable("w1", [20, 64])
         w2 = tf1.get_variable("w2", [64, 4])
         logits = tf.matmul(tf.nn.relu(tf.matmul(x, w1)), w2)
@@ -64,9 +69,11 @@ def build(with_data=False):
             labels=y, logits=logits))
         step = tf1.train.get_or_create_global_step()
         train = tf1.train.MomentumOptimizer(0.1, 0.9).minimize(loss, global_step=step)
-        init = tf1.global_variables_initializer()
+        init = tf.group(tf1.global_variables_initializer(), tf1.tables_initializer())
         saver = tf1.train.Saver()
-    feeds = [] if with_data else [{x: xs[i:i + 16], y: ys[i:i + 16]} for i in range(0, 64, 16)]
+    y_in = g.get_tensor_by_name("y:0") if not with_data else None
+    feeds = [] if with_data else [{x: xs[i:i + 16], y_in: ys[i:i + 16]}
+                                  for i in range(0, 64, 16)]
     return collections.namedtuple("M", "g x y idx loss train init step saver feeds")(
         g, x, y, idx, loss, train, init, step, saver, feeds)
 
@@ -292,3 +299,11 @@ def test_a_step_that_never_ends_returns_to_the_original_graph(plugin, monkeypatc
     assert len(warnings) == 1 and "DeadlineExceeded" in warnings[0].message
     assert session_hook.plugin_of(sess).current.strategy is None
     assert losses == ref  # the half-applied step was discarded, then retried once
+
+
+def test_lookup_tables_are_initialized_in_the_new_session(plugin):
+    _, ref, _ = train(build(with_table=True))
+    plugin()
+    sess, losses, _ = train(build(with_table=True))
+    assert session_hook.plugin_of(sess).current is not session_hook.plugin_of(sess).user
+    np.testing.assert_allclose(losses, ref, rtol=1e-4)
