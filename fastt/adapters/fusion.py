@@ -9,6 +9,8 @@ becomes a single kernel it can close a cycle through it (the step then never fin
 """
 from __future__ import annotations
 
+from typing import Iterable, Mapping
+
 from fastt.ir import Graph
 
 CONTRACTIONS = frozenset({
@@ -19,6 +21,9 @@ EPILOGUE = frozenset({
     "BiasAdd", "Add", "AddV2", "AddN", "Mul", "Relu", "Relu6", "Elu", "LeakyRelu", "Selu",
     "Tanh", "Sigmoid", "Softplus", "Erf", "Pow", "Squeeze", "Identity", "FusedBatchNorm",
     "FusedBatchNormV2", "FusedBatchNormV3"})
+# Ops that oneDNN's layout pass may merge with a neighbour: it expects them to have data inputs
+# only and aborts the process (a failed CHECK) on a control input.
+MERGE_TARGETS = CONTRACTIONS | frozenset({"BiasAdd", "BiasAddGrad", "Pad", "MirrorPad"})
 _NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3",
                     "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"})
 _NORM_PARTNERS = frozenset({"Relu", "Relu6", "ReluGrad", "Relu6Grad", "Add", "AddV2"})
@@ -81,21 +86,22 @@ def _readers(graph: Graph, name: str) -> list[str]:
 
 
 def fusion_hazard(graph: Graph, groups: dict[str, str], a: str, b: str,
-                  depth: int = 4) -> bool:
+                  preds: Mapping[str, Iterable[str]], succs: Mapping[str, Iterable[str]],
+                  depth: int = 6) -> bool:
     """Whether a control edge ``a -> b`` could close a cycle through a fused kernel: ``b``
     feeds an op at most 3 data edges below ``a`` (kernels fused along that chain take ``b``
-    as an input), or an op near above ``a`` (``depth`` edges) and one near below ``b`` may
-    fuse."""
+    as an input), or an op near above ``a`` and one near below ``b`` (``depth`` edges of
+    ``preds`` / ``succs``: the graph's edges plus the control edges added so far) may fuse."""
     frontier = {a}
     for _ in range(3):
         frontier = {e.dst for n in frontier for e in graph.consumers(n)}
         if any(r.op == b for n in frontier for r in graph[n].inputs):
             return True
 
-    def near(start: str, step: str) -> set[str]:
+    def near(start: str, step: Mapping[str, Iterable[str]]) -> set[str]:
         seen, frontier = {start}, [start]
         for _ in range(depth):
-            frontier = [m for n in frontier for m in getattr(graph, step)(n) if m not in seen]
+            frontier = [m for n in frontier for m in step[n] if m not in seen]
             seen.update(frontier)
         return {groups.get(n, n) for n in seen}
-    return bool(near(a, "predecessors") & near(b, "successors"))
+    return bool(near(a, preds) & near(b, succs))

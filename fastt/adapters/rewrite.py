@@ -15,7 +15,7 @@ from collections import defaultdict
 from tensorflow.core.framework import graph_pb2
 
 from fastt.adapters.export import to_graph_def
-from fastt.adapters.fusion import fusion_groups, fusion_hazard
+from fastt.adapters.fusion import MERGE_TARGETS, fusion_groups, fusion_hazard
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, writes_variable
 from fastt.sched.data_parallel import BATCH_SOURCES
@@ -86,7 +86,8 @@ def chained_ops(graph: Graph, strategy: Strategy) -> set[str]:
 def order_edges(graph: Graph, strategy: Strategy) -> dict[str, list[str]]:
     """Op -> control inputs to add so that each device runs its ops in the strategy's order
     (only ``chained_ops``; pairs that kernel fusion could close into a cycle are left
-    unordered)."""
+    unordered). Ops oneDNN may merge (contractions, BiasAdd, Pad) take no control input:
+    they are ordered before the next op of their device, not after the previous one."""
     chained = chained_ops(graph, strategy)
     groups = fusion_groups(graph)
     per_device: dict[str, list[str]] = defaultdict(list)
@@ -96,15 +97,25 @@ def order_edges(graph: Graph, strategy: Strategy) -> dict[str, list[str]]:
     topo = graph.topological_order()
     pos = {n: i for i, n in enumerate(topo)}
     preds = {op.name: [r.op for r in op.inputs] + list(op.control_inputs) for op in graph}
+    succs = {op.name: list(graph.successors(op.name)) for op in graph}
     added: dict[str, list[str]] = defaultdict(list)
     for names in per_device.values():
         for a, b in zip(names, names[1:]):
             if pos[a] >= pos[b] and _implied(preds, pos, b, a):
                 raise FasttError(f"the strategy orders {a!r} before {b!r} on one device, "
                                  "but the graph makes it wait for it")
-            if not _implied(preds, pos, a, b) and not fusion_hazard(graph, groups, a, b):
-                added[b].append(a)
-                preds[b].append(a)
+        sources: list[str] = []  # ops since the last one that took a control input
+        for b in names:
+            if graph[b].type in MERGE_TARGETS:  # no control input: ordered via the next op
+                sources.append(b)
+                continue
+            for a in sources:
+                if (not _implied(preds, pos, a, b)
+                        and not fusion_hazard(graph, groups, a, b, preds, succs)):
+                    added[b].append(a)
+                    preds[b].append(a)
+                    succs[a].append(b)
+            sources = [b]
     return added
 
 
