@@ -83,16 +83,21 @@ def chained_ops(graph: Graph, strategy: Strategy) -> set[str]:
     return (core & set(strategy.graph.names)) - shared_ops(graph, strategy.graph)
 
 
+# Ops not worth ordering: they take no time, and a fused kernel takes them as inputs (a
+# variable read feeding a fused Conv2D + BiasAdd), so an edge on them invites a cycle.
+_FREE = frozenset({"ReadVariableOp", "Const", "Identity"})
+
+
 def order_edges(graph: Graph, strategy: Strategy) -> dict[str, list[str]]:
     """Op -> control inputs to add so that each device runs its ops in the strategy's order
     (only ``chained_ops``; pairs that kernel fusion could close into a cycle are left
     unordered). Ops oneDNN may merge (contractions, BiasAdd, Pad) take no control input:
-    they are ordered before the next op of their device, not after the previous one."""
+    they are only ordered before the next op of their device."""
     chained = chained_ops(graph, strategy)
     groups = fusion_groups(graph)
     per_device: dict[str, list[str]] = defaultdict(list)
     for name in strategy.order:
-        if name in chained:
+        if name in chained and graph[name].type not in _FREE:
             per_device[strategy.placement[name]].append(name)
     topo = graph.topological_order()
     pos = {n: i for i, n in enumerate(topo)}
@@ -104,18 +109,13 @@ def order_edges(graph: Graph, strategy: Strategy) -> dict[str, list[str]]:
             if pos[a] >= pos[b] and _implied(preds, pos, b, a):
                 raise FasttError(f"the strategy orders {a!r} before {b!r} on one device, "
                                  "but the graph makes it wait for it")
-        sources: list[str] = []  # ops since the last one that took a control input
-        for b in names:
-            if graph[b].type in MERGE_TARGETS:  # no control input: ordered via the next op
-                sources.append(b)
+            if graph[b].type in MERGE_TARGETS:
                 continue
-            for a in sources:
-                if (not _implied(preds, pos, a, b)
-                        and not fusion_hazard(graph, groups, a, b, preds, succs)):
-                    added[b].append(a)
-                    preds[b].append(a)
-                    succs[a].append(b)
-            sources = [b]
+            if (not _implied(preds, pos, a, b)
+                    and not fusion_hazard(graph, groups, a, b, preds, succs)):
+                added[b].append(a)
+                preds[b].append(a)
+                succs[a].append(b)
     return added
 
 
