@@ -55,6 +55,7 @@ class SessionPlugin:
         self._kinds: dict[Any, bool] = {}
         self._seen: Counter[Any] = Counter()
         self._off = False
+        self._closed = False
         self._ir_version = -1
         self._feed_shapes: dict[str, tuple[int, ...]] = {}
         self._shapes: dict[TensorRef, tuple[int, ...]] = {}
@@ -201,7 +202,8 @@ class SessionPlugin:
         return hook.build_results(self.sess, req, values[:len(req.fetch_names)])
 
     def close(self) -> None:
-        ctl = self.controller
+        ctl = self.controller if not self._closed else None
+        self._closed = True
         if ctl is not None and ctl.history:
             a = ctl.active
             where = f" in {self.settings.dump_dir}" if self.settings.dump_dir else ""
