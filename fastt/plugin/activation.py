@@ -8,7 +8,7 @@ changes until the new session holds the state, so a failure leaves the old one r
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Any
 
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
@@ -66,8 +66,7 @@ def user_graph_def(graph: tf.Graph) -> graph_pb2.GraphDef:
 
 def start(graph_def: graph_pb2.GraphDef, strategy: Any, profile_graph: Graph,
           target: str, config: Any, current: Running, variables: list[str],
-          iterators: list[str], initializers: list[str],
-          check: Callable[[Running], None] | None = None) -> Running:
+          iterators: list[str], initializers: list[str]) -> Running:
     """An inner session on ``graph_def`` holding ``current``'s state (variables, iterator
     positions; ``initializers``, e.g. lookup tables, re-run)."""
     g = tf.Graph()
@@ -83,8 +82,6 @@ def start(graph_def: graph_pb2.GraphDef, strategy: Any, profile_graph: Graph,
         present = [n for n in initializers if has_op(g, n)]
         if present:
             new.run(present)
-        if check is not None:
-            check(new)
     except BaseException:
         sess.close()
         raise

@@ -96,21 +96,19 @@ class Controller:
         """Something inside fastt failed: back to the original graph, stop planning."""
         if self.settings.strict:
             raise error
-        entry = self._measuring or (self.history[-1] if self.history else None)
+        running = self._measuring or self.active  # None: the original graph runs already
         reason = f"{type(error).__name__}: {error}"
         log.warning("fastt: %s; training continues on the original graph", reason)
-        if entry is not None and entry.status in ("measuring", "active"):
-            entry.status, entry.reason = "failed", reason
-        self.phase, self._measuring = "off", None
-        if self.active is not None or entry is not None:
-            self.active = None
-            try:
-                self.backend.activate(None)
-            except Exception as e:  # noqa: BLE001
-                log.error("fastt: could not return to the original graph (%s: %s)",
-                          type(e).__name__, e)
-            if entry is not None:
-                entry.dump = self.backend.record(entry, self.history)
+        self.phase, self._measuring, self.active = "off", None, None
+        if running is None:
+            return
+        running.status, running.reason = "failed", reason
+        try:
+            self.backend.activate(None)
+        except Exception as e:  # noqa: BLE001
+            log.error("fastt: could not return to the original graph (%s: %s)",
+                      type(e).__name__, e)
+        running.dump = self.backend.record(running, self.history)
 
     # -- phases --------------------------------------------------------------------------
     def _warmup(self, seconds: float, _: Any) -> None:

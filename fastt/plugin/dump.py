@@ -31,7 +31,7 @@ _numbers = itertools.count(1)  # strategy-<n> is unique in a process, across ses
 
 def document(entry: Entry, history: list[Entry], original_s: list[float],
              order_mechanism: str) -> dict[str, Any]:
-    doc = entry.strategy.to_dict() if entry.strategy is not None else {}
+    doc = entry.strategy.to_dict()
     orig = statistics.median(original_s) if original_s else None
     mine = entry.measured_median_s
     doc.update({
@@ -48,14 +48,13 @@ def document(entry: Entry, history: list[Entry], original_s: list[float],
 
 
 def write(root: str, entry: Entry, doc: dict[str, Any], models: CostModels | None) -> str:
-    """Write (or refresh) the entry's directory; returns its path."""
-    if not entry.dump:
-        entry.dump = os.path.join(root, f"strategy-{next(_numbers)}")
-    os.makedirs(entry.dump, exist_ok=True)
-    _write_json(os.path.join(entry.dump, "strategy.json"), doc)
-    if models is not None and not os.path.exists(os.path.join(entry.dump, "cost_models.json")):
-        models.save(os.path.join(entry.dump, "cost_models.json"))
-    return entry.dump
+    """Write the entry's directory (refresh it when ``entry.dump`` names one); its path."""
+    path = entry.dump or os.path.join(root, f"strategy-{next(_numbers)}")
+    os.makedirs(path, exist_ok=True)
+    _write_json(os.path.join(path, "strategy.json"), doc)
+    if models is not None and not os.path.exists(os.path.join(path, "cost_models.json")):
+        models.save(os.path.join(path, "cost_models.json"))
+    return path
 
 
 def _write_json(path: str, doc: dict[str, Any]) -> None:

@@ -81,12 +81,12 @@ class SessionPlugin:
         if self.models is None:
             self._feed_shapes = {n: v.shape for n, v in req.feeds.items()}
         trace = ctl.before_step()
-        meta = _tf1.RunMetadata() if trace or run_metadata is not None else None
-        opts = _traced(options) if trace else options
+        meta = _tf1.RunMetadata() if trace else run_metadata
+        opts = _with(options, trace_level=_tf1.RunOptions.FULL_TRACE) if trace else options
         t0 = time.perf_counter()
         out = self._dispatch(req, fetches, feed_dict, opts, meta)
         seconds = time.perf_counter() - t0
-        if run_metadata is not None:
+        if trace and run_metadata is not None:
             run_metadata.MergeFrom(meta)
         ctl.after_step(seconds, meta if trace else None)
         return out
@@ -123,20 +123,17 @@ class SessionPlugin:
     def _bounded(self, options: Any) -> Any:
         """``options`` with a deadline: a step on a new graph that never ends (a deadlock
         fastt caused) fails instead, and training returns to the original graph."""
-        opts = _tf1.RunOptions()
-        if options is not None:
-            opts.CopyFrom(options)
-        if not opts.timeout_in_ms:
-            orig = self.controller.original_median_s if self.controller else None
-            opts.timeout_in_ms = int(1e3 * max(FIRST_STEP_TIMEOUT_S, 50 * (orig or 0.0)))
-        return opts
+        if options is not None and options.timeout_in_ms:
+            return options
+        orig = self.controller.original_median_s if self.controller else None
+        return _with(options, timeout_in_ms=int(1e3 * max(FIRST_STEP_TIMEOUT_S,
+                                                          50 * (orig or 0.0))))
 
     def _element(self, name: str) -> Any:
         try:
             return self.current.element(name)
         except KeyError:  # the user added ops after the activation: serve the grown graph
             log.info("fastt: the graph grew (%s); re-activating on it", name)
-            self.ir = None
             self.activate(self.current.strategy)
             return self.current.element(name)
 
@@ -251,7 +248,7 @@ class SessionPlugin:
             ir = from_tf_graph(self.graph, name="user")
             self.ir = Graph([op for op in ir if not op.name.startswith(SCOPE + "/")],
                             name=ir.name, payload=ir.payload)
-            if self.models is not None:  # measured shapes survive a re-import
+            if self._shapes:  # measured shapes survive a re-import
                 self.ir = self.ir.with_output_shapes(self._shapes)
         return self.ir
 
@@ -376,11 +373,13 @@ class _Callable:
         return self.plugin.call(self, args, run_metadata)
 
 
-def _traced(options: Any) -> Any:
+def _with(options: Any, **fields: Any) -> Any:
+    """A copy of ``options`` (RunOptions, possibly None) with ``fields`` set."""
     opts = _tf1.RunOptions()
     if options is not None:
         opts.CopyFrom(options)
-    opts.trace_level = _tf1.RunOptions.FULL_TRACE
+    for k, v in fields.items():
+        setattr(opts, k, v)
     return opts
 
 
