@@ -10,8 +10,9 @@ tf1.disable_eager_execution()
 from fastt import zoo  # noqa: E402
 from fastt.adapters.rewrite import chained_ops, merged_graph, order_edges, rewrite  # noqa: E402
 from fastt.adapters.runner import traced_run  # noqa: E402
-from fastt.adapters.tf_import import from_tf_graph  # noqa: E402
+from fastt.adapters.tf_import import from_graph_def, from_tf_graph  # noqa: E402
 from fastt.errors import FasttError  # noqa: E402
+from fastt.ir import writes_variable  # noqa: E402
 from fastt.sched.device_spec import StaticCosts, parse  # noqa: E402
 from fastt.sched.split_rules import rules  # noqa: E402
 from fastt.sched.splitting import Split  # noqa: E402
@@ -181,6 +182,40 @@ def test_fetching_only_the_loss_runs_no_training_op():
         _, meta = traced_run(sess, g.get_tensor_by_name(m.loss.name), feed)
     ran = [ns.timeline_label for dev in meta.step_stats.dev_stats for ns in dev.node_stats]
     assert ran and not [lab for lab in ran if "Apply" in lab or "AssignAdd" in lab]
+
+
+def _mlp_with_loss_metric():
+    """An MLP whose training step also adds the loss to a metric accumulator (as tf-keras
+    does): the loss is then in the fan-in of a variable write."""
+    g = tf.Graph()
+    with g.as_default():
+        tf1.set_random_seed(0)
+        x = tf1.placeholder(tf.float32, [16, 20], name="x")
+        h = x
+        for i in range(3):
+            h = tf.nn.relu(tf.matmul(h, tf1.get_variable(f"w{i}", [h.shape[-1], 32])))
+        loss = tf.reduce_mean(tf.square(h), name="loss")
+        total = tf1.get_variable("total", [], initializer=tf1.zeros_initializer())
+        train = tf.group(tf1.train.GradientDescentOptimizer(0.1).minimize(loss),
+                         total.assign_add(loss), name="train")
+        init = tf1.global_variables_initializer()
+    return g, loss, train, init
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_order_never_makes_a_read_only_run_write_variables(seed):
+    g, loss, train, init = _mlp_with_loss_metric()
+    ir = from_tf_graph(g)
+    ds = parse("2xCPU")
+    rnd = np.random.RandomState(seed)
+    costs = StaticCosts({o.name: float(rnd.uniform(1e-5, 1e-3)) for o in ir}, ds)
+    for mode in ("data-parallel", "os-dpos", "m-topo"):
+        s = plan(ir, ds.devices, costs, mode, fetches=[train.name, loss.op.name])
+        ordered = from_graph_def(rewrite(ir, s, enforce_order=True))
+        for name in ir.names:  # what wrote no variable before writes none after
+            if not any(writes_variable(op) for op in ir.fan_in([name])):
+                assert not any(writes_variable(op) for op in ordered.fan_in([name])), (mode,
+                                                                                        name)
 
 
 def test_strategies_the_rewriter_cannot_honour_are_refused():

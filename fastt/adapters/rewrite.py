@@ -103,13 +103,16 @@ def order_edges(graph: Graph, strategy: Strategy) -> dict[str, list[str]]:
     pos = {n: i for i, n in enumerate(topo)}
     preds = {op.name: [r.op for r in op.inputs] + list(op.control_inputs) for op in graph}
     succs = {op.name: list(graph.successors(op.name)) for op in graph}
+    # Runs that write no variable (fetching the loss, evaluating) must stay so: no edge
+    # from an op downstream of a write to one that is not.
+    writes = _downstream(graph, [op.name for op in graph if writes_variable(op)])
     added: dict[str, list[str]] = defaultdict(list)
     for names in per_device.values():
         for a, b in zip(names, names[1:]):
             if pos[a] >= pos[b] and _implied(preds, pos, b, a):
                 raise FasttError(f"the strategy orders {a!r} before {b!r} on one device, "
                                  "but the graph makes it wait for it")
-            if graph[b].type in MERGE_TARGETS:
+            if graph[b].type in MERGE_TARGETS or (a in writes and b not in writes):
                 continue
             if (not _implied(preds, pos, a, b)
                     and not fusion_hazard(graph, groups, a, b, preds, succs)):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 from fastt.plugin.settings import Settings, SettingsError, from_env
 
@@ -17,13 +18,17 @@ log = logging.getLogger("fastt")
 
 def install(settings: Settings | None = None) -> None:
     """Patch TensorFlow's sessions with ``settings`` (default: from the environment)."""
-    from fastt.plugin.runtime import SessionPlugin
     from tf_patches import session_hook
 
     settings = settings or from_env()
     _log_to_stderr(settings.log_level)
-    session_hook.install(lambda sess, target, config:
-                         SessionPlugin(sess, target, config, settings))
+
+    def plugin(sess: Any, target: str, config: Any) -> Any:
+        # Imported at the first session, not here: this runs while ``import tensorflow``
+        # finishes, possibly inside a fastt module that is still importing.
+        from fastt.plugin.runtime import SessionPlugin
+        return SessionPlugin(sess, target, config, settings)
+    session_hook.install(plugin)
     log.debug("fastt: sessions patched (%s)", settings)
 
 
