@@ -3,7 +3,7 @@ import os
 import re
 import shutil
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_py import build_py
 
 TF_SERIES = "~=2.21.0"
@@ -63,5 +63,9 @@ setup(
         "test": ["pytest>=7", "tf-slim==1.1.0"],
     },
     entry_points={"console_scripts": ["fastt=fastt.cli:main"]},
+    # Optional: without a C compiler the package still installs, and local clusters warn that
+    # their servers listen on every interface.
+    ext_modules=[Extension("tf_patches._bind_loopback", ["tf_patches/native/bind_loopback.c"],
+                           libraries=["dl"], optional=True)],
     cmdclass={"build_py": build_py_with_hook},
 )

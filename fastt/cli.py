@@ -39,6 +39,29 @@ def _worker(args: argparse.Namespace) -> int:
                         "--threads", str(args.threads)])
 
 
+def _cluster(args: argparse.Namespace) -> int:
+    from fastt.cluster import launcher
+    path = launcher.state_path(args.state)
+    if args.action == "up":
+        print(f"starting {args.workers} workers on 127.0.0.1...", file=sys.stderr, flush=True)
+        spec = launcher.up(args.workers, args.cores_per_worker, args.port, path)
+        print(f"cluster up, state in {path}; point training at it with:", file=sys.stderr)
+        print(f"FASTT_CLUSTER={spec}")
+    elif args.action == "down":
+        stopped = launcher.down(path)
+        print(f"stopped {len(stopped)} worker(s)" + "".join(
+            f"\n  worker {w.index} {w.address} pid {w.pid}" for w in stopped))
+    else:
+        rows = launcher.status(path)
+        if not rows:
+            print(f"no local cluster recorded in {path}")
+            return 1
+        for w, state in rows:
+            print(f"worker {w.index}  {w.address}  pid {w.pid}  cores {w.cores}  {state}")
+        return 0 if all(s.startswith("answering") for _, s in rows) else 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fastt",
@@ -72,6 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the strategy as JSON (schema in the README)")
     p.set_defaults(func=_plan)
 
+    p = sub.add_parser("cluster", help="a local TensorFlow cluster: worker processes on "
+                                       "127.0.0.1, each pinned to its own cores")
+    p.add_argument("action", choices=("up", "down", "status"))
+    p.add_argument("--workers", type=_positive, default=2, help="workers to start (default 2)")
+    p.add_argument("--cores-per-worker", type=_positive, default=1,
+                   help="cores each worker is pinned to, and its intra-op threads (default 1)")
+    p.add_argument("--port", type=_positive, help="first port (default: free ports)")
+    p.add_argument("--state", help="state file (default $FASTT_CLUSTER_STATE or "
+                                   "~/.local/state/fastt/cluster.json)")
+    p.set_defaults(func=_cluster)
+
     p = sub.add_parser("worker", help="run one TensorFlow gRPC server of a cluster")
     p.add_argument("--cluster", required=True, help="host:port,host:port,... in task order")
     p.add_argument("--index", type=int, required=True, help="this worker's task index")
@@ -79,6 +113,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="intra-op threads")
     p.set_defaults(func=_worker)
     return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return v
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,3 +27,7 @@ class CostModelError(FasttError):
 
 class ClusterError(FasttError):
     """A local or remote TensorFlow cluster could not be started, reached or stopped."""
+
+
+class WorkerLostError(ClusterError):
+    """A server of the cluster died or stopped answering: training cannot go on there."""

@@ -18,15 +18,26 @@ EXAMPLES = {
 }
 
 
-def run(script, tmp_path, fastt):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTT")}
+def example_command(script, tmp_path, fastt, fastt_env=None, extra=()):
+    """(argv, env) of an example run with its own output directory; with ``fastt``, the
+    plugin on, ``fastt_env`` (default: two logical CPU devices) and dumps in tmp_path/dump."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTT") and k != "TF_CONFIG"}
     env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     if fastt:
-        env.update(FASTT="1", FASTT_DEVICES="cpu:2", FASTT_DUMP_DIR=str(tmp_path / "dump"))
-    args = [sys.executable, os.path.join(ROOT, "examples", script)]
+        env.update(FASTT="1", FASTT_DUMP_DIR=str(tmp_path / "dump"),
+                   **(fastt_env or {"FASTT_DEVICES": "cpu:2"}))
+    args = [sys.executable, os.path.join(ROOT, "examples", script), *extra]
     if script != "keras_fit.py":
         args += ["--out", str(tmp_path / ("fastt" if fastt else "plain"))]
-    p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    return args, env
+
+
+def run(script, tmp_path, fastt, fastt_env=None, cores=None):
+    """Run an example to its end; (final loss, stdout, stderr). ``cores``: pin it to them."""
+    args, env = example_command(script, tmp_path, fastt, fastt_env)
+    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
+    p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600,
+                       preexec_fn=pin)
     assert p.returncode == 0, p.stderr[-3000:]
     loss = float(re.search(r"final loss: (\S+)", p.stdout).group(1))
     return loss, p.stdout, p.stderr

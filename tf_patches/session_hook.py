@@ -4,8 +4,9 @@
 ``_make_callable_from_options``, ``partial_run_setup``, ``partial_run`` and ``close``: a
 session created while installed gets ``factory(session, target, config)`` as its plugin (or
 ``None``), and each call goes to the plugin when there is one, to TensorFlow's own method
-otherwise. Sessions opened inside ``plain_sessions()`` (fastt's inner sessions) get no plugin.
-``uninstall()`` puts TensorFlow's methods back.
+otherwise. With ``retarget``, a session's target and config are first replaced by
+``retarget(target, config)`` (a cluster). Sessions opened inside ``plain_sessions()`` (fastt's
+inner sessions) get neither. ``uninstall()`` puts TensorFlow's methods back.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ _WRAPPED = ("__init__", "run", "make_callable", "_make_callable_from_options",
             "partial_run_setup", "partial_run", "close")
 _original: dict[str, Callable[..., Any]] = {}
 _factory: Callable[..., Any] | None = None
+_retarget: Callable[[str, Any], tuple[str, Any]] | None = None
 _local = threading.local()
 
 
@@ -36,9 +38,10 @@ def original(name: str) -> Callable[..., Any]:
     return _original.get(name) or getattr(BaseSession, name)
 
 
-def install(factory: Callable[[Any, str, Any], Any]) -> None:
-    global _factory
-    _factory = factory
+def install(factory: Callable[[Any, str, Any], Any],
+            retarget: Callable[[str, Any], tuple[str, Any]] | None = None) -> None:
+    global _factory, _retarget
+    _factory, _retarget = factory, retarget
     if _original:
         return
     for name in _WRAPPED:
@@ -47,11 +50,11 @@ def install(factory: Callable[[Any, str, Any], Any]) -> None:
 
 
 def uninstall() -> None:
-    global _factory
+    global _factory, _retarget
     for name, fn in _original.items():
         setattr(BaseSession, name, fn)
     _original.clear()
-    _factory = None
+    _factory = _retarget = None
 
 
 @contextlib.contextmanager
@@ -71,8 +74,11 @@ def plugin_of(sess: Any) -> Any:
 
 # -- the wrappers ----------------------------------------------------------------------------
 def _init(self: Any, target: str = "", graph: Any = None, config: Any = None) -> None:
+    plain = getattr(_local, "plain", False)
+    if _retarget is not None and not plain:
+        target, config = _retarget(target, config)
     _original["__init__"](self, target, graph, config)
-    if _factory is not None and not getattr(_local, "plain", False):
+    if _factory is not None and not plain:
         self._fastt = _factory(self, target, config)
 
 

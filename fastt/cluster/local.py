@@ -1,38 +1,31 @@
 """A TensorFlow gRPC cluster of worker processes on this machine, each pinned to its own cores.
 
 On a machine without GPUs this is the way to get devices that really run in parallel and really
-pay for transfers. Servers bind 127.0.0.1 only. ``LocalCluster`` is a context manager: whatever
-happens inside, the processes it started are stopped when it exits.
+pay for transfers. Servers listen on 127.0.0.1 only (through the loopback shim of
+``tf_patches``). ``LocalCluster`` is a context manager: whatever happens inside, the processes
+it started are stopped when it exits, and they also stop when the process that started them
+dies; ``detached=True`` (``fastt cluster up``) leaves them running for ``fastt cluster down``.
 """
 from __future__ import annotations
 
 import logging
 import os
-import select
+import ctypes
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Sequence
+from typing import Sequence
 
+from fastt.cluster.spec import ClusterSpec, parse_cluster_spec
 from fastt.errors import ClusterError
+from tf_patches.loopback import shim_path
 
 log = logging.getLogger("fastt")
 HOST = "127.0.0.1"
-
-
-def parse_cluster_spec(spec: str) -> list[str]:
-    """``'127.0.0.1:2222,127.0.0.1:2223'`` -> addresses; a clear error for a malformed one."""
-    addresses = [a.strip() for a in spec.split(",") if a.strip()]
-    if not addresses:
-        raise ClusterError(f"cluster spec {spec!r} names no worker (expected host:port,...)")
-    for a in addresses:
-        host, _, port = a.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ClusterError(f"cluster spec {spec!r}: {a!r} is not host:port")
-    return addresses
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:
@@ -60,17 +53,20 @@ def free_ports(n: int, host: str = HOST) -> list[int]:
     return ports
 
 
-def _cores_for(index: int, per_worker: int) -> set[int]:
+def _cores_for(index: int, per_worker: int) -> list[int]:
     available = sorted(os.sched_getaffinity(0))
     start = (index * per_worker) % len(available)
-    return {available[(start + k) % len(available)] for k in range(per_worker)}
+    return sorted({available[(start + k) % len(available)] for k in range(per_worker)})
 
 
 class LocalCluster:
-    """``workers`` TensorFlow servers on 127.0.0.1, worker ``i`` pinned to its own cores."""
+    """``workers`` TensorFlow servers on 127.0.0.1, worker ``i`` pinned to its own cores with
+    ``cores_per_worker`` intra-op threads. Each writes its log to ``log_dir/worker-<i>.log``
+    (a temporary directory by default)."""
 
     def __init__(self, workers: int = 2, cores_per_worker: int = 1,
-                 ports: Sequence[int] | None = None, job: str = "worker") -> None:
+                 ports: Sequence[int] | None = None, job: str = "worker",
+                 log_dir: str | None = None, detached: bool = False) -> None:
         if workers < 1:
             raise ClusterError(f"a cluster needs at least one worker, got {workers}")
         if cores_per_worker < 1:
@@ -78,15 +74,22 @@ class LocalCluster:
         if ports is not None and len(ports) != workers:
             raise ClusterError(f"{len(ports)} ports given for {workers} workers")
         self.workers, self.cores_per_worker, self.job = workers, cores_per_worker, job
+        self.detached = detached
         self._ports = list(ports) if ports is not None else None
+        self._log_dir, self._tmp_dir = log_dir, None
         self.addresses: list[str] = []
+        self.cores: list[list[int]] = []
+        self.logs: list[str] = []
         self.procs: list[subprocess.Popen[bytes]] = []
-        self._logs: list[Any] = []  # each worker's stderr, kept in a temporary file
 
     @property
     def spec(self) -> str:
         """The ``FASTT_CLUSTER`` value: comma-separated addresses in task order."""
         return ",".join(self.addresses)
+
+    @property
+    def cluster_spec(self) -> ClusterSpec:
+        return parse_cluster_spec(self.spec, self.job)
 
     @property
     def target(self) -> str:
@@ -100,51 +103,65 @@ class LocalCluster:
         ports = self._ports or free_ports(self.workers)
         busy = [p for p in ports if not port_is_free(p)]
         if busy:
-            raise ClusterError(f"port(s) {busy} on {HOST} are busy; choose other ports")
+            raise ClusterError(f"port(s) {busy} on {HOST} are busy (another server listens "
+                               "there); choose other ports, e.g. --port")
+        if self.workers * self.cores_per_worker > len(os.sched_getaffinity(0)):
+            log.warning("%d workers x %d cores is more than the %d cores here; workers "
+                        "share cores", self.workers, self.cores_per_worker,
+                        len(os.sched_getaffinity(0)))
         self.addresses = [f"{HOST}:{p}" for p in ports]
+        log_dir = self._log_dir or tempfile.mkdtemp(prefix="fastt-cluster-")
+        self._tmp_dir = None if self._log_dir else log_dir
+        os.makedirs(log_dir, exist_ok=True)
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+        shim = shim_path()
+        if shim:
+            env["LD_PRELOAD"] = " ".join(filter(None, [shim, env.get("LD_PRELOAD", "")]))
+        else:
+            log.warning("the loopback shim was not built at install (no C compiler?); "
+                        "the workers listen on every interface of this machine")
         try:
             for i in range(self.workers):
-                cores = _cores_for(i, self.cores_per_worker)
+                self.cores.append(_cores_for(i, self.cores_per_worker))
+                self.logs.append(os.path.join(log_dir, f"worker-{i}.log"))
                 cmd = [sys.executable, "-m", "fastt.cluster.worker", "--cluster", self.spec,
                        "--index", str(i), "--job", self.job,
                        "--threads", str(self.cores_per_worker)]
-                self._logs.append(tempfile.TemporaryFile())
-                self.procs.append(subprocess.Popen(
-                    cmd, stdout=subprocess.PIPE, stderr=self._logs[-1], env=env,
-                    stdin=subprocess.DEVNULL, start_new_session=True,
-                    preexec_fn=lambda c=cores: os.sched_setaffinity(0, c)))
+                with open(self.logs[-1], "wb") as out:
+                    self.procs.append(subprocess.Popen(
+                        cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                        stdin=subprocess.DEVNULL, start_new_session=True,
+                        preexec_fn=_pin_and_tie(self.cores[-1], not self.detached)))
             deadline = time.monotonic() + timeout
-            for i, p in enumerate(self.procs):
-                self._await_ready(i, p, deadline)
+            for i in range(self.workers):
+                self._await_ready(i, deadline)
         except BaseException:
             self.stop()
             raise
         log.info("local cluster up: %s", self.spec)
         return self
 
-    def _await_ready(self, i: int, p: subprocess.Popen[bytes], deadline: float) -> None:
-        assert p.stdout is not None
+    def _await_ready(self, i: int, deadline: float) -> None:
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ClusterError(f"worker {i} ({self.addresses[i]}) did not start in time")
-            ready, _, _ = select.select([p.stdout], [], [], min(left, 0.5))
-            if ready:
-                line = p.stdout.readline().decode(errors="replace")
-                if line.startswith("ready"):
-                    return
-                if not line:  # EOF: the process died
-                    code = p.wait()
-                    tail = " | ".join(self.worker_log(i).strip().splitlines()[-3:])
-                    raise ClusterError(f"worker {i} ({self.addresses[i]}) exited at start "
-                                       f"(code {code}): {tail}")
+            if any(line.startswith("ready ") for line in self.worker_log(i).splitlines()):
+                return
+            code = self.procs[i].poll()
+            if code is not None:
+                tail = " | ".join(self.worker_log(i).strip().splitlines()[-3:])
+                raise ClusterError(f"worker {i} ({self.addresses[i]}) exited at start "
+                                   f"(code {code}): {tail}")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"worker {i} ({self.addresses[i]}) did not start in time; "
+                                   f"its log: {self.logs[i]}")
+            time.sleep(0.1)
 
     def worker_log(self, i: int) -> str:
-        """What worker ``i`` wrote on stderr so far."""
-        f = self._logs[i]
-        f.seek(0)
-        return f.read().decode(errors="replace")
+        """What worker ``i`` wrote so far."""
+        try:
+            with open(self.logs[i], "rb") as f:
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def alive(self) -> list[bool]:
         return [p.poll() is None for p in self.procs]
@@ -153,30 +170,40 @@ class LocalCluster:
         """Stop every process this cluster started (TERM, then KILL)."""
         for p in self.procs:
             if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
+                signal_group(p.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for p in self.procs:
             try:
                 p.wait(max(deadline - time.monotonic(), 0.1))
             except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                signal_group(p.pid, signal.SIGKILL)
                 p.wait()
-            if p.stdout is not None:
-                p.stdout.close()
-        for f in self._logs:
-            f.close()
         if self.procs:
             log.info("local cluster down: %s", self.spec)
-        self.procs, self._logs = [], []
+        if self._tmp_dir:
+            shutil.rmtree(self._tmp_dir, ignore_errors=True)
+        self.procs, self._tmp_dir = [], None
 
     def __enter__(self) -> "LocalCluster":
         return self.start() if not self.procs else self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def signal_group(pid: int, sig: int) -> None:
+    """``sig`` to the process group ``pid`` leads (each worker leads its own)."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _pin_and_tie(cores: list[int], tie: bool):  # type: ignore[no-untyped-def]
+    """The worker's pre-exec: pin it to ``cores``; when ``tie``, it gets SIGTERM when the
+    process that started it dies (so a killed test or script leaves no server behind)."""
+    def preexec() -> None:
+        os.sched_setaffinity(0, cores)
+        if tie:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    return preexec

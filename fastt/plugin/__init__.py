@@ -28,7 +28,12 @@ def install(settings: Settings | None = None) -> None:
         # finishes, possibly inside a fastt module that is still importing.
         from fastt.plugin.runtime import SessionPlugin
         return SessionPlugin(sess, target, config, settings)
-    session_hook.install(plugin)
+
+    def retarget(target: str, config: Any) -> tuple[str, Any]:
+        from fastt.plugin.remote import retarget as to_cluster
+        assert settings.cluster is not None
+        return to_cluster(settings.cluster)(target, config)
+    session_hook.install(plugin, retarget if settings.cluster is not None else None)
     log.debug("fastt: sessions patched (%s)", settings)
 
 

@@ -19,6 +19,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from fastt.errors import WorkerLostError
 from fastt.ir import Graph, writes_variable
 from fastt.plugin.settings import Settings
 
@@ -89,6 +90,8 @@ class Controller:
         self.step += 1
         try:
             getattr(self, "_" + self.phase)(seconds, run_metadata)
+        except WorkerLostError:
+            raise  # no graph can run on a broken cluster
         except Exception as e:  # noqa: BLE001 - never break training
             self.fail(e)
 
@@ -105,6 +108,8 @@ class Controller:
         running.status, running.reason = "failed", reason
         try:
             self.backend.activate(None)
+        except WorkerLostError:
+            raise
         except Exception as e:  # noqa: BLE001
             log.error("fastt: could not return to the original graph (%s: %s)",
                       type(e).__name__, e)

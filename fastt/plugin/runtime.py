@@ -21,11 +21,12 @@ from tensorflow.core.protobuf import config_pb2
 from fastt.adapters.probe import probe_pair
 from fastt.adapters.rewrite import merged_graph, rewrite
 from fastt.adapters.tf_import import from_tf_graph
+from fastt.cluster.health import Watch
 from fastt.costs import CostModels, MemoryModel
 from fastt.devices import device_type
 from fastt.errors import FasttError
 from fastt.ir import Graph, TensorRef
-from fastt.plugin import activation, dump
+from fastt.plugin import activation, dump, remote
 from fastt.plugin.activation import Running
 from fastt.plugin.controller import Controller, Entry, updates_trainables
 from fastt.plugin.settings import Settings
@@ -47,6 +48,10 @@ class SessionPlugin:
         self.sess, self.graph, self.target = sess, sess.graph, target
         self.config = config
         self.settings = settings
+        cluster = settings.cluster
+        # On fastt's cluster: every server is checked before sessions open on it, every few
+        # seconds, and after a failed step, so that a lost one is an error naming it.
+        self.watch = Watch(cluster) if cluster and target == cluster.target else None
         self.controller: Controller | None = None
         self.devices: list[Device] = []
         self.step_names: list[str] = []
@@ -66,14 +71,15 @@ class SessionPlugin:
 
     # -- the user's calls ----------------------------------------------------------------
     def run(self, fetches: Any, feed_dict: Any, options: Any, run_metadata: Any) -> Any:
+        if self.watch is not None:
+            self.watch.check()
         if self.current is self.user and self._off:
-            return hook.original("run")(self.sess, fetches, feed_dict, options, run_metadata)
+            return self._user_run(fetches, feed_dict, options, run_metadata)
         try:
             req = hook.request(self.graph, fetches, feed_dict)
         except Exception:  # noqa: BLE001 - TensorFlow's own run says what is wrong
             if self.current is self.user:
-                return hook.original("run")(self.sess, fetches, feed_dict, options,
-                                            run_metadata)
+                return self._user_run(fetches, feed_dict, options, run_metadata)
             raise
         ctl = self._controller_for(req.signature, req.fetch_names + req.target_names)
         if ctl is None:
@@ -95,14 +101,14 @@ class SessionPlugin:
                   meta: Any) -> Any:
         cur = self.current
         if cur is self.user:
-            return hook.original("run")(self.sess, fetches, feed_dict, options, meta)
+            return self._user_run(fetches, feed_dict, options, meta)
         first = cur.snapshot is not None
         try:
             values = hook.run_elements(
                 cur.sess, [self._element(n) for n in req.fetch_names],
                 [self._element(n) for n in req.target_names],
                 {self._element(n): v for n, v in req.feeds.items()},
-                self._bounded(options) if first else options, meta)
+                self._deadline(options, first), meta)
             if first:
                 cur.snapshot = None
         except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
@@ -111,14 +117,35 @@ class SessionPlugin:
             return self._dispatch(req, fetches, feed_dict, options, meta)
         return hook.build_results(self.sess, req, values)
 
+    def _user_run(self, fetches: Any, feed_dict: Any, options: Any, meta: Any) -> Any:
+        """TensorFlow's own run on the user's session (bounded and watched on a cluster)."""
+        try:
+            return hook.original("run")(self.sess, fetches, feed_dict,
+                                        self._deadline(options, False), meta)
+        except remote.STEP_ERRORS as e:
+            self._check_cluster(e)
+            raise
+
+    def _check_cluster(self, error: Exception) -> None:
+        """On fastt's cluster, after a step failed with ``error``: a ``WorkerLostError``
+        naming each server that does not answer."""
+        if self.watch is not None and isinstance(error, remote.STEP_ERRORS):
+            self.watch.check(force=True, cause=error)
+
     def _recovered(self, cur: Running, error: Exception) -> bool:
         """After ``error`` on a planned graph, back to the original graph (state from before
         the failed step); whether to retry the call there. The end of the data and
-        cancellations are the user's, not fastt's."""
+        cancellations are the user's, not fastt's; a lost server is an error."""
+        self._check_cluster(error)
         if cur.strategy is None or self.controller is None or isinstance(error, _RETRYABLE):
             return False
         self.controller.fail(error)
         return self.current is not cur
+
+    def _deadline(self, options: Any, first: bool) -> Any:
+        """The run options of a step: bounded on a new graph's first step and on a cluster
+        (a server that hangs), as the user gave them otherwise."""
+        return self._bounded(options) if first or self.watch is not None else options
 
     def _bounded(self, options: Any) -> Any:
         """``options`` with a deadline: a step on a new graph that never ends (a deadlock
@@ -141,6 +168,8 @@ class SessionPlugin:
         return _Callable(self, callable_options)
 
     def call(self, c: "_Callable", args: tuple[Any, ...], run_metadata: Any) -> Any:
+        if self.watch is not None:
+            self.watch.check()
         ctl = self._controller_for(c.signature, c.names) if not self._off else None
         trace = ctl.before_step() if ctl else False
         if ctl is not None and self.models is None:
@@ -158,12 +187,12 @@ class SessionPlugin:
                 opts = config_pb2.CallableOptions()
                 opts.CopyFrom(c.options)
                 opts.run_options.trace_level = config_pb2.RunOptions.FULL_TRACE
+            bounded = config_pb2.CallableOptions()
+            bounded.CopyFrom(opts)
+            bounded.run_options.CopyFrom(self._deadline(opts.run_options, cur is not self.user))
             if cur is self.user:
-                fn = hook.original("_make_callable_from_options")(cur.sess, opts)
+                fn = hook.original("_make_callable_from_options")(cur.sess, bounded)
             else:
-                bounded = config_pb2.CallableOptions()
-                bounded.CopyFrom(opts)
-                bounded.run_options.CopyFrom(self._bounded(opts.run_options))
                 fn = hook.plain_callable(cur.sess, bounded)
             cur.callables[key] = fn
         meta = _tf1.RunMetadata() if trace else run_metadata
@@ -272,10 +301,7 @@ class SessionPlugin:
         return self.controller
 
     def _resolve_devices(self) -> list[Device]:
-        if self.settings.devices:
-            names = self.settings.devices
-        else:
-            names = [d.name for d in self.sess.list_devices() if d.device_type == "GPU"]
+        names = self.settings.devices or remote.planning_devices(self.sess.list_devices())
         return [Device(n, math.inf if device_type(n) == "CPU" else _memory(self.sess, n))
                 for n in names]
 
@@ -312,6 +338,8 @@ class SessionPlugin:
         for src in names:
             for dst in names:
                 if src != dst and self.models.comm.fit(src, dst) is None:
+                    if self.watch is not None:
+                        self.watch.check(force=True)
                     with hook.plain_sessions():
                         self.models.comm.update(probe_pair(src, dst, self.target,
                                                            self.inner_config()))
@@ -336,6 +364,8 @@ class SessionPlugin:
             gd = rewrite(ir, strategy, enforce_order=self.settings.order)
             graph = merged_graph(ir, strategy)
         inits = [op.name for op in self.graph.get_collection(_tf1.GraphKeys.TABLE_INITIALIZERS)]
+        if self.watch is not None:  # TensorFlow waits for ever on a lost server here
+            self.watch.check(force=True)
         new = activation.start(gd, strategy, graph, self.target, self.inner_config(),
                                self.current, self.user.state.variables,
                                self.user.state.iterators, inits)

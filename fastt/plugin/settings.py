@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from fastt.errors import FasttError
+from fastt.cluster.spec import ClusterSpec, from_tf_config, parse_cluster_spec
+from fastt.errors import ClusterError, FasttError
 from fastt.sched.strategy import STRATEGIES
 
 _TRUE = ("1", "true", "on", "yes")
@@ -108,6 +109,19 @@ class Settings:
     split: bool = True
     strict: bool = False
     log_level: str = "INFO"
+    cluster: ClusterSpec | None = None  # FASTT_CLUSTER or TF_CONFIG: sessions run there
+
+
+def _cluster(env: Mapping[str, str]) -> ClusterSpec | None:
+    try:
+        if env.get("FASTT_CLUSTER", "").strip():
+            return parse_cluster_spec(env["FASTT_CLUSTER"])
+        if env.get("TF_CONFIG", "").strip():
+            return from_tf_config(env["TF_CONFIG"])
+    except ClusterError as e:
+        name = "FASTT_CLUSTER" if env.get("FASTT_CLUSTER", "").strip() else "TF_CONFIG"
+        raise SettingsError(f"{name}: {e}") from None
+    return None
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
@@ -117,6 +131,12 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     devices, cpus = [], 1
     if env.get("FASTT_DEVICES", "").strip():
         devices, cpus = parse_devices(env["FASTT_DEVICES"])
+    cluster = _cluster(env)
+    if cluster is not None and any(d.startswith("/job:localhost/") for d in devices):
+        raise SettingsError(f"FASTT_DEVICES={env['FASTT_DEVICES']!r} names devices of this "
+                            "process, but the sessions run on the cluster (FASTT_CLUSTER or "
+                            "TF_CONFIG): leave FASTT_DEVICES unset to use every device of the "
+                            "cluster, or list cluster devices (/job:worker/task:1/device:CPU:0)")
     strategy = env.get("FASTT_STRATEGY", "os-dpos").strip() or "os-dpos"
     if strategy not in STRATEGIES:
         raise SettingsError(f"FASTT_STRATEGY={strategy!r}: expected one of "
@@ -134,4 +154,4 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         reprofile_every=_count(env, "FASTT_REPROFILE_EVERY", 500, 0),
         replan_threshold=_fraction(env, "FASTT_REPLAN_THRESHOLD", 0.1),
         order=_flag(env, "FASTT_ORDER", True), split=_flag(env, "FASTT_SPLIT", True),
-        strict=_flag(env, "FASTT_STRICT", False), log_level=level)
+        strict=_flag(env, "FASTT_STRICT", False), log_level=level, cluster=cluster)

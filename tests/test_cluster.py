@@ -1,0 +1,156 @@
+"""fastt on TensorFlow's gRPC runtime: ``fastt cluster up | status | down``, an unchanged example
+trained over a 2-worker local cluster, and a worker killed mid-training."""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fastt.cluster import LocalCluster, from_tf_config, parse_cluster_spec
+from fastt.errors import ClusterError
+from fastt.plugin.settings import SettingsError, from_env
+from tests.test_examples import ROOT, example_command, run
+
+pytest.importorskip("tensorflow")
+
+
+def fastt_cli(*args, state):
+    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+    return subprocess.run([sys.executable, "-m", "fastt.cli", "cluster", *args, "--state",
+                           str(state)], env=env, capture_output=True, text=True, timeout=120)
+
+
+def running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def listening_addresses(port):
+    """Local addresses of the sockets listening on ``port``, as /proc/net writes them."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, _, hex_port = local.partition(":")
+                if state == "0A" and int(hex_port, 16) == port:
+                    found.append(address)
+    return found
+
+
+LOOPBACK = {"0100007F", "0000000000000000FFFF00000100007F", "00000000000000000000000001000000"}
+
+
+def test_cluster_up_status_down_leaves_no_process(tmp_path):
+    state = tmp_path / "cluster.json"
+    up = fastt_cli("up", "--workers", "2", state=state)
+    pids = [w["pid"] for w in json.loads(state.read_text())["workers"]] if state.exists() else []
+    try:
+        assert up.returncode == 0, up.stderr
+        spec = re.fullmatch(r"FASTT_CLUSTER=(\S+)\n", up.stdout).group(1)
+        addresses = parse_cluster_spec(spec).tasks
+        assert len(pids) == 2 and all(running(p) for p in pids)
+        for t in addresses:  # 127.0.0.1 only, never every interface
+            port = int(t.address.rsplit(":", 1)[1])
+            assert listening_addresses(port) and set(listening_addresses(port)) <= LOOPBACK
+        cores = [os.sched_getaffinity(p) for p in pids]  # one core each, its own if it can
+        assert all(len(c) == 1 for c in cores)
+        assert cores[0] != cores[1] or len(os.sched_getaffinity(0)) < 2
+        status = fastt_cli("status", state=state)
+        assert status.returncode == 0 and status.stdout.count("answering (") == 2, status.stdout
+        again = fastt_cli("up", state=state)
+        assert again.returncode == 2 and "already up" in again.stderr
+        busy_port = int(addresses[1].address.rsplit(":", 1)[1])
+        busy = fastt_cli("up", "--workers", "1", "--port", str(busy_port),
+                         state=tmp_path / "other.json")
+        assert busy.returncode == 2 and f"[{busy_port}]" in busy.stderr and "busy" in busy.stderr
+    finally:
+        down = fastt_cli("down", state=state)
+    assert down.returncode == 0 and "stopped 2 worker(s)" in down.stdout, down.stderr
+    assert pids and not any(running(p) for p in pids)
+    assert not state.exists()
+    assert fastt_cli("status", state=state).returncode == 1
+
+
+def test_cluster_specs_and_settings():
+    spec = from_tf_config('{"cluster": {"worker": ["h1:2222", "h2:2222"], "chief": ["h0:2222"]},'
+                          ' "task": {"type": "chief", "index": 0}}')
+    assert spec.target == "grpc://h0:2222"
+    assert [t.device_prefix for t in spec.tasks] == [
+        "/job:chief/replica:0/task:0", "/job:worker/replica:0/task:0",
+        "/job:worker/replica:0/task:1"]
+    s = from_env({"FASTT": "1", "FASTT_CLUSTER": "127.0.0.1:2222,127.0.0.1:2223"})
+    assert s.cluster.target == "grpc://127.0.0.1:2222" and len(s.cluster.tasks) == 2
+    assert from_env({"TF_CONFIG": '{"cluster": {"worker": ["a:1"]}}'}).cluster.value == "a:1"
+    with pytest.raises(SettingsError, match="FASTT_CLUSTER.*'localhost' is not host:port"):
+        from_env({"FASTT_CLUSTER": "127.0.0.1:2222,localhost"})
+    with pytest.raises(SettingsError, match="TF_CONFIG is not JSON"):
+        from_env({"TF_CONFIG": "{worker"})
+    with pytest.raises(SettingsError, match="TF_CONFIG has no 'cluster'"):
+        from_env({"TF_CONFIG": '{"task": {}}'})
+    with pytest.raises(SettingsError, match="FASTT_DEVICES='cpu:2' names devices of this"):
+        from_env({"FASTT_CLUSTER": "127.0.0.1:2222", "FASTT_DEVICES": "cpu:2"})
+    with pytest.raises(ClusterError, match="listed twice"):
+        parse_cluster_spec("a:1,a:1")
+
+
+def test_example_trains_on_a_two_worker_cluster(tmp_path):
+    # Each worker runs one intra-op thread; the local reference runs on one core, which gives
+    # TensorFlow's kernels the same reduction order.
+    plain_loss, _, _ = run("session_feed_dict.py", tmp_path, fastt=False, cores={0})
+    with LocalCluster(workers=2) as cluster:
+        loss, out, err = run("session_feed_dict.py", tmp_path, fastt=True,
+                             fastt_env={"FASTT_CLUSTER": cluster.spec})
+        assert all(cluster.alive())
+    assert loss == pytest.approx(plain_loss, rel=1e-3)
+    assert re.search(r"planning over 2 devices", err) and re.search(
+        r"fastt: (activated|rolled back) strategy 1 \(", err), err[-3000:]
+    dumps = sorted((tmp_path / "dump").glob("strategy-*"))
+    assert dumps, err[-3000:]
+    doc = json.loads((dumps[0] / "strategy.json").read_text())
+    assert doc["devices"] == [cluster.device(0), cluster.device(1)]
+    comm = json.loads((dumps[-1] / "cost_models.json").read_text())["comm"]
+    fits = {(f["src"], f["dst"]): f for f in comm["fits"]}
+    for pair in ((cluster.device(0), cluster.device(1)), (cluster.device(1), cluster.device(0))):
+        assert pair in fits and fits[pair]["slope_s_per_byte"] > 0, fits
+
+
+def test_a_killed_worker_is_named_within_60_s(tmp_path):
+    with LocalCluster(workers=2) as cluster:
+        args, env = example_command("monitored_tf_data.py", tmp_path, fastt=True,
+                                    fastt_env={"FASTT_CLUSTER": cluster.spec},
+                                    extra=["--steps", "10000000"])
+        log_path = tmp_path / "stderr.log"
+        with open(log_path, "w") as log:
+            p = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            deadline = time.monotonic() + 300
+            while not re.search(r"fastt: (activated|rolled back) strategy 1 \(",
+                                log_path.read_text()):
+                assert p.poll() is None and time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.2)
+            os.kill(cluster.procs[1].pid, signal.SIGKILL)
+            killed = time.monotonic()
+            code = p.wait(timeout=120)
+            elapsed = time.monotonic() - killed
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    err = log_path.read_text()
+    assert code != 0 and elapsed < 60, (elapsed, err[-3000:])
+    assert re.search(r"WorkerLostError: .*worker 1 \(" + re.escape(cluster.addresses[1]) +
+                     r", /job:worker/replica:0/task:1\) does not answer", err), err[-3000:]
+    # What the script saved before is intact.
+    import tensorflow as tf
+    checkpoint = tf.train.latest_checkpoint(str(tmp_path / "fastt"))
+    reader = tf.train.load_checkpoint(checkpoint)
+    assert "global_step" in reader.get_variable_to_shape_map()
+    assert reader.get_tensor("dense0/kernel").shape == (64, 256)
