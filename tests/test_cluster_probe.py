@@ -60,3 +60,24 @@ def test_busy_port_and_bad_specs_are_refused():
         parse_cluster_spec(" , ")
     with pytest.raises(ClusterError, match="at least one worker"):
         LocalCluster(workers=0)
+
+
+def test_a_worker_that_stops_answering_is_named_within_the_deadline():
+    from fastt.cluster.health import Watch
+    from fastt.errors import WorkerLostError
+    import signal
+    import time
+    with LocalCluster(workers=2) as cluster:
+        watch = Watch(cluster.cluster_spec, interval=60.0, timeout=2.0)
+        watch.check()  # both answer
+        watch.check()  # within the interval: not asked again
+        os.kill(cluster.procs[1].pid, signal.SIGSTOP)  # alive, but not answering
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(WorkerLostError, match=r"worker 1 \(" + cluster.addresses[1] +
+                               r", /job:worker/replica:0/task:1\) does not answer "
+                               r"\(DEADLINE_EXCEEDED"):
+                watch.check(force=True)
+            assert time.monotonic() - t0 < 10
+        finally:
+            os.kill(cluster.procs[1].pid, signal.SIGCONT)
