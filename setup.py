@@ -39,6 +39,26 @@ class build_py_with_hook(build_py):
         return super().get_outputs(include_bytecode) + [os.path.join(self.build_lib, "fastt.pth")]
 
 
+def priority_executor() -> list:
+    """The priority executor plugin, compiled against the TensorFlow of the build environment
+    (``pyproject.toml`` puts the same series there). Optional: without TensorFlow headers or a
+    C++ compiler the package installs without it, and ordering uses control dependencies."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import tensorflow as tf
+        compile_flags, link_flags = tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
+        version = tf.__version__
+    except Exception as e:  # noqa: BLE001 - any failure means: build without it
+        print(f"fastt: not building the priority executor ({type(e).__name__}: {e})")
+        return []
+    return [Extension(
+        "tf_patches._priority_executor", ["tf_patches/native/priority_executor.cc"],
+        language="c++", optional=True,
+        extra_compile_args=compile_flags + ["-O2", "-w", "-fvisibility=hidden",
+                                            f'-DFASTT_TF_VERSION="{version}"'],
+        extra_link_args=link_flags)]
+
+
 here = os.path.dirname(os.path.abspath(__file__))
 with open(os.path.join(here, "fastt", "_version.py"), encoding="utf-8") as f:
     version = re.search(r'__version__ = "([^"]+)"', f.read()).group(1)
@@ -66,6 +86,6 @@ setup(
     # Optional: without a C compiler the package still installs, and local clusters warn that
     # their servers listen on every interface.
     ext_modules=[Extension("tf_patches._bind_loopback", ["tf_patches/native/bind_loopback.c"],
-                           libraries=["dl"], optional=True)],
+                           libraries=["dl"], optional=True)] + priority_executor(),
     cmdclass={"build_py": build_py_with_hook},
 )

@@ -17,6 +17,7 @@ from fastt.sched.device_spec import StaticCosts, parse  # noqa: E402
 from fastt.sched.split_rules import rules  # noqa: E402
 from fastt.sched.splitting import Split  # noqa: E402
 from fastt.sched.strategy import plan  # noqa: E402
+from tf_patches import priority_executor  # noqa: E402
 
 STEPS = 5
 # The issue's eight models (and a small CNN), optimizers spread across them; small inputs.
@@ -85,10 +86,10 @@ def test_rewritten_graphs_train_like_the_original(name, D):
             assert len(set(s.placement.values())) > 1  # really spread over devices
         if mode == "splits":
             assert len(s.splits) >= 2
-        for order in (False, True):
-            gd = rewrite(ir, s, enforce_order=order)
+        for order in ("none", "control", "priority"):
+            gd = rewrite(ir, s, enforce_order=order == "control", priority=order == "priority")
             assert set(ir.names) <= {n.name for n in gd.node}  # every op keeps its name
-            losses, values = _run_with_values(gd, m, ir, D)
+            losses, values = _run_with_values(gd, m, ir, D, priority=order == "priority")
             np.testing.assert_allclose(losses, ref_losses, rtol=rtol, atol=atol,
                                        err_msg=f"{mode} order={order}")
             for v, got, want in zip(_variables(ir), values, ref_values):
@@ -108,7 +109,9 @@ def _value_fetches(g, ir):
                 for v in _variables(ir)]
 
 
-def _run_with_values(graph_or_def, m, ir, D):
+def _run_with_values(graph_or_def, m, ir, D, priority=False):
+    """Losses of STEPS training steps and the variables after them; ``priority``: under
+    fastt's priority executor."""
     g = graph_or_def
     if not isinstance(g, tf.Graph):
         g = tf.Graph()
@@ -116,6 +119,9 @@ def _run_with_values(graph_or_def, m, ir, D):
             tf1.import_graph_def(graph_or_def, name="")
     reads = _value_fetches(g, ir)
     cfg = tf1.ConfigProto(device_count={"CPU": D}, allow_soft_placement=False)
+    if priority:
+        assert priority_executor.load(), "the priority executor is not built"
+        cfg.experimental.executor_type = priority_executor.EXECUTOR_TYPE
     with tf1.Session(graph=g, config=cfg) as sess:
         sess.run(g.get_operation_by_name(m.init.name))
         feed = {g.get_tensor_by_name(k + ":0"): v for k, v in m.feeds.items()}

@@ -146,13 +146,33 @@ def check(original: Graph, strategy: Strategy) -> None:
         raise FasttError(f"the split list names ops that are not in the graph: {missing[:3]}")
 
 
-def rewrite(original: Graph, strategy: Strategy, enforce_order: bool = False
-            ) -> graph_pb2.GraphDef:
-    """The GraphDef running ``strategy`` for ``original`` (checked first, see ``check``)."""
+PRIORITY_ATTR = "_fastt_priority"
+
+
+def priorities(strategy: Strategy) -> dict[str, int]:
+    """Op -> priority for the priority executor: earlier in the strategy's order is higher
+    (the order is one list over all devices; each device's executor sees its own ops)."""
+    n = len(strategy.order)
+    return {name: n - i for i, name in enumerate(strategy.order)}
+
+
+def rewrite(original: Graph, strategy: Strategy, enforce_order: bool = False,
+            priority: bool = False) -> graph_pb2.GraphDef:
+    """The GraphDef running ``strategy`` for ``original`` (checked first, see ``check``).
+    The order is enforced with control dependencies (``enforce_order``) or written as
+    ``_fastt_priority`` attributes for fastt's priority executor (``priority``)."""
+    if enforce_order and priority:
+        raise FasttError("the order is enforced one way: control dependencies or priorities")
     check(original, strategy)
     graph = merged_graph(original, strategy)
     if enforce_order:
         extra = order_edges(graph, strategy)
         graph = graph.replace_ops({n: graph[n].with_(control_inputs=graph[n].control_inputs
                                                      + tuple(c)) for n, c in extra.items()})
-    return to_graph_def(graph, strategy.placement)
+    gd = to_graph_def(graph, strategy.placement)
+    if priority:
+        ranks = priorities(strategy)
+        for node in gd.node:
+            if node.name in ranks:
+                node.attr[PRIORITY_ATTR].i = ranks[node.name]
+    return gd

@@ -8,7 +8,7 @@
 - ``measured_step_times_s`` / ``measured_step_time_s``: its steps after activation (median);
 - ``original_step_times_s`` / ``original_step_time_s``: the original graph's steps;
 - ``speedup``: original median / this strategy's median (``null`` before it is measured);
-- ``activated_at_step``, ``order_mechanism`` (``control-dependencies`` or ``none``);
+- ``activated_at_step``, ``order_mechanism`` (``priority-executor``, ``control-dependencies`` or ``none``);
 - ``history``: every strategy of this session so far, as (n, strategy, status).
 
 ``cost_models.json`` next to it holds the cost models it was planned with.

@@ -35,6 +35,7 @@ from fastt.profiler import profile
 from fastt.sched.data_parallel import batch_size
 from fastt.sched.problem import Device, ModelCosts
 from fastt.sched.strategy import fits_one_device, plan, predict
+from tf_patches import priority_executor
 from tf_patches import session_hook as hook
 
 log = logging.getLogger("fastt")
@@ -358,19 +359,34 @@ class SessionPlugin:
 
     def activate(self, strategy: Any | None) -> None:
         ir = self._user_ir()
+        config = self.inner_config()
         if strategy is None:
             gd, graph = activation.user_graph_def(self.graph), ir
         else:
-            gd = rewrite(ir, strategy, enforce_order=self.settings.order)
+            mechanism = self.order_mechanism()
+            gd = rewrite(ir, strategy, enforce_order=mechanism == "control-dependencies",
+                         priority=mechanism == "priority-executor")
+            if mechanism == "priority-executor" and not config.experimental.executor_type:
+                config.experimental.executor_type = priority_executor.EXECUTOR_TYPE
             graph = merged_graph(ir, strategy)
         inits = [op.name for op in self.graph.get_collection(_tf1.GraphKeys.TABLE_INITIALIZERS)]
         if self.watch is not None:  # TensorFlow waits for ever on a lost server here
             self.watch.check(force=True)
-        new = activation.start(gd, strategy, graph, self.target, self.inner_config(),
+        new = activation.start(gd, strategy, graph, self.target, config,
                                self.current, self.user.state.variables,
                                self.user.state.iterators, inits)
         old, self.current = self.current, new
         old.close()
+
+    def order_mechanism(self) -> str:
+        """How a strategy's op order is enforced: fastt's priority executor in this process
+        (when it was built), control dependencies on a cluster (TensorFlow's workers ignore
+        executor plugins) or without it, or not at all (``FASTT_ORDER=0``)."""
+        if not self.settings.order:
+            return "none"
+        if not self.target and priority_executor.load():
+            return "priority-executor"
+        return "control-dependencies"
 
     def inner_config(self) -> Any:
         cfg = _tf1.ConfigProto()
@@ -384,8 +400,8 @@ class SessionPlugin:
         if not self.settings.dump_dir:
             return ""
         assert self.controller is not None
-        mechanism = "control-dependencies" if self.settings.order else "none"
-        doc = dump.document(entry, history, self.controller.original_s, mechanism)
+        doc = dump.document(entry, history, self.controller.original_s,
+                            self.order_mechanism())
         return dump.write(self.settings.dump_dir, entry, doc, self.models)
 
 
