@@ -116,6 +116,7 @@ def test_example_trains_on_a_two_worker_cluster(tmp_path):
     assert dumps, err[-3000:]
     doc = json.loads((dumps[0] / "strategy.json").read_text())
     assert doc["devices"] == [cluster.device(0), cluster.device(1)]
+    assert doc["order_mechanism"] == "control-dependencies"  # workers ignore executor plugins
     comm = json.loads((dumps[-1] / "cost_models.json").read_text())["comm"]
     fits = {(f["src"], f["dst"]): f for f in comm["fits"]}
     for pair in ((cluster.device(0), cluster.device(1)), (cluster.device(1), cluster.device(0))):

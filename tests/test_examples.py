@@ -56,6 +56,7 @@ def test_example_trains_the_same_with_fastt(script, tmp_path):
     docs = [json.loads(p.read_text()) for p in dumps]
     assert {d["status"] for d in docs} <= {"active", "superseded", "rolled_back"}
     assert all(d["reason"] for d in docs if d["status"] == "rolled_back")
+    assert {d["order_mechanism"] for d in docs} == {"priority-executor"}  # in this process
     assert re.search(r"fastt: (activated|rolled back) strategy 1 \(", err)
     if script == "monitored_tf_data.py":  # the same samples, in the same order
         samples = re.compile(r"samples: .*")

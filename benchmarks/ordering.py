@@ -1,0 +1,148 @@
+"""Per-step time of one strategy under three ways of ordering its ops, side by side.
+
+    python benchmarks/ordering.py [--quick] [--out benchmarks/results]
+
+For each model: profile the original training step over 2 logical CPU devices, plan DPOS
+(placement and order, no splits) from the profiled costs, and build three graphs of the same
+placement: TensorFlow's own FIFO order (no enforcement), the order enforced with control
+dependencies, and the order written as priorities for fastt's priority executor. Blocks of
+steps alternate between the three sessions; per repeat each time is divided by FIFO's, and
+the median ratio is reported (below 1: faster than FIFO). Writes ordering.json and ordering.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tensorflow as tf  # noqa: E402
+
+from fastt import zoo  # noqa: E402
+from fastt.adapters.probe import probe_pair  # noqa: E402
+from fastt.adapters.rewrite import rewrite  # noqa: E402
+from fastt.adapters.runner import cost_models_from, profile_steps  # noqa: E402
+from fastt.adapters.tf_import import from_tf_graph  # noqa: E402
+from fastt.plugin.settings import LOCAL_CPU  # noqa: E402
+from fastt.sched.problem import Device, ModelCosts  # noqa: E402
+from fastt.sched.strategy import plan  # noqa: E402
+from tf_patches import priority_executor  # noqa: E402
+
+tf1 = tf.compat.v1
+MODELS = {"mlp": {"batch_size": 64}, "small_cnn": {"batch_size": 32},
+          "lenet": {"batch_size": 32}, "alexnet_v2": {"batch_size": 8, "image_size": 96},
+          "vgg_16": {"batch_size": 4, "image_size": 64}, "lstm_lm": {"batch_size": 16}}
+MODES = ("fifo", "control-dependencies", "priority-executor")
+DEVICES = [LOCAL_CPU.format(i) for i in range(2)]
+
+
+def config(priority: bool) -> tf1.ConfigProto:
+    cfg = tf1.ConfigProto(device_count={"CPU": len(DEVICES)})
+    if priority:
+        cfg.experimental.executor_type = priority_executor.EXECUTOR_TYPE
+    return cfg
+
+
+def planned(m: zoo.TrainingGraph) -> tuple:
+    """The model's IR and a DPOS strategy planned from its profiled costs."""
+    ir = from_tf_graph(m.graph)
+    with tf1.Session(graph=m.graph, config=config(False)) as sess:
+        sess.run(m.init)
+        profiles = profile_steps(sess, ir, [m.train_op, m.loss], m.feed_dict(), steps=3)
+    models = cost_models_from(ir, profiles)
+    for src in DEVICES:
+        for dst in DEVICES:
+            if src != dst:
+                models.comm.update(probe_pair(src, dst, config=config(False)))
+    fetches = [m.train_op.name, m.loss.name]
+    strategy = plan(ir, [Device(d) for d in DEVICES], ModelCosts(models), "dpos",
+                    fetches=fetches, split=False)
+    return ir, strategy
+
+
+def session(m: zoo.TrainingGraph, graph_def, priority: bool):
+    g = tf.Graph()
+    with g.as_default():
+        tf1.import_graph_def(graph_def, name="")
+    sess = tf1.Session(graph=g, config=config(priority))
+    sess.run(g.get_operation_by_name(m.init.name))
+    fetches = [g.get_operation_by_name(m.train_op.name), g.get_tensor_by_name(m.loss.name)]
+    feed = {g.get_tensor_by_name(t.name): v for t, v in m.feed_dict().items()}
+    return sess, lambda: sess.run(fetches, feed)
+
+
+def _block(fn, steps: int) -> float:
+    t = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    return (time.perf_counter() - t) / steps
+
+
+def bench(name: str, kwargs: dict, steps: int, repeats: int) -> dict:
+    m = zoo.build(name, opt="momentum", **kwargs)
+    ir, strategy = planned(m)
+    graphs = {"fifo": rewrite(ir, strategy), "control-dependencies":
+              rewrite(ir, strategy, enforce_order=True),
+              "priority-executor": rewrite(ir, strategy, priority=True)}
+    runs = {mode: session(m, gd, mode == "priority-executor") for mode, gd in graphs.items()}
+    for _, fn in runs.values():
+        _block(fn, max(steps // 3, 2))  # warm every session up
+    times = {mode: [] for mode in MODES}
+    for r in range(repeats):
+        order = MODES[r % 3:] + MODES[:r % 3]  # rotate who goes first
+        for mode in order:
+            times[mode].append(_block(runs[mode][1], steps))
+    for sess, _ in runs.values():
+        sess.close()
+    ratios = {mode: statistics.median(t / f for t, f in zip(times[mode], times["fifo"]))
+              for mode in MODES[1:]}
+    row = {"model": name, "ops": len(strategy.graph), "predicted_s":
+           strategy.predicted_step_time_s,
+           "step_s": {mode: statistics.median(t) for mode, t in times.items()},
+           "ratio_to_fifo": ratios, "times_s": times}
+    print(f"{name:>12}: FIFO {1e3 * row['step_s']['fifo']:.2f} ms; control deps "
+          f"{ratios['control-dependencies']:.3f}x; priority executor "
+          f"{ratios['priority-executor']:.3f}x", flush=True)
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="two models, few steps")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    args = ap.parse_args()
+    tf1.disable_eager_execution()
+    if not priority_executor.load():
+        sys.exit("the priority executor is not built; reinstall fastt with a C++ compiler")
+    models = dict(list(MODELS.items())[:2]) if args.quick else MODELS
+    steps, repeats = (5, 3) if args.quick else (args.steps, args.repeats)
+    rows = [bench(n, kw, steps, repeats) for n, kw in models.items()]
+    os.makedirs(args.out, exist_ok=True)
+    meta = {"python": platform.python_version(), "tensorflow": tf.__version__,
+            "cpus": os.cpu_count(), "steps_per_block": steps, "repeats": repeats,
+            "devices": DEVICES, "strategy": "dpos (profiled costs, no splits)"}
+    with open(os.path.join(args.out, "ordering.json"), "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=1)
+    lines = ["# Op ordering: FIFO vs control dependencies vs the priority executor", "",
+             f"One DPOS strategy per model over 2 logical CPU devices; median over {repeats} "
+             f"rotating blocks of {steps} steps; ratio = step time / FIFO step time in the "
+             f"same repeat (below 1 is faster). TensorFlow {tf.__version__}, "
+             f"{os.cpu_count()} cores. Logical CPU devices share one thread pool.", "",
+             "| model | ops | FIFO (ms) | control deps (ratio) | priority executor (ratio) |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {r['model']} | {r['ops']} | {1e3 * r['step_s']['fifo']:.2f} | "
+              f"{r['ratio_to_fifo']['control-dependencies']:.3f} | "
+              f"{r['ratio_to_fifo']['priority-executor']:.3f} |" for r in rows]
+    with open(os.path.join(args.out, "ordering.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
