@@ -382,8 +382,7 @@ class Step {
         continue;
       }
       Entry* out = &(*outputs)[i];
-      tf::DataType dtype = val.dtype_safe();
-      if (val.is_ref()) dtype = tf::MakeRefType(dtype);
+      const tf::DataType dtype = val.dtype_safe();  // a reference type for a ref output
       if (dtype != item.output_type(i)) {
         s.Update(tf::errors::Internal(
             "Output ", i, " of type ", tf::DataTypeString(dtype),
