@@ -36,7 +36,7 @@ from tf_patches import priority_executor  # noqa: E402
 tf1 = tf.compat.v1
 MODELS = {"mlp": {"batch_size": 64}, "small_cnn": {"batch_size": 32},
           "lenet": {"batch_size": 32}, "alexnet_v2": {"batch_size": 8, "image_size": 96},
-          "vgg_16": {"batch_size": 4, "image_size": 64}, "lstm_lm": {"batch_size": 16}}
+          "vgg_16": {"batch_size": 4, "image_size": 32}, "lstm_lm": {"batch_size": 16}}
 MODES = ("fifo", "control-dependencies", "priority-executor")
 DEVICES = [LOCAL_CPU.format(i) for i in range(2)]
 
