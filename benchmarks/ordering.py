@@ -11,17 +11,17 @@ the median ratio is reported (below 1: faster than FIFO). Writes ordering.json a
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tensorflow as tf  # noqa: E402
+
+from benchmarks.common import arguments, block  # noqa: E402
 
 from fastt import zoo  # noqa: E402
 from fastt.adapters.probe import probe_pair  # noqa: E402
@@ -76,12 +76,6 @@ def session(m: zoo.TrainingGraph, graph_def, priority: bool):
     return sess, lambda: sess.run(fetches, feed)
 
 
-def _block(fn, steps: int) -> float:
-    t = time.perf_counter()
-    for _ in range(steps):
-        fn()
-    return (time.perf_counter() - t) / steps
-
 
 def bench(name: str, kwargs: dict, steps: int, repeats: int) -> dict:
     m = zoo.build(name, opt="momentum", **kwargs)
@@ -91,12 +85,12 @@ def bench(name: str, kwargs: dict, steps: int, repeats: int) -> dict:
               "priority-executor": rewrite(ir, strategy, priority=True)}
     runs = {mode: session(m, gd, mode == "priority-executor") for mode, gd in graphs.items()}
     for _, fn in runs.values():
-        _block(fn, max(steps // 3, 2))  # warm every session up
+        block(fn, max(steps // 3, 2))  # warm every session up
     times = {mode: [] for mode in MODES}
     for r in range(repeats):
         order = MODES[r % 3:] + MODES[:r % 3]  # rotate who goes first
         for mode in order:
-            times[mode].append(_block(runs[mode][1], steps))
+            times[mode].append(block(runs[mode][1], steps))
     for sess, _ in runs.values():
         sess.close()
     ratios = {mode: statistics.median(t / f for t, f in zip(times[mode], times["fifo"]))
@@ -112,12 +106,7 @@ def bench(name: str, kwargs: dict, steps: int, repeats: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="two models, few steps")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--repeats", type=int, default=9)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    args = ap.parse_args()
+    args = arguments(__doc__, steps=20, repeats=9)
     tf1.disable_eager_execution()
     if not priority_executor.load():
         sys.exit("the priority executor is not built; reinstall fastt with a C++ compiler")

@@ -11,18 +11,18 @@ session_overhead.json and session_overhead.md.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
 import statistics
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tensorflow as tf  # noqa: E402
+
+from benchmarks.common import arguments, block  # noqa: E402
 
 import fastt.plugin  # noqa: E402
 from fastt import zoo  # noqa: E402
@@ -34,12 +34,6 @@ MODELS = {"mlp": {"batch_size": 64}, "small_cnn": {"batch_size": 32},
           "lenet": {"batch_size": 32}, "alexnet_v2": {"batch_size": 8, "image_size": 96}}
 TARGET = 1.01  # through fastt / direct, median
 
-
-def _block(fn, steps: int) -> float:
-    t = time.perf_counter()
-    for _ in range(steps):
-        fn()
-    return (time.perf_counter() - t) / steps
 
 
 def bench(name: str, kwargs: dict, steps: int, repeats: int) -> dict:
@@ -59,11 +53,11 @@ def bench(name: str, kwargs: dict, steps: int, repeats: int) -> dict:
     by_name = {t.name: v for t, v in feed.items()}
     through = lambda: sess.run([m.train_op, m.loss], feed)  # noqa: E731
     direct = lambda: inner.sess.run(names, by_name)  # noqa: E731
-    _block(through, steps), _block(direct, steps)  # warm both paths
+    block(through, steps), block(direct, steps)  # warm both paths
     ratios, t_through, t_direct = [], [], []
     for r in range(repeats):
         order = (through, direct) if r % 2 == 0 else (direct, through)
-        times = {fn: _block(fn, steps) for fn in order}
+        times = {fn: block(fn, steps) for fn in order}
         t_through.append(times[through])
         t_direct.append(times[direct])
         ratios.append(times[through] / times[direct])
@@ -78,12 +72,7 @@ def bench(name: str, kwargs: dict, steps: int, repeats: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="two models, few steps")
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    args = ap.parse_args()
+    args = arguments(__doc__, steps=30, repeats=15)
     tf1.disable_eager_execution()
     devices, cpus = parse_devices("cpu:2")
     fastt.plugin.install(Settings(enabled=True, devices=devices, logical_cpus=cpus,
