@@ -278,8 +278,8 @@ def test_a_step_that_never_ends_returns_to_the_original_graph(plugin, monkeypatc
     not from the half-updated session."""
     rewrite = runtime.rewrite
 
-    def hanging(ir, strategy, enforce_order=False):
-        gd = rewrite(ir, strategy, enforce_order)
+    def hanging(ir, strategy, **order):
+        gd = rewrite(ir, strategy, **order)
         g = tf.Graph()
         with g.as_default():
             tf1.import_graph_def(gd, name="")
