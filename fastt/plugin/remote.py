@@ -13,6 +13,10 @@ import tensorflow as tf
 from fastt.cluster.spec import ClusterSpec
 
 _tf1 = tf.compat.v1
+# TensorFlow's master waits for ever for a lost worker when it creates a session (the first
+# run on a new session); on the cluster that call gets this deadline. Steps carry their own
+# (RunOptions.timeout_in_ms overrides it).
+CALL_TIMEOUT_MS = 30_000
 # What a lost or hung server makes a step fail with.
 STEP_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
                tf.errors.AbortedError, tf.errors.InternalError, tf.errors.UnknownError,
@@ -24,12 +28,20 @@ def retarget(spec: ClusterSpec) -> Callable[[str, Any], tuple[str, Any]]:
     def to_cluster(target: Any, config: Any) -> tuple[Any, Any]:
         if target:  # the script chose its own server: leave it
             return target, config
-        cfg = _tf1.ConfigProto()
-        if config is not None:
-            cfg.CopyFrom(config)
-        cfg.isolate_session_state = True
-        return spec.target, cfg
+        return spec.target, on_cluster(config)
     return to_cluster
+
+
+def on_cluster(config: Any) -> Any:
+    """A copy of ``config`` for a session on the cluster: state isolated, as a local
+    session's is, and a deadline on calls that could wait for a lost worker."""
+    cfg = _tf1.ConfigProto()
+    if config is not None:
+        cfg.CopyFrom(config)
+    cfg.isolate_session_state = True
+    if not cfg.operation_timeout_in_ms:
+        cfg.operation_timeout_in_ms = CALL_TIMEOUT_MS
+    return cfg
 
 
 def planning_devices(listed: list[Any]) -> list[str]:

@@ -394,7 +394,7 @@ class SessionPlugin:
             cfg.CopyFrom(self.config)
         if self.settings.logical_cpus > cfg.device_count.get("CPU", 1):
             cfg.device_count["CPU"] = self.settings.logical_cpus
-        return cfg
+        return remote.on_cluster(cfg) if self.watch is not None else cfg
 
     def record(self, entry: Entry, history: list[Entry]) -> str:
         if not self.settings.dump_dir:
