@@ -139,7 +139,10 @@ def test_a_killed_worker_is_named_within_60_s(tmp_path):
                 time.sleep(0.2)
             os.kill(cluster.procs[1].pid, signal.SIGKILL)
             killed = time.monotonic()
-            code = p.wait(timeout=120)
+            try:
+                code = p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                pytest.fail("no error 120 s after the kill: " + log_path.read_text()[-3000:])
             elapsed = time.monotonic() - killed
         finally:
             if p.poll() is None:
