@@ -7,11 +7,10 @@ another TensorFlow, ``load()`` says why (one log line) and returns False.
 """
 from __future__ import annotations
 
-import glob
 import logging
-import os
 import re
-import sys
+
+from tf_patches.native import built
 
 log = logging.getLogger("fastt")
 EXECUTOR_TYPE = "FASTT_PRIORITY"
@@ -21,13 +20,8 @@ _state: dict[str, object] = {}
 
 
 def library_path() -> str | None:
-    """The built library, wherever ``tf_patches`` is installed; None when it was not built."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for d in [here] + [os.path.join(p or os.curdir, "tf_patches") for p in sys.path]:
-        found = sorted(glob.glob(os.path.join(d, "_priority_executor*.so")))
-        if found:
-            return found[0]
-    return None
+    """The built library; None when it was not built."""
+    return built("_priority_executor")
 
 
 def built_for(path: str) -> str | None:

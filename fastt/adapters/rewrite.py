@@ -21,6 +21,7 @@ from fastt.ir import Graph, Op, writes_variable
 from fastt.sched.data_parallel import BATCH_SOURCES
 from fastt.sched.splitting import DROPPED_JOINS
 from fastt.sched.strategy import Strategy
+from tf_patches.priority_executor import PRIORITY_ATTR
 
 
 def merged_graph(original: Graph, strategy: Strategy) -> Graph:
@@ -144,9 +145,6 @@ def check(original: Graph, strategy: Strategy) -> None:
                s.op.split("/part")[0] not in original]
     if missing:
         raise FasttError(f"the split list names ops that are not in the graph: {missing[:3]}")
-
-
-PRIORITY_ATTR = "_fastt_priority"
 
 
 def priorities(strategy: Strategy) -> dict[str, int]:

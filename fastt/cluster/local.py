@@ -22,7 +22,7 @@ from typing import Sequence
 
 from fastt.cluster.spec import ClusterSpec, parse_cluster_spec
 from fastt.errors import ClusterError
-from tf_patches.loopback import shim_path
+from tf_patches.native import built
 
 log = logging.getLogger("fastt")
 HOST = "127.0.0.1"
@@ -114,7 +114,7 @@ class LocalCluster:
         self._tmp_dir = None if self._log_dir else log_dir
         os.makedirs(log_dir, exist_ok=True)
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        shim = shim_path()
+        shim = built("_bind_loopback")
         if shim:
             env["LD_PRELOAD"] = " ".join(filter(None, [shim, env.get("LD_PRELOAD", "")]))
         else:

@@ -30,9 +30,8 @@ def install(settings: Settings | None = None) -> None:
         return SessionPlugin(sess, target, config, settings)
 
     def retarget(target: str, config: Any) -> tuple[str, Any]:
-        from fastt.plugin.remote import retarget as to_cluster
-        assert settings.cluster is not None
-        return to_cluster(settings.cluster)(target, config)
+        from fastt.plugin.remote import retarget  # imports TensorFlow: at the first session
+        return retarget(settings.cluster, target, config)
     session_hook.install(plugin, retarget if settings.cluster is not None else None)
     log.debug("fastt: sessions patched (%s)", settings)
 

@@ -6,7 +6,7 @@ and drives them from this one client (in-graph, as FastT did).
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import tensorflow as tf
 
@@ -23,13 +23,10 @@ STEP_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
                tf.errors.CancelledError)
 
 
-def retarget(spec: ClusterSpec) -> Callable[[str, Any], tuple[str, Any]]:
-    """The session hook's ``retarget``: a local session runs on the cluster instead."""
-    def to_cluster(target: Any, config: Any) -> tuple[Any, Any]:
-        if target:  # the script chose its own server: leave it
-            return target, config
-        return spec.target, on_cluster(config)
-    return to_cluster
+def retarget(spec: ClusterSpec, target: Any, config: Any) -> tuple[Any, Any]:
+    """The session hook's ``retarget``: a local session runs on the cluster instead; a
+    script that chose its own server keeps it."""
+    return (target, config) if target else (spec.target, on_cluster(config))
 
 
 def on_cluster(config: Any) -> Any:

@@ -336,14 +336,13 @@ class SessionPlugin:
     def _costs(self) -> ModelCosts:
         assert self.models is not None
         names = [d.name for d in self.devices]
-        for src in names:
-            for dst in names:
-                if src != dst and self.models.comm.fit(src, dst) is None:
-                    if self.watch is not None:
-                        self.watch.check(force=True)
-                    with hook.plain_sessions():
-                        self.models.comm.update(probe_pair(src, dst, self.target,
-                                                           self.inner_config()))
+        unseen = [(src, dst) for src in names for dst in names
+                  if src != dst and self.models.comm.fit(src, dst) is None]
+        if unseen and self.watch is not None:
+            self.watch.check(force=True)
+        for src, dst in unseen:
+            with hook.plain_sessions():
+                self.models.comm.update(probe_pair(src, dst, self.target, self.inner_config()))
         return ModelCosts(self.models)
 
     def plan(self, name: str) -> Any:
