@@ -53,6 +53,22 @@ def test_splitting_a_dominant_conv_beats_dpos():
         assert plan.graph["relu/part0"].inputs[0].op == "conv/part0"
 
 
+def test_a_split_records_why_it_was_made():
+    g = big_conv()
+    ops = [o if o.name != "w" else op("w", "VariableV2", out=((3, 3, 16, 64),), is_variable=True)
+           for o in g]
+    g = Graph(ops[:2] + [op("w_read", "Identity", ["w"], out=((3, 3, 16, 64),))] +
+              [op("conv", "Conv2D", ["x", "w_read"], out=((64, 32, 32, 64),))] + ops[3:])
+    costs = TableCosts({"conv": 8e-3, "relu": 1e-3, "loss": 1e-4})
+    plan = os_dpos(g, compiler(devs(4), costs, g), 4)
+    first = plan.splits[0]
+    assert first.op == "conv" and first.time_before_s == pytest.approx(8e-3)
+    assert first.param_bytes == 3 * 3 * 16 * 64 * 4
+    assert first.step_after_s < first.step_before_s
+    assert first.details()["param_bytes"] == first.param_bytes
+    assert first == type(first)("conv", first.dim, first.n)  # details are not identity
+
+
 def test_no_split_when_transfers_are_too_expensive():
     g = big_conv()
     costs = TableCosts({"conv": 8e-3, "relu": 1e-3}, intercept=1.0)

@@ -23,7 +23,7 @@ from fastt.sched.dpos import dpos
 from fastt.sched.problem import CostSource, Device, Problem
 from fastt.sched.schedule import Schedule
 from fastt.sched.split_rules import rules
-from fastt.sched.splitting import Split, split_operation
+from fastt.sched.splitting import Split, parameter_bytes, split_operation
 
 log = logging.getLogger("fastt")
 
@@ -143,7 +143,11 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
         g2 = split_operation(best.graph, name, dim, n)
         p2 = compile_graph(g2)
         s2 = dpos(p2)
-        split = Split(name, dim, n)
+        bp, bs = best.problem, best.schedule
+        i = bp.index[name]
+        split = Split(name, dim, n, time_before_s=bp.w[i][bs.device[i]],
+                      param_bytes=parameter_bytes(best.graph, op),
+                      step_before_s=best.makespan, step_after_s=s2.makespan)
         log.debug("split %s on %s into %d: %.6f -> %.6f s", name, split.dim, split.n,
                  best.makespan, s2.makespan)
         best = Plan(g2, p2, s2, best.splits + [split], best.tried)

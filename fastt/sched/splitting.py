@@ -13,7 +13,7 @@ with part k of Y where Y was split alike; otherwise the hint is dropped.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastt.errors import FasttError
@@ -26,13 +26,37 @@ DROPPED_JOINS = "dropped_joins"  # graph payload: joins no op reads any more, by
 
 @dataclass(frozen=True)
 class Split:
-    """One entry of the split list: ``(op name, dimension, number of parts)``."""
+    """One entry of the split list: ``(op name, dimension, number of parts)``. OS-DPOS also
+    records why it split: the op's compute time before, the parameter bytes it reads, and the
+    predicted step time before and after (these do not take part in equality)."""
     op: str
     dim: str
     n: int
+    time_before_s: float | None = field(default=None, compare=False)
+    param_bytes: int | None = field(default=None, compare=False)
+    step_before_s: float | None = field(default=None, compare=False)
+    step_after_s: float | None = field(default=None, compare=False)
 
     def to_list(self) -> list[Any]:
         return [self.op, self.dim, self.n]
+
+    def details(self) -> dict[str, Any]:
+        return {"op": self.op, "dim": self.dim, "n": self.n,
+                "time_before_s": self.time_before_s, "param_bytes": self.param_bytes,
+                "step_before_s": self.step_before_s, "step_after_s": self.step_after_s}
+
+
+def parameter_bytes(graph: Graph, op: Op) -> int:
+    """Bytes of the variables ``op`` reads directly (through Identity/ReadVariableOp)."""
+    total = 0
+    for ref in op.inputs:
+        src = graph[ref.op]
+        while not src.is_variable and src.type in ("Identity", "ReadVariableOp") and src.inputs:
+            src = graph[src.inputs[0].op]
+        if src.is_variable:
+            spec = graph.tensor(ref)
+            total += spec.nbytes or 0
+    return total
 
 
 def _with_axis(shape: tuple[int | None, ...], axis: int, size: int) -> tuple[int | None, ...]:

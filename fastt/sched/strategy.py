@@ -65,7 +65,8 @@ class Strategy:
                 "predicted_step_time_s": self.predicted_step_time_s,
                 "simulated_step_time_s": self.simulated_step_time_s,
                 "plan_time_s": self.plan_time_s, "dpos_runs": self.dpos_runs,
-                "splits": [s.to_list() for s in self.splits], "fetches": self.fetches,
+                "splits": [s.to_list() for s in self.splits],
+                "split_details": [s.details() for s in self.splits], "fetches": self.fetches,
                 "placement": self.placement, "order": self.order}
 
 
