@@ -1,4 +1,4 @@
-"""NLP reference models (Transformer, LSTM LM, GNMT): they train, are seeded, run in float64,
+"""NLP reference models (Transformer, BERT, LSTM LM, GNMT): they train, are seeded, run in float64,
 unroll without loops, and import into the IR."""
 import numpy as np
 import pytest
@@ -12,7 +12,9 @@ from fastt.adapters.tf_import import from_tf_graph  # noqa: E402
 from fastt.errors import FasttError  # noqa: E402
 
 MODELS = ["transformer", "lstm_lm", "gnmt"]
-CASES = [("transformer", {}), ("lstm_lm", {}), ("gnmt", {}), ("gnmt", {"attention": "bahdanau"})]
+SMALL_BERT = {"layers": 2, "d_model": 64, "heads": 4, "d_ff": 128, "seq_len": 16, "vocab": 100}
+CASES = [("transformer", {}), ("lstm_lm", {}), ("gnmt", {}), ("gnmt", {"attention": "bahdanau"}),
+         ("bert", SMALL_BERT)]
 LOOP_OPS = {"Enter", "Exit", "NextIteration", "LoopCond", "While", "StatelessWhile"}
 
 
@@ -35,7 +37,7 @@ def initial_loss(model):
 
 
 @pytest.fixture(scope="module", params=CASES, ids=["transformer", "lstm_lm", "gnmt",
-                                                   "gnmt_bahdanau"])
+                                                   "gnmt_bahdanau", "bert"])
 def model(request):
     name, kwargs = request.param
     return zoo.build(name, **kwargs)
@@ -53,13 +55,13 @@ def test_trains_three_steps(model):
 
 
 def test_feeds_match_placeholders(model):
-    expected = {"tokens", "targets"} | ({"decoder_tokens"} if model.name == "gnmt" else set())
-    assert set(model.feeds) == expected
+    extra = {"gnmt": {"decoder_tokens"}, "bert": {"positions"}}.get(model.name, set())
+    assert set(model.feeds) == {"tokens", "targets"} | extra
     for name, batch in model.feeds.items():
         ph = model.graph.get_tensor_by_name(name + ":0")
         assert ph.op.type == "Placeholder" and ph.dtype == tf.int32
         assert tuple(ph.shape.as_list()) == batch.shape and batch.dtype == np.int32
-        assert batch.min() >= 0 and batch.max() < 100  # default vocabularies are 100
+        assert batch.min() >= 0 and batch.max() < 100  # the vocabularies here are 100
 
 
 def test_unrolled_without_loops(model):
@@ -116,6 +118,17 @@ def test_optimizers_small_sizes():
             assert all(np.isfinite(v) for v in out) and out[-1] != out[0], (name, opt)
     with pytest.raises(FasttError, match="unknown optimizer"):
         zoo.build("lstm_lm", opt="rmsprop")
+
+
+def test_bert_predicts_at_masked_positions_only():
+    m = zoo.build("bert", **SMALL_BERT)
+    positions = m.feeds["positions"]
+    assert positions.shape == (4, 2)  # 15% of 16 tokens, per sequence
+    assert all(len(set(row)) == len(row) for row in positions)
+    assert m.graph.get_tensor_by_name("logits/BiasAdd:0").shape.as_list() == [8, 100]
+    assert "Erfc" in {op.type for op in m.graph.get_operations()}  # GELU, exact form
+    with pytest.raises(FasttError, match="predictions"):
+        zoo.build("bert", **{**SMALL_BERT, "predictions": 17})
 
 
 def test_bad_arguments():

@@ -1,4 +1,4 @@
-"""Sequence models written with raw tf.compat.v1 ops: Transformer encoder, LSTM LM, GNMT.
+"""Sequence models written with raw tf.compat.v1 ops: Transformer encoder, BERT, LSTM LM, GNMT.
 
 Everything is spelled out with MatMul/BatchMatMul, softmax and elementwise ops (no Keras
 layers, no ``tf.while_loop``): recurrences are unrolled in Python, so every time step is a
@@ -177,10 +177,27 @@ def self_attention(x: Any, batch: int, seq_len: int, heads: int, name: str) -> A
         return _dense(ctx, d_model, "output")
 
 
-def feed_forward(x: Any, d_ff: int, name: str) -> Any:
-    """Position-wise ``relu(x W1 + b1) W2 + b2``."""
+def feed_forward(x: Any, d_ff: int, name: str, activation: Callable[[Any], Any] = tf.nn.relu
+                 ) -> Any:
+    """Position-wise ``activation(x W1 + b1) W2 + b2``."""
     with _tf1.variable_scope(name):
-        return _dense(tf.nn.relu(_dense(x, d_ff, "inner")), int(x.shape[-1]), "outer")
+        return _dense(activation(_dense(x, d_ff, "inner")), int(x.shape[-1]), "outer")
+
+
+def encoder_stack(x: Any, layers: int, batch: int, seq_len: int, heads: int, d_ff: int,
+                  activation: Callable[[Any], Any] = tf.nn.relu) -> Any:
+    """``layers`` post-norm residual blocks (self-attention, feed-forward) on x: [B*T, D]."""
+    for i in range(layers):
+        with _tf1.variable_scope(f"layer_{i}"):
+            a = self_attention(x, batch, seq_len, heads, "attention")
+            x = layer_norm(x + a, "attention_norm")
+            x = layer_norm(x + feed_forward(x, d_ff, "ffn", activation), "ffn_norm")
+    return x
+
+
+def _check_heads(d_model: int, heads: int) -> None:
+    if d_model % heads:
+        raise FasttError(f"d_model ({d_model}) must be a multiple of heads ({heads})")
 
 
 @register("transformer")
@@ -193,8 +210,7 @@ def transformer(layers: int = 2, d_model: int = 64, heads: int = 4, d_ff: int = 
     """
     _positive(layers=layers, d_model=d_model, heads=heads, d_ff=d_ff, seq_len=seq_len,
               vocab=vocab, batch_size=batch_size)
-    if d_model % heads:
-        raise FasttError(f"d_model ({d_model}) must be a multiple of heads ({heads})")
+    _check_heads(d_model, heads)
     dtype = _check_dtype(dtype)
 
     def body() -> Any:
@@ -203,15 +219,52 @@ def transformer(layers: int = 2, d_model: int = 64, heads: int = 4, d_ff: int = 
         x = _embedding(tokens, vocab, d_model, dtype, "embedding", stddev=d_model ** -0.5)
         pe = tf.constant(positional_encoding(seq_len, d_model), dtype, name="positional")
         x = tf.reshape(x * math.sqrt(d_model) + pe, [batch_size * seq_len, d_model])
-        for i in range(layers):
-            with _tf1.variable_scope(f"layer_{i}"):
-                a = self_attention(x, batch_size, seq_len, heads, "attention")
-                x = layer_norm(x + a, "attention_norm")
-                x = layer_norm(x + feed_forward(x, d_ff, "ffn"), "ffn_norm")
+        x = encoder_stack(x, layers, batch_size, seq_len, heads, d_ff)
         return _token_loss(_dense(x, vocab, "logits"), targets)
 
     feeds = _lm_feeds(np.random.RandomState(seed), batch_size, seq_len, vocab)
     return _training_graph("transformer", body, feeds, opt, seed)
+
+
+@register("bert")
+def bert(layers: int = 24, d_model: int = 1024, heads: int = 16, d_ff: int = 4096,
+         seq_len: int = 64, vocab: int = 30522, predictions: int | None = None,
+         batch_size: int = 4, opt: str = "adam", seed: int = 0,
+         dtype: Any = tf.float32) -> TrainingGraph:
+    """BERT's encoder with its masked-language-model loss (defaults: BERT-large, depth
+    configurable): token and learned position embeddings, GELU feed-forward blocks, and the
+    vocabulary softmax at ``predictions`` masked positions per sequence (default 15%)."""
+    predictions = predictions or max(1, (15 * seq_len) // 100)
+    _positive(layers=layers, d_model=d_model, heads=heads, d_ff=d_ff, seq_len=seq_len,
+              vocab=vocab, batch_size=batch_size, predictions=predictions)
+    _check_heads(d_model, heads)
+    if predictions > seq_len:
+        raise FasttError(f"predictions ({predictions}) cannot exceed seq_len ({seq_len})")
+    dtype = _check_dtype(dtype)
+
+    def body() -> Any:
+        tokens = _tf1.placeholder(tf.int32, [batch_size, seq_len], name="tokens")
+        positions = _tf1.placeholder(tf.int32, [batch_size, predictions], name="positions")
+        targets = _tf1.placeholder(tf.int32, [batch_size, predictions], name="targets")
+        init = _tf1.truncated_normal_initializer(stddev=0.02)
+        x = _embedding(tokens, vocab, d_model, dtype, "embedding", stddev=0.02)
+        pos = _tf1.get_variable("position_embedding", [seq_len, d_model], dtype=dtype,
+                                initializer=init)
+        x = layer_norm(tf.reshape(x + pos, [batch_size * seq_len, d_model]), "embedding_norm")
+        x = encoder_stack(x, layers, batch_size, seq_len, heads, d_ff, tf.nn.gelu)
+        picked = tf.gather(tf.reshape(x, [batch_size, seq_len, d_model]), positions,
+                           batch_dims=1)  # [B, P, D]
+        flat = tf.reshape(picked, [batch_size * predictions, d_model])
+        with _tf1.variable_scope("mlm"):
+            h = layer_norm(tf.nn.gelu(_dense(flat, d_model, "transform")), "norm")
+        return _token_loss(_dense(h, vocab, "logits"), targets)
+
+    rng = np.random.RandomState(seed)
+    feeds = {"tokens": rng.randint(0, vocab, (batch_size, seq_len)).astype(np.int32),
+             "positions": np.sort(np.stack([rng.choice(seq_len, predictions, replace=False)
+                                            for _ in range(batch_size)]), 1).astype(np.int32),
+             "targets": rng.randint(0, vocab, (batch_size, predictions)).astype(np.int32)}
+    return _training_graph("bert", body, feeds, opt, seed)
 
 
 # --- GNMT ----------------------------------------------------------------------------------
