@@ -4,7 +4,7 @@ import pytest
 
 from fastt.errors import FasttError
 from fastt.sched import Device, Problem, dpos
-from fastt.sched.simulate import simulate
+from fastt.sched.simulate import simulate, simulate_fifo
 from tests.test_dpos import random_problem
 
 
@@ -55,3 +55,30 @@ def test_bad_orders_are_refused():
         simulate(p, [0, 0], [[1, 0]])
     with pytest.raises(FasttError, match="every op exactly once"):
         simulate(p, [0, 0], [[0]])
+
+
+def test_fifo_runs_ready_ops_first_come_first_served():
+    # a and b are ready at once on device 0; c (device 1) needs b. FIFO takes a first (it comes
+    # first in the graph) and c waits for it; ordering b first saves a's second.
+    p = Problem.build(3, [(1, 2, 0.0)], [[1, 1], [1, 1], [5, 5]], devs(2),
+                      intercept=0.0, slope=0.0)
+    fifo = simulate_fifo(p, [0, 0, 1])
+    assert fifo.start == [0.0, 1.0, 2.0] and fifo.makespan == 7.0
+    assert simulate(p, [0, 0, 1], [[1, 0], [2]]).makespan == 6.0
+
+
+def test_fifo_agrees_with_replaying_its_own_order():
+    rnd = random.Random(5)
+    for _ in range(200):
+        p = random_problem(rnd, homogeneous=rnd.random() < 0.5)
+        device = [rnd.randrange(p.num_devices) for _ in range(p.n)]
+        fifo = simulate_fifo(p, device)
+        orders = [sorted((i for i in range(p.n) if device[i] == d),
+                         key=lambda i: (fifo.start[i], fifo.finish[i]))
+                  for d in range(p.num_devices)]
+        replay = simulate(p, device, orders)
+        assert replay.start == pytest.approx(fifo.start)
+        assert fifo.busy == pytest.approx(replay.busy)
+        for d in range(p.num_devices):  # one op at a time per device
+            spans = sorted((fifo.start[i], fifo.finish[i]) for i in range(p.n) if device[i] == d)
+            assert all(b[0] >= a[1] - 1e-12 for a, b in zip(spans, spans[1:]))

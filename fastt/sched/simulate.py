@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from fastt.errors import FasttError
 from fastt.sched.problem import Problem
 
+Needs = list[list[tuple[int, object, float]]]  # per op: (producer, tensor key, bytes)
+
 
 @dataclass
 class Transfer:
@@ -55,21 +57,9 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
             if device[i] != d:
                 raise FasttError(f"op {p.names[i]!r} is in device {d}'s order but placed on "
                                  f"device {device[i]}")
-    # Tensors each op needs: (producer, key, bytes); remote ones are sent once per device.
-    needs: list[list[tuple[int, object, float]]] = [[] for _ in range(n)]
-    wanted: dict[int, dict[tuple[object, int], float]] = defaultdict(dict)  # producer -> (key, dst)
-    for j in range(n):
-        for m, e in p.preds[j]:
-            tensors = p.edge_tensors[e] or [(("control", m), 0.0)]
-            for key, nbytes in tensors:
-                needs[j].append((m, key, nbytes))
-                if device[m] != device[j]:
-                    wanted[m][(key, device[j])] = nbytes
-
+    needs, wanted = _tensors(p, device)
     start, finish = [0.0] * n, [-1.0] * n
-    arrival: dict[tuple[object, int], float] = {}
-    link_free: dict[tuple[int, int], list[float]] = {}
-    transfers: list[Transfer] = []
+    links = _Links(p, link_concurrency)
     pos = [0] * D
     dev_free = [0.0] * D
     events: list[tuple[float, int]] = []  # (finish time, op)
@@ -81,7 +71,7 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
             for m, key, _ in needs[j]:
                 if finish[m] < 0:
                     return
-                a = finish[m] if device[m] == d else arrival.get((key, d))
+                a = finish[m] if device[m] == d else links.arrival.get((key, d))
                 if a is None:
                     return
                 t = max(t, a)
@@ -96,30 +86,115 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
         try_start(d)
     while events:
         t, m = heapq.heappop(events)
-        src = device[m]
-        for (key, dst), nbytes in sorted(wanted[m].items(), key=lambda kv: kv[0][1]):
-            cost = p.intercept[src][dst] + p.slope[src][dst] * nbytes
-            begin = t
-            if link_concurrency is not None:
-                lanes = link_free.setdefault((src, dst), [0.0] * link_concurrency)
-                k = min(range(len(lanes)), key=lanes.__getitem__)
-                begin = max(t, lanes[k])
-                lanes[k] = begin + cost
-            arrival[(key, dst)] = begin + cost
-            transfers.append(Transfer(key, src, dst, nbytes, begin, begin + cost))
+        links.send(m, device[m], t, wanted[m])
         for d in range(D):
             try_start(d)
     if any(f < 0 for f in finish):
         stuck = [p.names[i] for i in range(n) if finish[i] < 0][:5]
         raise FasttError(f"the orders deadlock (an op waits for one ordered after it): {stuck}")
-    busy = [sum(p.w[i][d] for i in orders[d]) for d in range(D)]
+    return _result(p, device, start, finish, links.transfers, needs)
+
+
+def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 1
+                  ) -> SimResult:
+    """Simulate ``p`` with op ``i`` on ``device[i]`` and no enforced order: like TensorFlow's
+    own executor, each device runs its ready ops first come, first served (ties by op
+    index: graph order). O((n + e) log n) for n ops and e edges."""
+    n, D = p.n, p.num_devices
+    needs, wanted = _tensors(p, device)
+    consumers: list[list[tuple[int, object]]] = [[] for _ in range(n)]
+    for j in range(n):
+        for m, key, _ in needs[j]:
+            consumers[m].append((j, key))
+    pending = [len(nd) for nd in needs]
+    ready_at = [0.0] * n
+    start, finish = [0.0] * n, [-1.0] * n
+    links = _Links(p, link_concurrency)
+    ready: list[list[tuple[float, int, int]]] = [[] for _ in range(D)]
+    busy_until = [0.0] * D
+    events: list[tuple[float, int, int]] = []  # (time, 0: op finishes / 1: device looks, x)
+
+    def becomes_ready(j: int, t: float) -> None:
+        heapq.heappush(ready[device[j]], (t, j, j))
+        heapq.heappush(events, (t, 1, device[j]))
+
+    for j in range(n):
+        if not pending[j]:
+            becomes_ready(j, 0.0)
+    while events:
+        t, kind, x = heapq.heappop(events)
+        if kind == 1:
+            d = x
+            if busy_until[d] > t or not ready[d] or ready[d][0][0] > t:
+                continue  # busy (it looks again when its op finishes) or nothing ready yet
+            _, _, j = heapq.heappop(ready[d])
+            start[j], finish[j] = t, t + p.w[j][d]
+            busy_until[d] = finish[j]
+            heapq.heappush(events, (finish[j], 0, j))
+            continue
+        m = x
+        links.send(m, device[m], t, wanted[m])
+        heapq.heappush(events, (t, 1, device[m]))
+        for j, key in consumers[m]:
+            a = t if device[j] == device[m] else links.arrival[(key, device[j])]
+            ready_at[j] = max(ready_at[j], a)
+            pending[j] -= 1
+            if not pending[j]:
+                becomes_ready(j, ready_at[j])
+    return _result(p, device, start, finish, links.transfers, needs)
+
+
+def _tensors(p: Problem, device: list[int]) -> tuple[Needs, dict[int, dict[tuple[object, int],
+                                                                              float]]]:
+    """Tensors each op needs, (producer, key, bytes), and what each producer must send:
+    producer -> {(key, destination device): bytes}, once per device (receivers cache)."""
+    needs: Needs = [[] for _ in range(p.n)]
+    wanted: dict[int, dict[tuple[object, int], float]] = defaultdict(dict)
+    for j in range(p.n):
+        for m, e in p.preds[j]:
+            tensors = p.edge_tensors[e] or [(("control", m), 0.0)]
+            for key, nbytes in tensors:
+                needs[j].append((m, key, nbytes))
+                if device[m] != device[j]:
+                    wanted[m][(key, device[j])] = nbytes
+    return needs, wanted
+
+
+class _Links:
+    """Transfers over the links, ``concurrency`` at a time per direction (None: no limit)."""
+
+    def __init__(self, p: Problem, concurrency: int | None) -> None:
+        self.p, self.concurrency = p, concurrency
+        self.arrival: dict[tuple[object, int], float] = {}
+        self.transfers: list[Transfer] = []
+        self._free: dict[tuple[int, int], list[float]] = {}
+
+    def send(self, m: int, src: int, t: float, wanted: dict[tuple[object, int], float]) -> None:
+        """Send what producer ``m`` (on ``src``, finished at ``t``) owes other devices."""
+        p = self.p
+        for (key, dst), nbytes in sorted(wanted.items(), key=lambda kv: kv[0][1]):
+            cost = p.intercept[src][dst] + p.slope[src][dst] * nbytes
+            begin = t
+            if self.concurrency is not None:
+                lanes = self._free.setdefault((src, dst), [0.0] * self.concurrency)
+                k = min(range(len(lanes)), key=lanes.__getitem__)
+                begin = max(t, lanes[k])
+                lanes[k] = begin + cost
+            self.arrival[(key, dst)] = begin + cost
+            self.transfers.append(Transfer(key, src, dst, nbytes, begin, begin + cost))
+
+
+def _result(p: Problem, device: list[int], start: list[float], finish: list[float],
+            transfers: list[Transfer], needs: Needs) -> SimResult:
+    busy = [0.0] * p.num_devices
+    for i in range(p.n):
+        busy[device[i]] += p.w[i][device[i]]
     result = SimResult(start, finish, list(device), transfers, busy=busy)
     result.peak_memory = _peak_memory(p, result, needs)
     return result
 
 
-def _peak_memory(p: Problem, r: SimResult,
-                 needs: list[list[tuple[int, object, float]]]) -> list[float]:
+def _peak_memory(p: Problem, r: SimResult, needs: Needs) -> list[float]:
     live: dict[tuple[object, int], list[float]] = {}  # (tensor, device) -> [alloc, free, bytes]
 
     def hold(key: object, d: int, a: float, b: float, nbytes: float) -> None:
