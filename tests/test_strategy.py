@@ -6,7 +6,8 @@ import pytest
 from fastt.errors import FasttError
 from fastt.sched.device_spec import StaticCosts, parse
 from fastt.sched.splitting import Split
-from fastt.sched.strategy import STRATEGIES, fits_one_device, plan
+from fastt.sched.strategy import (STRATEGIES, data_parallel_fitting, fits_one_device,
+                                  peak_memory_one_device, plan)
 from tests.test_data_parallel import training_graph
 
 
@@ -49,6 +50,20 @@ def test_data_parallel_needs_the_model_to_fit():
         plan(g, ds.devices, costs(ds, g), "data-parallel", splits=[Split("h", "batch", 2)])
     with pytest.raises(FasttError, match="unknown strategy 'fastest'"):
         plan(g, ds.devices, costs(ds, g), "fastest")
+
+
+def test_data_parallel_needs_only_each_replica_to_fit():
+    # Weak scaling: the whole batch does not fit one device, each replica's share does.
+    ds = parse("4xV100")
+    g = training_graph(B=64)
+    whole, share = peak_memory_one_device(g), peak_memory_one_device(training_graph(B=16))
+    assert share < whole
+    room = [d.__class__(d.name, (share + whole) / 2) for d in ds.devices]
+    assert not fits_one_device(g, room)
+    assert data_parallel_fitting(g, room) is not None
+    assert plan(g, room, costs(ds, g), "os-dpos").replicas == 4
+    tiny = [d.__class__(d.name, share / 10) for d in ds.devices]
+    assert data_parallel_fitting(g, tiny) is None
 
 
 def test_device_specs(tmp_path):

@@ -149,6 +149,9 @@ def analytical_costs(graph_def_or_meta: GraphLike, fetch: list[str],
     if not fetch:
         raise ValueError("analytical_costs needs at least one fetch name")
     props = device_properties(kind)
+    # Times only: grappler refuses a graph whose (reuse-free) memory estimate exceeds the
+    # device's, so it gets room here; fastt's own memory model decides what fits.
+    props.memory_size = max(props.memory_size, 1 << 40)
     device = DEVICE_NAME.format(type=props.type)
     meta = _metagraph(graph_def_or_meta, fetch, device)
     known = {n.name for n in meta.graph_def.node}

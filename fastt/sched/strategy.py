@@ -17,6 +17,7 @@ DPOS optimises) and with one transfer at a time per link direction
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -31,7 +32,7 @@ from fastt.sched.dpos import dpos, rank_u
 from fastt.sched.osdpos import compiler, os_dpos, starting_plan
 from fastt.sched.problem import CostSource, Device, Problem
 from fastt.sched.schedule import Schedule
-from fastt.sched.simulate import simulate
+from fastt.sched.simulate import SimResult, simulate, simulate_fifo
 from fastt.sched.splitting import Split, apply_splits
 
 STRATEGIES = ("os-dpos", "dpos", "data-parallel", "single", "heft", "m-topo", "m-etf")
@@ -92,6 +93,21 @@ def fits_one_device(graph: Graph, devices: Sequence[Device]) -> bool:
     return peak_memory_one_device(graph) <= min(d.memory for d in devices)
 
 
+def data_parallel_fitting(graph: Graph, devices: Sequence[Device]) -> Graph | None:
+    """The data-parallel graph over ``devices`` when every device holds its replica (each
+    with its share of the batch; gradients summed on device 0), else None. Memory is the
+    simulated peak of the replicas' placement, ops in topological order."""
+    D = len(devices)
+    dp = data_parallel(graph, D)
+    if all(d.memory == math.inf for d in devices):
+        return dp
+    mem = MemoryModel.from_graph(dp)
+    p = Problem.from_graph(dp, devices, _UnitCosts(), persistent=mem.persistent)
+    s = _data_parallel_schedule(p, dp)
+    peaks = simulate(p, s.device, s.device_orders(D)).peak_memory
+    return dp if all(m <= d.memory for m, d in zip(peaks, devices)) else None
+
+
 def _replay(p: Problem, s: Schedule) -> tuple[float, float]:
     orders = s.device_orders(p.num_devices)
     free = simulate(p, s.device, orders, link_concurrency=None).makespan
@@ -150,8 +166,15 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
     D = len(devices)
     compile_graph = compiler(devices, costs, graph, copy_bytes_per_s)
     starts = [(graph, 1)]  # (start graph, replicas)
-    if name in ("os-dpos", "dpos", "data-parallel") and D > 1 and fits_one_device(graph, devices):
-        starts.insert(0, (data_parallel(graph, D), D))
+    if name in ("os-dpos", "dpos", "data-parallel") and D > 1 and not forced:
+        try:
+            dp = data_parallel_fitting(graph, devices)
+        except FasttError:  # no batch to share
+            if name == "data-parallel":
+                raise
+            dp = None
+        if dp is not None:
+            starts.insert(0, (dp, D))
     if forced and name == "data-parallel":
         raise FasttError("a split list cannot be combined with the data-parallel strategy; "
                          "plan it with dpos or os-dpos")
@@ -159,8 +182,8 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
         starts = [(apply_splits(graph, forced), 1)]
     if name == "data-parallel":
         if len(starts) == 1:
-            raise FasttError("data parallelism needs the model to fit one device "
-                             f"({len(devices)} devices given)")
+            raise FasttError("data parallelism needs every replica (the model with its share "
+                             f"of the batch) to fit one device ({len(devices)} devices given)")
         starts = starts[:1]
     best = None
     runs = 0
@@ -193,15 +216,27 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
                     replicas=replicas, dpos_runs=runs)
 
 
-def predict(strategy: Strategy, devices: Sequence[Device], costs: CostSource,
-            original: Graph, copy_bytes_per_s: float = 10e9) -> float:
-    """``strategy``'s step time under ``costs`` (e.g. cost models updated since it was
-    planned): its placement and order replayed with contention-free links."""
+def replay(strategy: Strategy, devices: Sequence[Device], costs: CostSource, original: Graph,
+           copy_bytes_per_s: float = 10e9, link_concurrency: int | None = None,
+           fifo: bool = False) -> tuple[Problem, SimResult]:
+    """``strategy``'s graph compiled under ``costs`` and its placement and per-device order
+    replayed by the simulator (contention-free links by default): when each op and each
+    transfer would run. With ``fifo`` the order is not enforced: each device runs its ready
+    ops first come, first served, as TensorFlow's own executor does."""
     p = compiler(list(devices), costs, original, copy_bytes_per_s)(strategy.graph)
     index = {d.name: k for k, d in enumerate(devices)}
     device = [index[strategy.placement[n]] for n in p.names]
+    if fifo:
+        return p, simulate_fifo(p, device, link_concurrency)
     pos = {n: i for i, n in enumerate(p.names)}
     orders: list[list[int]] = [[] for _ in devices]
     for name in strategy.order:
         orders[device[pos[name]]].append(pos[name])
-    return simulate(p, device, orders, link_concurrency=None).makespan
+    return p, simulate(p, device, orders, link_concurrency=link_concurrency)
+
+
+def predict(strategy: Strategy, devices: Sequence[Device], costs: CostSource,
+            original: Graph, copy_bytes_per_s: float = 10e9) -> float:
+    """``strategy``'s step time under ``costs`` (e.g. cost models updated since it was
+    planned): its placement and order replayed with contention-free links."""
+    return replay(strategy, devices, costs, original, copy_bytes_per_s)[1].makespan
