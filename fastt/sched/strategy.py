@@ -103,8 +103,11 @@ def data_parallel_fitting(graph: Graph, devices: Sequence[Device]) -> Graph | No
         return dp
     mem = MemoryModel.from_graph(dp)
     p = Problem.from_graph(dp, devices, _UnitCosts(), persistent=mem.persistent)
-    s = _data_parallel_schedule(p, dp)
-    peaks = simulate(p, s.device, s.device_orders(D)).peak_memory
+    device = _data_parallel_schedule(p, dp).device
+    orders: list[list[int]] = [[] for _ in range(D)]
+    for i in p.topo:  # as peak_memory_one_device: each device in topological order
+        orders[device[i]].append(i)
+    peaks = simulate(p, device, orders).peak_memory
     return dp if all(m <= d.memory for m, d in zip(peaks, devices)) else None
 
 
