@@ -71,11 +71,13 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["fastt", "fastt.*", "tf_patches", "tf_patches.*"]),
+    package_data={"fastt.inspect": ["schemas/*.json"]},
     install_requires=tensorflow_requirement() + [
         "numpy>=1.26",
         "scikit-learn>=1.3",
         "networkx>=3.0",
         "grpcio>=1.60",
+        "matplotlib>=3.7",  # the charts of strategy reports (fastt.inspect)
     ],
     extras_require={
         # tf-keras (needed by tf-slim's nets) must be installed with --no-deps next to

@@ -5,6 +5,7 @@ import argparse
 import logging
 import os
 import sys
+from typing import Any
 
 from fastt import __version__
 from fastt.errors import FasttError
@@ -17,19 +18,47 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _progress(what: str) -> Any:
+    """A progress callback that says ``what`` it is doing to each name, on stderr."""
+    def say(name: str) -> None:
+        print(f"  {what} {name}...", file=sys.stderr, flush=True)
+    return say
+
+
 def _plan(args: argparse.Namespace) -> int:
     from fastt import plan_cmd
     graph = plan_cmd.load(args.graph, args.model, args.batch_size)
-
-    def progress(name: str) -> None:
-        print(f"  planning {name}...", file=sys.stderr, flush=True)
-    print(f"planning {args.strategy}...", file=sys.stderr, flush=True)
-    chosen, others = plan_cmd.run(graph, args.devices, args.strategy, args.costs,
-                                  args.fetch or (), progress=progress)
-    print(plan_cmd.report(graph, args.devices, chosen, others))
-    if args.json:
+    setup = plan_cmd.prepare(graph, args.devices, args.costs, args.fetch or ())
+    compare = args.command == "compare"
+    print(f"planning {'every strategy' if compare else args.strategy}...", file=sys.stderr,
+          flush=True)
+    chosen, others = plan_cmd.plan_all(setup, args.strategy, progress=_progress("planning"))
+    print((plan_cmd.compare if compare else plan_cmd.report)(graph, args.devices, chosen,
+                                                             others))
+    if getattr(args, "json", None):
         plan_cmd.write_json(args.json, chosen, others)
         print(f"strategy written to {args.json}")
+    if args.dump:
+        planned = [chosen] + ([s for s in others.values() if not isinstance(s, str)]
+                              if compare else [])
+        print(f"writing {len(planned)} dump(s) in {args.dump}...", file=sys.stderr, flush=True)
+        paths = plan_cmd.write_dumps(args.dump, setup, planned, _progress("dumping"))
+        print("dumps: " + ", ".join(paths))
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from fastt.inspect import dumps, summary
+    print(summary.format_dumps(args.dir, dumps.find(args.dir), top=args.top))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from fastt.inspect import dumps, report
+    found = dumps.find(args.dir)
+    for k, d in enumerate(found, 1):
+        print(f"  rendering {d.name} ({k}/{len(found)})...", file=sys.stderr, flush=True)
+        print(report.write(d.path))
     return 0
 
 
@@ -81,19 +110,28 @@ def build_parser() -> argparse.ArgumentParser:
     from fastt.sched.strategy import STRATEGIES
     p = sub.add_parser("plan", help="compute a strategy for a training graph; compare it with "
                                     "every baseline")
-    p.add_argument("graph", nargs="?", help="GraphDef or MetaGraphDef file of a training graph")
-    p.add_argument("--model", help="instead of a file: a model of the zoo (e.g. vgg_19)")
-    p.add_argument("--batch-size", type=int, help="batch size of --model")
-    p.add_argument("--devices", required=True,
-                   help="4xV100, 8xV100:pcie, 2x4xV100 (two servers) or a JSON device file")
+    _graph_arguments(p)
     p.add_argument("--strategy", default="os-dpos", choices=STRATEGIES)
-    p.add_argument("--costs", default="analytical",
-                   help="'analytical' (TensorFlow's estimator for the device kind) or a cost "
-                        "model JSON file written by fastt")
-    p.add_argument("--fetch", action="append", help="op a training step runs (default: the "
-                                                    "MetaGraphDef's train_op collection)")
     p.add_argument("--json", help="write the strategy as JSON (schema in the README)")
+    p.add_argument("--dump", metavar="DIR", help="write the strategy's dump (strategy-<k>/: "
+                                                 "document, predicted trace, graph, report)")
     p.set_defaults(func=_plan)
+
+    p = sub.add_parser("compare", help="compute every strategy for a training graph and show "
+                                       "them side by side")
+    _graph_arguments(p)
+    p.add_argument("--dump", metavar="DIR", help="write a dump (strategy-<k>/) per strategy")
+    p.set_defaults(func=_plan, strategy="os-dpos")
+
+    p = sub.add_parser("inspect", help="summarize strategy dumps (FASTT_DUMP_DIR or "
+                                       "'compare --dump'): strategies, step times, splits")
+    p.add_argument("dir", help="a dump directory, or one strategy-<k> in it")
+    p.add_argument("--top", type=_positive, default=5, help="splits listed per strategy")
+    p.set_defaults(func=_inspect)
+
+    p = sub.add_parser("report", help="write (or refresh) report.html in every strategy dump")
+    p.add_argument("dir", help="a dump directory, or one strategy-<k> in it")
+    p.set_defaults(func=_report)
 
     p = sub.add_parser("cluster", help="a local TensorFlow cluster: worker processes on "
                                        "127.0.0.1, each pinned to its own cores")
@@ -113,6 +151,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1, help="intra-op threads")
     p.set_defaults(func=_worker)
     return parser
+
+
+def _graph_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments ``plan`` and ``compare`` share: the graph, devices and costs."""
+    p.add_argument("graph", nargs="?", help="GraphDef or MetaGraphDef file of a training graph")
+    p.add_argument("--model", help="instead of a file: a model of the zoo (e.g. vgg_19)")
+    p.add_argument("--batch-size", type=int, help="batch size of --model")
+    p.add_argument("--devices", required=True,
+                   help="4xV100, 8xV100:pcie, 2x4xV100 (two servers) or a JSON device file")
+    p.add_argument("--costs", default="analytical",
+                   help="'analytical' (TensorFlow's estimator for the device kind) or a cost "
+                        "model JSON file written by fastt")
+    p.add_argument("--fetch", action="append", help="op a training step runs (default: the "
+                                                    "MetaGraphDef's train_op collection)")
 
 
 def _positive(text: str) -> int:

@@ -76,3 +76,15 @@ def device_type(name: str) -> str:
 
 def same_process(a: str, b: str) -> bool:
     return parse(a).host == parse(b).host
+
+
+def short(name: str) -> str:
+    """A name for people: ``CPU:1`` in the local process, ``worker:1/GPU:0`` elsewhere
+    (the name itself when it is not a device name)."""
+    try:
+        d = parse(name)
+    except FasttError:
+        return name
+    if (d.job, d.replica, d.task) == ("localhost", 0, 0):
+        return f"{d.type}:{d.index}"
+    return f"{d.job}:{d.task}/{d.type}:{d.index}"

@@ -19,3 +19,11 @@ def read_json(path: str | os.PathLike[str], what: str,
         raise error(f"{what} {os.fspath(path)!r} does not exist") from None
     except json.JSONDecodeError as e:
         raise error(f"{what} {os.fspath(path)!r} is not JSON: {e}") from None
+
+
+def write_json(path: str | os.PathLike[str], doc: Any, indent: int | None = 1) -> None:
+    """Write ``doc`` to ``path`` atomically (a reader never sees half a file)."""
+    tmp = f"{os.fspath(path)}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=indent)
+    os.replace(tmp, path)

@@ -1,11 +1,14 @@
 """``fastt plan``: compute a strategy for a training graph and compare it with the baselines."""
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
+from fastt import devices as devnames
 from fastt.costs import CostModels
 from fastt.errors import FasttError
 from fastt.ir import Graph
@@ -58,16 +61,34 @@ def cost_source(graph: Graph, device_set: DeviceSet, costs: str,
     return ModelCosts(CostModels.load(costs))
 
 
-def run(graph: Graph, spec: str, strategy: str = "os-dpos", costs: str = "analytical",
-        fetch: Sequence[str] = (), baselines: Sequence[str] = STRATEGIES,
-        progress: Any = None) -> tuple[Strategy, dict[str, Strategy | str]]:
-    """The chosen strategy and every baseline (or why it could not be computed)."""
+@dataclass
+class Setup:
+    """What every strategy of one ``fastt plan`` or ``fastt compare`` is planned against."""
+    graph: Graph
+    spec: str
+    devices: DeviceSet
+    fetches: list[str]
+    costs: CostSource
+
+    @property
+    def models(self) -> CostModels | None:
+        """The cost models, when the costs come from a file fastt wrote."""
+        return getattr(self.costs, "models", None)
+
+
+def prepare(graph: Graph, spec: str, costs: str = "analytical",
+            fetch: Sequence[str] = ()) -> Setup:
     device_set = parse(spec)
     step = fetches(graph, fetch)
-    source = cost_source(graph, device_set, costs, step)
-    copy = device_set.copy_bytes_per_s
-    chosen = plan(graph, device_set.devices, source, strategy, copy,
-                  workers=os.cpu_count() or 1, fetches=step)
+    return Setup(graph, spec, device_set, step, cost_source(graph, device_set, costs, step))
+
+
+def plan_all(setup: Setup, strategy: str = "os-dpos", baselines: Sequence[str] = STRATEGIES,
+             progress: Any = None) -> tuple[Strategy, dict[str, Strategy | str]]:
+    """The chosen strategy and every baseline (or why it could not be computed)."""
+    devs, copy = setup.devices.devices, setup.devices.copy_bytes_per_s
+    chosen = plan(setup.graph, devs, setup.costs, strategy, copy,
+                  workers=os.cpu_count() or 1, fetches=setup.fetches)
     others: dict[str, Strategy | str] = {}
     for name in baselines:
         if name == strategy:
@@ -75,40 +96,103 @@ def run(graph: Graph, spec: str, strategy: str = "os-dpos", costs: str = "analyt
         if progress:
             progress(name)
         try:
-            others[name] = plan(graph, device_set.devices, source, name, copy, fetches=step)
+            others[name] = plan(setup.graph, devs, setup.costs, name, copy,
+                                fetches=setup.fetches)
         except FasttError as e:
             others[name] = str(e)
     return chosen, others
 
 
-def report(graph: Graph, spec: str, chosen: Strategy, others: dict[str, Strategy | str]) -> str:
-    lines = [f"graph {graph.name or '<graph>'}: {len(graph)} ops; devices {spec} "
-             f"({len(chosen.devices)})", "",
-             f"{'strategy':<15}{'predicted step':>16}{'with link contention':>22}"
-             f"{'plan time':>12}{'vs data-parallel':>18}"]
+def run(graph: Graph, spec: str, strategy: str = "os-dpos", costs: str = "analytical",
+        fetch: Sequence[str] = (), baselines: Sequence[str] = STRATEGIES,
+        progress: Any = None) -> tuple[Strategy, dict[str, Strategy | str]]:
+    """The chosen strategy and every baseline (or why it could not be computed)."""
+    return plan_all(prepare(graph, spec, costs, fetch), strategy, baselines, progress)
+
+
+# Table columns: (header, width, cell of a strategy given the data-parallel step time).
+Column = tuple[str, int, Callable[[Strategy, float | None], str]]
+COLUMNS: list[Column] = [
+    ("predicted step", 16, lambda s, _: f"{s.predicted_step_time_s * 1e3:.3f} ms"),
+    ("with link contention", 22, lambda s, _: f"{s.simulated_step_time_s * 1e3:.3f} ms"),
+    ("plan time", 12, lambda s, _: f"{s.plan_time_s:.2f} s"),
+    ("vs data-parallel", 18,
+     lambda s, dp: f"{dp / s.predicted_step_time_s:.2f}x" if dp else "n/a"),
+]
+WIDE: list[Column] = COLUMNS + [
+    ("splits", 8, lambda s, _: str(len(s.splits))),
+    ("replicas", 10, lambda s, _: str(s.replicas)),
+    ("devices used", 14, lambda s, _: f"{sum(1 for n in s.ops_per_device().values() if n)}"
+                                      f"/{len(s.devices)}"),
+    ("ops per device", 18, lambda s, _: "/".join(map(str, s.ops_per_device().values()))),
+]
+
+
+def table(chosen: Strategy, others: dict[str, Strategy | str],
+          columns: Sequence[Column] = COLUMNS) -> list[str]:
+    """One row per strategy (the chosen one marked ``*``), then those not computed."""
     dp = others.get("data-parallel") if chosen.name != "data-parallel" else chosen
     base = dp.predicted_step_time_s if isinstance(dp, Strategy) else None
+    lines = [f"{'strategy':<15}" + "".join(f"{h:>{w}}" for h, w, _ in columns)]
     for s in [chosen] + list(others.values()):
-        if isinstance(s, str):
-            continue
-        ratio = f"{base / s.predicted_step_time_s:.2f}x" if base else "n/a"
-        mark = " *" if s is chosen else ""
-        lines.append(f"{s.name + mark:<15}{s.predicted_step_time_s * 1e3:>13.3f} ms"
-                     f"{s.simulated_step_time_s * 1e3:>19.3f} ms{s.plan_time_s:>10.2f} s"
-                     f"{ratio:>18}")
-    for name, s in others.items():
-        if isinstance(s, str):
-            lines.append(f"{name:<15}not computed: {s}")
-    lines.append("")
+        if isinstance(s, Strategy):
+            name = s.name + (" *" if s is chosen else "")
+            lines.append(f"{name:<15}" + "".join(f"{cell(s, base):>{w}}"
+                                                  for _, w, cell in columns))
+    lines += [f"{name:<15}not computed: {s}" for name, s in others.items()
+              if isinstance(s, str)]
+    return lines
+
+
+def _head(graph: Graph, spec: str, chosen: Strategy) -> str:
+    return (f"graph {graph.name or '<graph>'}: {len(graph)} ops; devices {spec} "
+            f"({len(chosen.devices)})")
+
+
+def report(graph: Graph, spec: str, chosen: Strategy, others: dict[str, Strategy | str]) -> str:
+    lines = [_head(graph, spec, chosen), ""] + table(chosen, others) + [""]
     if chosen.splits:
         lines.append(f"splits ({len(chosen.splits)}):")
         lines.extend(f"  {s.op}  on {s.dim} into {s.n}" for s in chosen.splits)
     else:
         lines.append("splits: none")
     lines.append("ops per device: " + ", ".join(
-        f"{d.rsplit('/', 1)[-1] if d.count('/task:0/') else d}: {n}"
-        for d, n in chosen.ops_per_device().items()))
+        f"{devnames.short(d)}: {n}" for d, n in chosen.ops_per_device().items()))
     return "\n".join(lines)
+
+
+def compare(graph: Graph, spec: str, chosen: Strategy,
+            others: dict[str, Strategy | str]) -> str:
+    """Every strategy side by side (``fastt compare``)."""
+    return "\n".join([_head(graph, spec, chosen), ""] + table(chosen, others, WIDE))
+
+
+def write_dumps(root: str, setup: Setup, strategies: Sequence[Strategy],
+                progress: Any = None) -> list[str]:
+    """A strategy dump (``strategy-<k>/``, status ``planned``) per strategy in ``root``:
+    document, predicted trace, placed graph, cost models when they come from a file, report.
+    The paths written."""
+    from fastt.inspect import dumps, trace
+    session = f"plan-{os.getpid()}"
+    history = [dumps.history_entry(k, s.name, "planned", s.predicted_step_time_s)
+               for k, s in enumerate(strategies, 1)]
+    original = setup.graph.fan_in(setup.fetches)
+    paths = []
+    for k, s in enumerate(strategies, 1):
+        if progress:
+            progress(s.name)
+        path = dumps.new_dir(root)
+        history[k - 1]["dump"] = os.path.basename(path)
+        doc = dumps.document(s, source="plan", session=session, n=k, status="planned",
+                             history=history)
+        predicted = functools.partial(trace.predicted, s, setup.devices.devices, setup.costs,
+                                      original, setup.devices.copy_bytes_per_s)
+        dumps.write(path, doc, strategy=s, models=setup.models, predicted=predicted,
+                    report=False, strict=True)
+        paths.append(path)
+    for path in paths:  # every report shows the whole history
+        dumps.refresh(path, strict=True)
+    return paths
 
 
 def write_json(path: str, chosen: Strategy, others: dict[str, Strategy | str]) -> None:

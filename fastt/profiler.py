@@ -28,8 +28,8 @@ _RECV_TENSOR = re.compile(r"edge_\d+_(?P<tensor>\S+) from (?P<src>\S+) to (?P<ds
 _ARG = re.compile(r"^_arg_(?P<name>.+)_\d+_\d+$")
 _RETVAL = re.compile(r"^_retval_(?P<name>.+)_\d+_\d+$")
 _TRANSFER_SUFFIX = re.compile(r"^(?P<base>.+)/_\d+$")
-_TRANSFER_TYPES = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
-_IGNORED = frozenset({"_SOURCE", "_SINK"})
+TRANSFER_TYPES = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
+IGNORED_NODES = frozenset({"_SOURCE", "_SINK"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +125,7 @@ def _wall_seconds(ns: Any) -> float:
     return nanos / 1e9 if nanos > 0 else ns.all_end_rel_micros / 1e6
 
 
-def _label(ns: Any) -> tuple[str, list[str]]:
+def node_label(ns: Any) -> tuple[str, list[str]]:
     """(kernel type, input names) from a node's timeline label."""
     m = _LABEL.match(_LABEL_PREFIX.sub("", ns.timeline_label))
     if not m:
@@ -154,14 +154,14 @@ def profile(run_metadata: Any, graph: Graph) -> Profile:
         device = devices.canonical(dev.device)
         for ns in dev.node_stats:
             name = ns.node_name
-            if name in _IGNORED:
+            if name in IGNORED_NODES:
                 continue
             if name == "RecvTensor":
                 out.transfers.extend(_recv_tensor_sample(ns))
                 continue
-            ktype, args = _label(ns)
+            ktype, args = node_label(ns)
             base = _TRANSFER_SUFFIX.match(name)
-            is_transfer = ktype in _TRANSFER_TYPES or (
+            is_transfer = ktype in TRANSFER_TYPES or (
                 base is not None and name not in graph and ktype == "Identity"
                 and bool(args) and _TRANSFER_SUFFIX.match(args[0]) is not None)
             user = mapper(base.group("base") if is_transfer and base else name)

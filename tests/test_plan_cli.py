@@ -1,5 +1,6 @@
 """`fastt plan` on a real VGG-19 training graph file, on 4 simulated V100s."""
 import json
+import re
 
 import pytest
 
@@ -35,3 +36,28 @@ def test_plan_errors_are_clear(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert main(["plan", "--model", "small_cnn", "--devices", "2xTPU9"]) == 2
     assert "unknown kind" in capsys.readouterr().err
+
+
+def test_compare_shows_every_strategy_and_dumps_them(tmp_path, capsys):
+    from fastt.inspect import schema
+    out = tmp_path / "dumps"
+    assert main(["compare", "--model", "small_cnn", "--batch-size", "8", "--devices", "2xV100",
+                 "--dump", str(out)]) == 0
+    captured = capsys.readouterr()
+    header = next(x for x in captured.out.splitlines() if x.startswith("strategy "))
+    assert header.split()[:3] == ["strategy", "predicted", "step"] and "ops per device" in header
+    names = ("os-dpos", "dpos", "data-parallel", "single", "heft", "m-topo", "m-etf")
+    for name in names:
+        assert re.search(rf"^{re.escape(name)}( \*)? +\d+\.\d{{3}} ms", captured.out, re.M)
+    assert "dumping m-etf..." in captured.err  # progress, on stderr
+    dumps = sorted(out.iterdir(), key=lambda p: int(p.name.split("-")[1]))
+    assert [json.loads((d / "strategy.json").read_text())["strategy"] for d in dumps] == \
+        list(names)
+    for d in dumps:
+        for name, kind in schema.FILES.items():
+            if (d / name).exists():
+                assert schema.validate(json.loads((d / name).read_text()), kind) == []
+        assert (d / "report.html").exists() and (d / "predicted_trace.json").exists()
+    assert main(["inspect", str(out)]) == 0
+    summary = capsys.readouterr().out
+    assert "7 strategies in 1 session" in summary and summary.count(" planned ") == 7
