@@ -1,5 +1,6 @@
 """The plugin's decisions, with a fake backend: no TensorFlow, no sessions."""
 import logging
+import os
 from dataclasses import dataclass, field
 
 import pytest
@@ -145,3 +146,28 @@ def test_strict_mode_raises():
     ctl = Controller(Settings(enabled=True, warmup_steps=2, profile_steps=1, strict=True), b)
     with pytest.raises(RuntimeError, match="planner broke"):
         drive(ctl, b, 3)
+
+
+def test_with_dumps_one_measured_step_is_traced_and_left_out_of_the_timings():
+    b = FakeBackend({None: 0.010, "data-parallel": 0.008})
+    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=3,
+                              max_rounds=1, dump_dir="dumps"), b)
+    drive(ctl, b, 3 + 2)  # warmed up, profiled, activated
+    assert ctl.phase == "measure" and not ctl.before_step()  # the first step: not traced
+    ctl.after_step(0.5)  # it builds the executors: excluded
+    assert ctl.before_step()  # the second step is traced...
+    ctl.after_step(0.9, "trace")  # ...(a traced step is slow) and not timed
+    assert not ctl.before_step()
+    drive(ctl, b, 2)
+    entry = ctl.history[0]
+    assert entry.timeline == "trace" and entry.measured_s == [0.008, 0.008]
+    assert entry.status == "active" and b.profiles == 2
+    assert ctl.session == f"{os.getpid()}-{ctl.session.split('-')[1]}"  # names its dumps
+    plain = Controller(SETTINGS, FakeBackend({None: 0.010, "data-parallel": 0.008}))
+    drive(plain, plain.backend, 3 + 2)
+    traced = []
+    while plain.phase == "measure":  # without dumps: no measured step is traced
+        traced.append(plain.before_step())
+        plain.after_step(0.008)
+    assert traced == [False] * 3 and plain.history[0].timeline is None
+    assert Controller(SETTINGS, plain.backend).session != plain.session

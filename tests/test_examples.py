@@ -58,7 +58,20 @@ def test_example_trains_the_same_with_fastt(script, tmp_path):
     assert all(d["reason"] for d in docs if d["status"] == "rolled_back")
     assert {d["order_mechanism"] for d in docs} == {"priority-executor"}  # in this process
     assert re.search(r"fastt: (activated|rolled back) strategy 1 \(", err)
+    assert_dumps_follow_the_schema(tmp_path / "dump")
     if script == "monitored_tf_data.py":  # the same samples, in the same order
         samples = re.compile(r"samples: .*")
         assert samples.search(out).group(0) == samples.search(plain_out).group(0)
         assert "1920 seen, 1280 distinct" in out
+
+
+def assert_dumps_follow_the_schema(root):
+    """Every file of every strategy dump validates against its documented schema; each dump
+    has its report, predicted trace and graph, and a measured trace once it ran."""
+    from fastt.inspect import schema
+    for d in sorted(root.glob("strategy-*")):
+        names = {p.name for p in d.iterdir()}
+        assert {"strategy.json", "cost_models.json", "predicted_trace.json", "graph.dot",
+                "report.html", "measured_trace.json"} <= names, (d, names)
+        for name, kind in schema.FILES.items():
+            assert schema.validate(json.loads((d / name).read_text()), kind) == [], (d, name)

@@ -14,7 +14,9 @@ than the one running, and rolled back when it measures slower than the one befor
 """
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -26,6 +28,7 @@ from fastt.plugin.settings import Settings
 log = logging.getLogger("fastt")
 
 STATUSES = ("measuring", "active", "superseded", "rolled_back", "failed")
+_sessions = itertools.count(1)
 
 
 def updates_trainables(graph: Graph, names: list[str], trainable: set[str]) -> bool:
@@ -60,6 +63,7 @@ class Entry:
     measured_s: list[float] = field(default_factory=list)
     reason: str = ""
     dump: str = ""
+    timeline: Any = None  # the RunMetadata of one traced step on it (with dumps on)
 
     @property
     def measured_median_s(self) -> float | None:
@@ -69,6 +73,7 @@ class Entry:
 class Controller:
     def __init__(self, settings: Settings, backend: Backend) -> None:
         self.settings, self.backend = settings, backend
+        self.session = f"{os.getpid()}-{next(_sessions)}"  # names it in strategy dumps
         self.phase = "warmup"
         self.step = 0
         self.rounds = 0
@@ -83,8 +88,14 @@ class Controller:
 
     # -- what the runtime calls around each training step ---------------------------------
     def before_step(self) -> bool:
-        """Whether the coming step is traced."""
-        return self.phase == "profile"
+        """Whether the coming step is traced: profiling, and with dumps on, the second step
+        of a measurement (its timeline, left out of the timings)."""
+        return self.phase == "profile" or (self.phase == "measure" and self._timeline_due())
+
+    def _timeline_due(self) -> bool:
+        m = self._measuring
+        return bool(self.settings.dump_dir) and m is not None and m.timeline is None \
+            and len(self._times) == 1
 
     def after_step(self, seconds: float, run_metadata: Any = None) -> None:
         self.step += 1
@@ -156,7 +167,10 @@ class Controller:
         self.backend.activate(strategy)
         self.phase, self._times = "measure", []
 
-    def _measure(self, seconds: float, _: Any) -> None:
+    def _measure(self, seconds: float, run_metadata: Any) -> None:
+        if run_metadata is not None and self._measuring is not None:
+            self._measuring.timeline = run_metadata
+            return
         self._times.append(seconds)
         if len(self._times) < self.settings.measure_steps:
             return
@@ -211,6 +225,14 @@ class Controller:
     def speedup(self, e: Entry) -> float:
         orig, mine = self.original_median_s, e.measured_median_s
         return orig / mine if orig and mine else float("nan")
+
+    def log_closing(self) -> None:
+        """The line a session logs when it closes."""
+        a, where = self.active, self.settings.dump_dir
+        log.info("fastt: session closed after %d training steps on %s; %d strategies tried, "
+                 "dumps%s", self.step, "the original graph" if a is None else
+                 f"strategy {a.n} ({a.name}), {self.speedup(a):.2f}x over the original",
+                 len(self.history), f" in {where}" if where else " off (set FASTT_DUMP_DIR)")
 
     @staticmethod
     def _label(entry: Entry | None) -> str:

@@ -1,64 +1,65 @@
-"""``FASTT_DUMP_DIR/strategy-<n>/``: what the plugin decided, and what it measured.
+"""``FASTT_DUMP_DIR/strategy-<k>/``: what the plugin decided, and what it measured.
 
-``strategy.json`` (schema ``fastt.session-strategy`` version 1) holds the strategy document
+``strategy.json`` (schema ``fastt.session-strategy`` version 2, documented in
+``fastt/inspect/schemas/strategy.schema.json``) holds the strategy document
 (``Strategy.to_dict``: devices, placement, order, splits, predicted step time) plus:
 
+- ``source`` (``session``), ``session`` (``<pid>-<k>``), ``n`` (its number in the session),
+  ``dump`` (its directory name);
 - ``status``: ``measuring``, ``active``, ``superseded``, ``rolled_back`` or ``failed``;
 - ``reason``: why it was rolled back or failed (empty otherwise);
 - ``measured_step_times_s`` / ``measured_step_time_s``: its steps after activation (median);
 - ``original_step_times_s`` / ``original_step_time_s``: the original graph's steps;
 - ``speedup``: original median / this strategy's median (``null`` before it is measured);
-- ``activated_at_step``, ``order_mechanism`` (``priority-executor``, ``control-dependencies`` or ``none``);
-- ``history``: every strategy of this session so far, as (n, strategy, status).
+- ``activated_at_step``, ``order_mechanism`` (``priority-executor``,
+  ``control-dependencies`` or ``none``);
+- ``history``: every strategy of this session so far, with its status, step times and dump.
 
-``cost_models.json`` next to it holds the cost models it was planned with.
+Next to it: ``cost_models.json`` (the cost models it was planned with), ``predicted_trace.json``
+(its plan replayed under them), ``measured_trace.json`` (one traced step on it), ``graph.dot``
+and ``report.html`` (``fastt.inspect``).
 """
 from __future__ import annotations
 
-import itertools
-import json
-import os
-import statistics
-from typing import Any
+from typing import Any, Sequence
 
 from fastt.costs import CostModels
+from fastt.inspect import dumps, trace
+from fastt.ir import Graph
 from fastt.plugin.controller import Entry
-
-SCHEMA = "fastt.session-strategy"
-SCHEMA_VERSION = 1
-_numbers = itertools.count(1)  # strategy-<n> is unique in a process, across sessions
+from fastt.sched.problem import Device, ModelCosts
 
 
 def document(entry: Entry, history: list[Entry], original_s: list[float],
-             order_mechanism: str) -> dict[str, Any]:
-    doc = entry.strategy.to_dict()
-    orig = statistics.median(original_s) if original_s else None
-    mine = entry.measured_median_s
-    doc.update({
-        "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "n": entry.n,
-        "status": entry.status, "reason": entry.reason,
-        "predicted_step_time_s": entry.predicted_s,
-        "measured_step_times_s": entry.measured_s, "measured_step_time_s": mine,
-        "original_step_times_s": original_s, "original_step_time_s": orig,
-        "speedup": (orig / mine) if orig and mine else None,
-        "activated_at_step": entry.step, "order_mechanism": order_mechanism,
-        "history": [{"n": e.n, "strategy": e.name, "status": e.status} for e in history],
-    })
-    return doc
+             order_mechanism: str, session: str) -> dict[str, Any]:
+    return dumps.document(
+        entry.strategy, source="session", session=session, n=entry.n, status=entry.status,
+        reason=entry.reason, measured_s=entry.measured_s, original_s=original_s,
+        activated_at_step=entry.step, order_mechanism=order_mechanism,
+        predicted_s=entry.predicted_s,
+        history=[dumps.history_entry(e.n, e.name, e.status, e.predicted_s, e.reason, e.dump,
+                                     e.measured_s, e.step) for e in history])
 
 
-def write(root: str, entry: Entry, doc: dict[str, Any], models: CostModels | None) -> str:
-    """Write the entry's directory (refresh it when ``entry.dump`` names one); its path."""
-    path = entry.dump or os.path.join(root, f"strategy-{next(_numbers)}")
-    os.makedirs(path, exist_ok=True)
-    _write_json(os.path.join(path, "strategy.json"), doc)
-    if models is not None and not os.path.exists(os.path.join(path, "cost_models.json")):
-        models.save(os.path.join(path, "cost_models.json"))
+def write(root: str, entry: Entry, doc: dict[str, Any], models: CostModels | None,
+          devices: Sequence[Device], original: Graph, strict: bool = False) -> str:
+    """Write the entry's directory (refresh it when ``entry.dump`` names one); its path.
+    ``original``: the user's training step the strategy was planned for."""
+    path = entry.dump or dumps.new_dir(root)
+    s, meta = entry.strategy, entry.timeline
+
+    def predicted() -> dict[str, Any]:
+        return trace.predicted(s, devices, ModelCosts(models), original)
+
+    def measured() -> dict[str, Any]:
+        return trace.measured(meta, s.devices, s.name)
+    dumps.write(path, doc, strategy=s, models=models,
+                predicted=predicted if models is not None else None,
+                measured=measured if meta is not None else None, strict=strict)
     return path
 
 
-def _write_json(path: str, doc: dict[str, Any]) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, path)
+def refresh(paths: Sequence[str], strict: bool = False) -> None:
+    """Rewrite the reports of ``paths`` (a session's dumps: each shows its whole history)."""
+    for p in dict.fromkeys(p for p in paths if p):
+        dumps.refresh(p, strict)

@@ -6,11 +6,14 @@ and drives them from this one client (in-graph, as FastT did).
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import tensorflow as tf
 
 from fastt.cluster.spec import ClusterSpec
+from fastt.devices import device_type
+from fastt.sched.problem import Device
 
 _tf1 = tf.compat.v1
 # TensorFlow's master waits for ever for a lost worker when it creates a session (the first
@@ -52,3 +55,12 @@ def planning_devices(listed: list[Any]) -> list[str]:
         if d.device_type == "CPU":
             per_task.setdefault(d.name.rsplit("/device:", 1)[0], d.name)
     return list(per_task.values())
+
+
+def devices(sess: Any, names: list[str]) -> list[Device]:
+    """The devices to plan over: ``names`` (``FASTT_DEVICES``), else ``planning_devices``;
+    a GPU's memory from ``Session.list_devices()``, a CPU's unbounded."""
+    listed = sess.list_devices()
+    memory = {d.name: float(d.memory_limit_bytes) for d in listed if d.memory_limit_bytes}
+    return [Device(n, math.inf if device_type(n) == "CPU" else memory.get(n, math.inf))
+            for n in names or planning_devices(listed)]

@@ -9,7 +9,6 @@ user's structure. ``sess.graph`` stays the user's graph.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import Counter
 from typing import Any
@@ -23,7 +22,6 @@ from fastt.adapters.rewrite import merged_graph, rewrite
 from fastt.adapters.tf_import import from_tf_graph
 from fastt.cluster.health import Watch
 from fastt.costs import CostModels, MemoryModel
-from fastt.devices import device_type
 from fastt.errors import FasttError
 from fastt.ir import Graph, TensorRef
 from fastt.plugin import activation, dump, remote
@@ -34,7 +32,7 @@ from fastt.plugin.state import SCOPE, StateOps, stateful_ops
 from fastt.profiler import profile
 from fastt.sched.data_parallel import batch_size
 from fastt.sched.problem import Device, ModelCosts
-from fastt.sched.strategy import fits_one_device, plan, predict
+from fastt.sched.strategy import data_parallel_fitting, plan, predict
 from tf_patches import priority_executor
 from tf_patches import session_hook as hook
 
@@ -232,12 +230,8 @@ class SessionPlugin:
         ctl = self.controller if not self._closed else None
         self._closed = True
         if ctl is not None and ctl.history:
-            a = ctl.active
-            where = f" in {self.settings.dump_dir}" if self.settings.dump_dir else ""
-            log.info("fastt: session closed after %d training steps on %s; %d strategies "
-                     "tried, dumps%s", ctl.step, "the original graph" if a is None else
-                     f"strategy {a.n} ({a.name}), {ctl.speedup(a):.2f}x over the original",
-                     len(ctl.history), where or " off (set FASTT_DUMP_DIR)")
+            ctl.log_closing()
+            dump.refresh([e.dump for e in ctl.history[:-1]], self.settings.strict)
         if self.current is not self.user:
             self.current.close()
             self.current = self.user
@@ -283,7 +277,7 @@ class SessionPlugin:
         return self.ir
 
     def _start(self, signature: Any, names: list[str]) -> Controller | None:
-        self.devices = self._resolve_devices()
+        self.devices = remote.devices(self.sess, self.settings.devices)
         if len(self.devices) < 2:
             self._off = True
             log.info("fastt: fewer than 2 devices (set FASTT_DEVICES, e.g. cpu:2); "
@@ -301,11 +295,6 @@ class SessionPlugin:
                  "devices", len(names), len(self.devices))
         return self.controller
 
-    def _resolve_devices(self) -> list[Device]:
-        names = self.settings.devices or remote.planning_devices(self.sess.list_devices())
-        return [Device(n, math.inf if device_type(n) == "CPU" else _memory(self.sess, n))
-                for n in names]
-
     # -- the Controller's backend ------------------------------------------------------------
     def starting_strategy(self) -> str:
         step = self._user_ir().fan_in(self.step_names)
@@ -314,7 +303,8 @@ class SessionPlugin:
         except FasttError as e:
             log.info("fastt: no data parallelism (%s); starting from a model-parallel spread", e)
             return "m-topo"
-        return "data-parallel" if fits_one_device(step, self.devices) else "m-topo"
+        fits = data_parallel_fitting(step, self.devices) is not None
+        return "data-parallel" if fits else "m-topo"
 
     def profile(self, run_metadata: Any) -> None:
         cur = self.current
@@ -400,8 +390,9 @@ class SessionPlugin:
             return ""
         assert self.controller is not None
         doc = dump.document(entry, history, self.controller.original_s,
-                            self.order_mechanism())
-        return dump.write(self.settings.dump_dir, entry, doc, self.models)
+                            self.order_mechanism(), self.controller.session)
+        return dump.write(self.settings.dump_dir, entry, doc, self.models, self.devices,
+                          self._user_ir().fan_in(self.step_names), self.settings.strict)
 
 
 class _Callable:
@@ -431,10 +422,3 @@ def _with(options: Any, **fields: Any) -> Any:
 def _split_name(name: str) -> tuple[str, int]:
     op, _, index = name.rpartition(":")
     return op, int(index)
-
-
-def _memory(sess: Any, name: str) -> float:
-    for d in sess.list_devices():
-        if d.name == name and d.memory_limit_bytes:
-            return float(d.memory_limit_bytes)
-    return math.inf
