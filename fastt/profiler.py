@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastt import devices
-from fastt.costs.analytical import flops
 from fastt.errors import ProfileError
 from fastt.ir import Graph, TensorRef
 
@@ -149,6 +148,8 @@ def profile(run_metadata: Any, graph: Graph) -> Profile:
     kernel_time: dict[tuple[str, str], float] = defaultdict(float)
     kernel_type: dict[str, str] = {}
     pending_transfers: list[tuple[str, str, Any]] = []  # (user op, dst device, node stats)
+    produced: dict[tuple[str, str], float | None] = {}  # (device, node) -> its end (epoch s)
+    recvs: list[Any] = []
 
     for dev in step_stats.dev_stats:
         device = devices.canonical(dev.device)
@@ -156,8 +157,9 @@ def profile(run_metadata: Any, graph: Graph) -> Profile:
             name = ns.node_name
             if name in IGNORED_NODES:
                 continue
+            produced[(device, name)] = _absolute_end(ns)
             if name == "RecvTensor":
-                out.transfers.extend(_recv_tensor_sample(ns))
+                recvs.append(ns)
                 continue
             ktype, args = node_label(ns)
             base = _TRANSFER_SUFFIX.match(name)
@@ -190,12 +192,15 @@ def profile(run_metadata: Any, graph: Graph) -> Profile:
             continue
         out.fused[user] = members
         group = [user] + members
+        from fastt.costs.analytical import flops  # here: fastt.costs imports this module
         weights = [flops(graph[m], graph) for m in group]
         total = sum(weights)
         for m, w in zip(group, weights):
             out.compute.append(ComputeSample(m, device, seconds * w / total))
             out.placement.setdefault(m, device)
 
+    for ns in recvs:
+        out.transfers.extend(_recv_tensor_sample(ns, produced))
     for user, dst, ns in pending_transfers:
         src = out.placement.get(user)
         if src is None or src == dst:
@@ -251,10 +256,27 @@ def _absorbed_ops(graph: Graph, kernel_type: dict[str, str],
     return result
 
 
-def _recv_tensor_sample(ns: Any) -> list[TransferSample]:
+def _absolute_end(ns: Any) -> float | None:
+    """When a node finished, in seconds since the epoch (None when the stats lack it)."""
+    start = getattr(ns, "all_start_micros", None)
+    if not start:
+        return None
+    return start / 1e6 + _wall_seconds(ns)
+
+
+def _recv_tensor_sample(ns: Any, produced: dict[tuple[str, str], float | None]
+                        ) -> list[TransferSample]:
+    """A cross-process transfer. The receiver asks as soon as its step starts, so the call
+    also waits for the sender to produce the tensor: when the producer's end is in the
+    trace (same clock: one machine, or synchronized ones), the transfer starts there."""
     m = _RECV_TENSOR.search(ns.timeline_label)
     if not m:
         return []
     tensor = m.group("tensor")
-    return [TransferSample(devices.canonical(m.group("src")), devices.canonical(m.group("dst")),
-                           _output_bytes(ns), _wall_seconds(ns), tensor)]
+    src, dst = devices.canonical(m.group("src")), devices.canonical(m.group("dst"))
+    seconds = _wall_seconds(ns)
+    end = _absolute_end(ns)
+    ready = produced.get((src, tensor))
+    if end is not None and ready is not None and end - seconds < ready < end:
+        seconds = end - ready
+    return [TransferSample(src, dst, _output_bytes(ns), seconds, tensor)]

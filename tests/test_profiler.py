@@ -67,6 +67,22 @@ def test_recv_tensor_entries_become_transfer_samples():
     assert p.compute == [] and p.coverage == 1.0
 
 
+def test_recv_tensor_time_starts_when_the_sender_produced_the_tensor():
+    # The receiver asked at t=1.000 s; the producer on worker 1 finished at 1.010 s; the
+    # tensor arrived at 1.013 s: 3 ms of transfer, not 13 ms.
+    w0, w1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
+    recv = ns("RecvTensor", "", dur_ns=13_000_000, outputs=[((), 4_000_000)],
+              label=f"edge_10_src/RandomUniform from {w1} to {w0}")
+    src = ns("src/RandomUniform", "RandomUniform", dur_ns=2_000_000)
+    recv.all_start_micros, src.all_start_micros = 1_000_000, 1_008_000
+    p = profile(run_metadata({w0: [recv], w1: [src]}), graph())
+    [t] = p.transfers
+    assert t.seconds == pytest.approx(0.003)
+    src.all_start_micros = 990_000  # produced before the request: the wall time stands
+    [t] = profile(run_metadata({w0: [recv], w1: [src]}), graph()).transfers
+    assert t.seconds == pytest.approx(0.013)
+
+
 def test_not_a_run_metadata():
     with pytest.raises(ProfileError, match="FULL_TRACE"):
         profile(object(), graph())

@@ -36,7 +36,21 @@ def test_os_dpos_is_never_worse_than_dpos_or_data_parallel():
     got = {n: plan(g, ds.devices, c, n).predicted_step_time_s for n in STRATEGIES}
     assert got["os-dpos"] <= got["dpos"] + 1e-12
     assert got["os-dpos"] <= got["data-parallel"] + 1e-12
+    assert got["os-dpos"] <= got["single"] + 1e-12
     assert plan(g, ds.devices, c, "data-parallel").replicas == 4
+
+
+def test_os_dpos_keeps_everything_on_one_device_when_links_are_too_slow():
+    ds = parse("2xV100")
+    g = training_graph(B=16)
+    slow = {k: (1.0, 1e-3) for k in ds.links}  # a second per transfer
+    ds.links.update(slow)
+    c = costs(ds, g)
+    s = plan(g, ds.devices, c, "os-dpos")
+    assert len(set(s.placement.values())) == 1
+    assert s.predicted_step_time_s == pytest.approx(
+        plan(g, ds.devices, c, "single").predicted_step_time_s)
+    assert plan(g, ds.devices, c, "dpos").predicted_step_time_s > s.predicted_step_time_s
 
 
 def test_data_parallel_needs_the_model_to_fit():

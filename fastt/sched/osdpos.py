@@ -45,13 +45,13 @@ class Plan:
 
 
 def starting_plan(graph: Graph, compile_graph: Compile,
-                  initial: Callable[[Problem], Schedule] | None = None) -> Plan:
-    """DPOS on ``graph``, or ``initial``'s schedule when that is shorter."""
+                  initial: Callable[[Problem], Schedule | None] | None = None) -> Plan:
+    """DPOS on ``graph``, or ``initial``'s schedule when there is one and it is shorter."""
     p = compile_graph(graph)
     plan = Plan(graph, p, dpos(p))
     if initial is not None:
         other = initial(p)
-        if other.makespan < plan.makespan:
+        if other is not None and other.makespan < plan.makespan:
             plan = Plan(graph, p, other)
     return plan
 

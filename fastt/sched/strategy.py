@@ -3,12 +3,14 @@
 ``plan(graph, devices, costs, name)`` returns a ``Strategy``: the graph it refers to (the
 data-parallel graph and splits included), the split list, a device for every op, the execution
 order, and the predicted step time. ``dpos`` and ``os-dpos`` run from the data-parallel graph
-when the model fits one device (FastT's choice: never worse than data parallelism) and from
-the model graph, and keep the faster plan (so never worse than DPOS on the model either);
-OS-DPOS also starts from the data-parallel placement itself when that is faster than DPOS's
-(so it is never worse than data parallelism by construction; ``dpos`` stays pure DPOS).
-``heft``, ``m-topo``, ``m-etf`` and ``single`` place the model graph, as their papers do; ``data-parallel`` puts replica k on device k and the
-shared ops (updates, whole-batch ops) on device 0.
+when every replica fits its device (FastT's choice: never worse than data parallelism) and
+from the model graph, and keep the faster plan (so never worse than DPOS on the model either);
+OS-DPOS also starts from the data-parallel placement itself and from the whole model on one
+device when those are faster than DPOS's (so it is never predicted worse than data
+parallelism or no parallelism, by construction; ``dpos`` stays pure DPOS). ``heft``,
+``m-topo``, ``m-etf`` and ``single`` place the model graph, as their papers do;
+``data-parallel`` puts replica k on device k and the shared ops (updates, whole-batch ops) on
+device 0.
 
 Every strategy's step time is predicted the same way: its placement and per-device order
 replayed by the simulator with contention-free links (``predicted_step_time_s``, the model
@@ -111,6 +113,15 @@ def data_parallel_fitting(graph: Graph, devices: Sequence[Device]) -> Graph | No
     return dp if all(m <= d.memory for m, d in zip(peaks, devices)) else None
 
 
+def _single_if_it_fits(p: Problem) -> Schedule | None:
+    """All on one device: OS-DPOS's third starting point, so that what it plans is never
+    predicted slower than not parallelizing at all."""
+    try:
+        return baselines.single(p)
+    except FasttError:
+        return None
+
+
 def _replay(p: Problem, s: Schedule) -> tuple[float, float]:
     orders = s.device_orders(p.num_devices)
     free = simulate(p, s.device, orders, link_concurrency=None).makespan
@@ -192,7 +203,7 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
     runs = 0
     if name == "os-dpos":  # split from the better of the starting points
         plans = [(starting_plan(g0, compile_graph, (lambda p, g=g0: _data_parallel_schedule(
-            p, g)) if reps > 1 else None), reps) for g0, reps in starts]
+            p, g)) if reps > 1 else _single_if_it_fits), reps) for g0, reps in starts]
         start_plan, reps = min(plans, key=lambda pr: pr[0].makespan)
         result = (os_dpos(start_plan.graph, compile_graph, D, start=start_plan, workers=workers)
                   if split else start_plan)
