@@ -1,0 +1,180 @@
+"""The real testbed: a local 2-worker TensorFlow cluster, one core each, every variant side by side.
+
+    python benchmarks/real.py [--quick] [--models NAME ...] [--repeats R] [--steps S]
+
+Per model, as the session plugin does it: profile the original step on worker 0 (traced
+steps; the active probe for the links), plan data parallelism, run and profile it (both
+workers' compute, cross-process transfers), then plan from the refined cost models. Then
+these variants run on the same cluster, in blocks of S steps, rotating who goes first, R
+repeats; the median step time of each is reported as samples/second:
+
+- ``one worker``: the original graph as the user's script runs it (all on worker 0);
+- ``data-parallel``: in-graph replicas, one per worker, gradients summed on worker 0;
+- ``fastt``: OS-DPOS, its order enforced (control dependencies: gRPC workers run
+  TensorFlow's own executor) and its splits;
+- ``fastt, no order``: the same placement and splits, TensorFlow's own order;
+- ``fastt, no splits``: OS-DPOS without splitting, order enforced.
+
+Fidelity: each variant's step time as the simulator predicts it from the same cost models
+(placement and order replayed, one transfer at a time per link direction; ``no order``
+replayed first come, first served) next to the measured one. Writes real.json.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tensorflow as tf  # noqa: E402
+
+from benchmarks import models as zoo_models  # noqa: E402
+from benchmarks.common import block  # noqa: E402
+
+from fastt.adapters.probe import probe_pair  # noqa: E402
+from fastt.adapters.rewrite import merged_graph, rewrite  # noqa: E402
+from fastt.adapters.runner import traced_run  # noqa: E402
+from fastt.adapters.tf_import import from_tf_graph  # noqa: E402
+from fastt.cluster import LocalCluster  # noqa: E402
+from fastt.costs import CostModels, MemoryModel  # noqa: E402
+from fastt.plugin.remote import on_cluster  # noqa: E402
+from fastt.profiler import profile  # noqa: E402
+from fastt.sched.problem import Device, ModelCosts  # noqa: E402
+from fastt.sched.strategy import plan, replay  # noqa: E402
+
+tf1 = tf.compat.v1
+VARIANTS = ("one worker", "data-parallel", "fastt", "fastt, no order", "fastt, no splits")
+
+
+class Run:
+    """One variant: a session on the cluster running a graph's training step."""
+
+    def __init__(self, target: str, graph_def, m) -> None:
+        g = tf.Graph()
+        with g.as_default():
+            tf1.import_graph_def(graph_def, name="")
+        self.sess = tf1.Session(target, graph=g, config=on_cluster(None))
+        self.sess.run(g.get_operation_by_name(m.init.name))
+        self.fetches = [g.get_operation_by_name(m.train_op.name),
+                        g.get_tensor_by_name(m.loss.name)]
+        self.feed = {g.get_tensor_by_name(k + ":0"): v for k, v in m.feeds.items()}
+
+    def step(self) -> None:
+        self.sess.run(self.fetches, self.feed)
+
+    def traced(self):
+        return traced_run(self.sess, self.fetches, self.feed)[1]
+
+
+def profile_into(models: CostModels, run: Run, graph, steps: int) -> None:
+    """``steps`` traced steps of ``run`` into ``models``, attributed to ``graph``'s ops."""
+    joins = {op.name for op in graph if "_fastt_join" in op.attrs}
+    run.step()
+    for _ in range(steps):
+        p = profile(run.traced(), graph)
+        p.compute = [s for s in p.compute if s.op not in joins]  # a join has its op's name
+        models.update(p)
+
+
+def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: int) -> dict:
+    m = model.build()
+    ir = from_tf_graph(m.graph, name=model.name)
+    fetches = [m.train_op.name, m.loss.name]
+    devices = [Device(cluster.device(i)) for i in range(2)]
+    t0 = time.perf_counter()
+    models = CostModels(memory=MemoryModel.from_graph(ir))
+    runs = {"one worker": Run(cluster.target, m.graph.as_graph_def(), m)}
+    profile_into(models, runs["one worker"], ir, 3)
+    for src, dst in ((0, 1), (1, 0)):
+        models.comm.update(probe_pair(cluster.device(src), cluster.device(dst), cluster.target,
+                                      on_cluster(None)))
+    costs = ModelCosts(models)
+    dp = plan(ir, devices, costs, "data-parallel", fetches=fetches)
+    runs["data-parallel"] = Run(cluster.target, rewrite(ir, dp, enforce_order=False), m)
+    profile_into(models, runs["data-parallel"], merged_graph(ir, dp), 3)
+    costs = ModelCosts(models)
+    strategies = {
+        "one worker": plan(ir, devices, costs, "single", fetches=fetches),
+        "data-parallel": plan(ir, devices, costs, "data-parallel", fetches=fetches),
+        "fastt": plan(ir, devices, costs, "os-dpos", fetches=fetches, workers=2),
+        "fastt, no splits": plan(ir, devices, costs, "os-dpos", fetches=fetches, split=False)}
+    strategies["fastt, no order"] = strategies["fastt"]
+    prep_s = time.perf_counter() - t0
+    for name in ("fastt", "fastt, no order", "fastt, no splits"):
+        runs[name] = Run(cluster.target, rewrite(ir, strategies[name],
+                                                 enforce_order=name != "fastt, no order"), m)
+    # The original graph and "no order" run in TensorFlow's own order: replayed first come,
+    # first served. "predicted": links without contention (what the planner assumes);
+    # "contended": one transfer at a time per link direction.
+    predicted, contended = {}, {}
+    for name, s in strategies.items():
+        fifo = name in ("one worker", "fastt, no order")
+        predicted[name] = replay(s, devices, costs, ir, fifo=fifo)[1].makespan
+        contended[name] = replay(s, devices, costs, ir, link_concurrency=1,
+                                 fifo=fifo)[1].makespan
+    for r in runs.values():
+        block(r.step, max(steps // 2, 2))  # warm up
+    times: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    for k in range(repeats):
+        for name in VARIANTS[k % len(VARIANTS):] + VARIANTS[:k % len(VARIANTS)]:
+            times[name].append(block(runs[name].step, steps))
+    for r in runs.values():
+        r.sess.close()
+    step = {v: statistics.median(t) for v, t in times.items()}
+    row = {"model": model.name, "zoo": model.zoo_name, "kwargs": model.kwargs,
+           "batch": model.batch, "ops": len(ir), "prepare_s": prep_s,
+           "plan_time_s": strategies["fastt"].plan_time_s,
+           "step_s": step, "times_s": times,
+           "samples_per_s": {v: model.batch / t for v, t in step.items()},
+           "speedup_over_one_worker": {v: step["one worker"] / t for v, t in step.items()},
+           "speedup_over_dp": {v: step["data-parallel"] / t for v, t in step.items()},
+           "predicted_s": predicted, "predicted_contended_s": contended,
+           "links": {f"{a} -> {b}": [f.intercept, f.slope, f.samples, f.r2]
+                     for (a, b), f in models.comm.fits().items()},
+           "fidelity_error": {v: (predicted[v] - step[v]) / step[v] for v in VARIANTS},
+           "replicas": strategies["fastt"].replicas,
+           "splits": [s.details() for s in strategies["fastt"].splits],
+           "ops_per_device": list(strategies["fastt"].ops_per_device().values())}
+    print(f"{model.name:>18}: " + ", ".join(
+        f"{v} {row['samples_per_s'][v]:.1f}/s (pred {1e3 * predicted[v]:.1f} ms, "
+        f"meas {1e3 * step[v]:.1f} ms)" for v in VARIANTS), flush=True)
+    return row
+
+
+def main() -> None:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="two models, few steps")
+    ap.add_argument("--models", nargs="*", help="model names (default: all)")
+    ap.add_argument("--steps", type=int, default=10, help="steps per timed block")
+    ap.add_argument("--repeats", type=int, default=5, help="blocks per variant (>= 3)")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    args = ap.parse_args()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.getLogger("fastt").setLevel(logging.ERROR)
+    tf1.disable_eager_execution()
+    models = zoo_models.pick(zoo_models.REAL_QUICK if args.quick else zoo_models.REAL,
+                             args.models)
+    steps, repeats = (3, 3) if args.quick else (args.steps, max(args.repeats, 3))
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "real.json")
+    doc = {"meta": {"python": platform.python_version(), "tensorflow": tf.__version__,
+                    "cpus": os.cpu_count(), "workers": 2, "cores_per_worker": 1,
+                    "steps_per_block": steps, "repeats": repeats, "quick": args.quick,
+                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
+           "rows": []}
+    with LocalCluster(workers=2, cores_per_worker=1) as cluster:
+        for model in models:  # written after each model
+            doc["rows"].append(bench(cluster, model, steps, repeats))
+            with open(path + ".tmp", "w", encoding="utf-8") as f:
+                json.dump(doc, f, indent=1)
+            os.replace(path + ".tmp", path)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""The simulated testbed: the paper's models on simulated V100s, every strategy side by side.
+
+    python benchmarks/simulated.py [--quick] [--models NAME ...] [--out benchmarks/results]
+
+Per-op times come from TensorFlow's analytical cost estimator (grappler) for a V100; links
+are NVLink inside a server and 100 Gb/s InfiniBand between servers (fastt.sched.device_spec).
+For every model, device set (2, 4, 8 GPUs on one server; 2 servers x 4 and x 8) and scaling
+(strong: one global batch; weak: a fixed batch per GPU), each strategy is computed (single
+device, data parallel, DPOS, OS-DPOS, HEFT, m-TOPO, m-ETF) and its step replayed by the
+simulator with one transfer at a time per link direction. Ablations on OS-DPOS: its placement
+run first come, first served (no enforced order), and OS-DPOS without splits. Writes
+simulated.json after each model.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import models as zoo_models  # noqa: E402
+
+STRATEGIES = ("single", "data-parallel", "dpos", "os-dpos", "heft", "m-topo", "m-etf")
+STRONG = ("2xV100", "4xV100", "8xV100", "2x4xV100", "2x8xV100")
+WEAK = ("2xV100", "4xV100", "8xV100", "2x4xV100")
+QUICK = ("2xV100", "4xV100")
+
+
+def gpus(spec: str) -> int:
+    parts = [int(p) for p in spec.split("x")[:-1]]
+    return parts[0] * (parts[1] if len(parts) > 1 else 1)
+
+
+def training_graph(model: zoo_models.Model, batch: int):
+    """The model's IR at ``batch`` and its analytical V100 op times."""
+    import tensorflow as tf
+
+    from fastt.adapters.export import to_graph_def
+    from fastt.adapters.tf_import import from_tf_graph
+    from tf_patches.grappler_costs import analytical_costs
+    tf.compat.v1.disable_eager_execution()
+    built = model.build(batch)
+    graph = from_tf_graph(built.graph, name=model.name)
+    fetch = [built.train_op.name]
+    seconds = analytical_costs(to_graph_def(graph), fetch, "V100")
+    return graph, fetch, seconds
+
+
+def fifo_step(strategy, ds, costs, graph) -> float:
+    """The strategy's placement with no enforced order (simulated, link contention)."""
+    from fastt.sched.strategy import replay
+    return replay(strategy, ds.devices, costs, graph, ds.copy_bytes_per_s,
+                  link_concurrency=1, fifo=True)[1].makespan
+
+
+def case(graph, fetch, seconds, spec: str, batch: int) -> dict:
+    """Every strategy and the OS-DPOS ablations on one device set."""
+    from fastt.errors import FasttError
+    from fastt.sched.device_spec import StaticCosts, parse
+    from fastt.sched.strategy import plan
+    ds = parse(spec)
+    costs = StaticCosts(seconds, ds)
+    row: dict = {"devices": spec, "gpus": gpus(spec), "batch": batch, "strategies": {}}
+    planned = {}
+    for name in STRATEGIES:
+        try:
+            s = plan(graph, ds.devices, costs, name, ds.copy_bytes_per_s,
+                     workers=os.cpu_count() or 1, fetches=fetch)
+        except FasttError as e:
+            row["strategies"][name] = {"error": str(e)}
+            continue
+        planned[name] = s
+        row["strategies"][name] = {
+            "predicted_s": s.predicted_step_time_s, "simulated_s": s.simulated_step_time_s,
+            "samples_per_s": batch / s.simulated_step_time_s, "plan_time_s": s.plan_time_s,
+            "dpos_runs": s.dpos_runs, "replicas": s.replicas, "ops": len(s.graph),
+            "ops_per_device": list(s.ops_per_device().values()),
+            "splits": [sp.details() for sp in s.splits]}
+    fastt = planned.get("os-dpos")
+    if fastt is not None:
+        no_split = plan(graph, ds.devices, costs, "os-dpos", ds.copy_bytes_per_s,
+                        fetches=fetch, split=False)
+        row["ablation"] = {"ordered_s": fastt.simulated_step_time_s,
+                           "fifo_s": fifo_step(fastt, ds, costs, graph),
+                           "split_s": fastt.simulated_step_time_s,
+                           "no_split_s": no_split.simulated_step_time_s}
+    dp = row["strategies"].get("data-parallel", {}).get("simulated_s")
+    for r in row["strategies"].values():
+        if dp and "simulated_s" in r:
+            r["speedup_over_dp"] = dp / r["simulated_s"]
+    return row
+
+
+def bench(model: zoo_models.Model, scalings: dict[str, tuple[str, ...]]) -> dict:
+    out: dict = {"model": model.name, "zoo": model.zoo_name, "kwargs": model.kwargs,
+                 "rows": []}
+    cache: dict[int, tuple] = {}
+    for scaling, specs in scalings.items():
+        for spec in specs:
+            batch = model.batch if scaling == "strong" else model.per_device_batch * gpus(spec)
+            if batch not in cache:
+                t = time.perf_counter()
+                cache.clear()  # one graph in memory at a time
+                cache[batch] = training_graph(model, batch)
+                out.setdefault("ops", len(cache[batch][0]))
+                out.setdefault("graph_s", {})[str(batch)] = time.perf_counter() - t
+            t = time.perf_counter()
+            row = case(*cache[batch], spec, batch)
+            row["scaling"] = scaling
+            row["wall_s"] = time.perf_counter() - t
+            out["rows"].append(row)
+            st = row["strategies"]
+            fastt, dp = st.get("os-dpos", {}), st.get("data-parallel", {})
+            print(f"{model.name:>12} {scaling:>6} {spec:>9} batch {batch:>4}: os-dpos "
+                  f"{1e3 * fastt.get('simulated_s', float('nan')):9.2f} ms, data-parallel "
+                  f"{1e3 * dp.get('simulated_s', float('nan')):9.2f} ms, speedup "
+                  f"{fastt.get('speedup_over_dp', float('nan')):.3f}x "
+                  f"({row['wall_s']:.0f} s)", flush=True)
+    return out
+
+
+def main() -> None:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="three small models, 2 and 4 GPUs")
+    ap.add_argument("--models", nargs="*", help="model names (default: all)")
+    ap.add_argument("--devices", nargs="*", help="device sets (default: all of the scaling)")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    args = ap.parse_args()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.getLogger("fastt").setLevel(logging.ERROR)
+    if args.quick:
+        models = zoo_models.pick(zoo_models.SIMULATED_QUICK, args.models)
+        scalings = {"strong": QUICK, "weak": QUICK}
+    else:
+        models = zoo_models.pick(zoo_models.SIMULATED, args.models)
+        scalings = {"strong": STRONG, "weak": WEAK}
+    if args.devices:
+        scalings = {k: tuple(d for d in v if d in args.devices) for k, v in scalings.items()}
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "simulated.json")
+    doc = {"meta": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                    "quick": args.quick, "strategies": list(STRATEGIES),
+                    "metric": "simulated step time, one transfer at a time per link direction",
+                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
+           "models": []}
+    for m in models:  # written after each model
+        doc["models"].append(bench(m, scalings))
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+        os.replace(path + ".tmp", path)
+
+
+if __name__ == "__main__":
+    main()
