@@ -19,6 +19,7 @@ DPOS optimises) and with one transfer at a time per link direction
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -113,6 +114,20 @@ def data_parallel_fitting(graph: Graph, devices: Sequence[Device]) -> Graph | No
     return dp if all(m <= d.memory for m, d in zip(peaks, devices)) else None
 
 
+def _feasible(attempts: list[Any]) -> list[Any]:
+    """The results of the attempts (one per starting point) that succeed; the first error
+    when none does (e.g. the model graph fits no device, its data-parallel replicas do)."""
+    results, errors = [], []
+    for attempt in attempts:
+        try:
+            results.append(attempt())
+        except FasttError as e:
+            errors.append(e)
+    if errors and not results:
+        raise errors[0]
+    return results
+
+
 def _single_if_it_fits(p: Problem) -> Schedule | None:
     """All on one device: OS-DPOS's third starting point, so that what it plans is never
     predicted slower than not parallelizing at all."""
@@ -202,8 +217,12 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
     best = None
     runs = 0
     if name == "os-dpos":  # split from the better of the starting points
-        plans = [(starting_plan(g0, compile_graph, (lambda p, g=g0: _data_parallel_schedule(
-            p, g)) if reps > 1 else _single_if_it_fits), reps) for g0, reps in starts]
+        def start_from(g0: Graph, reps: int) -> tuple[Any, int]:
+            initial = (lambda p: _data_parallel_schedule(p, g0)) if reps > 1 \
+                else _single_if_it_fits
+            return starting_plan(g0, compile_graph, initial), reps
+
+        plans = _feasible([functools.partial(start_from, g0, r) for g0, r in starts])
         start_plan, reps = min(plans, key=lambda pr: pr[0].makespan)
         result = (os_dpos(start_plan.graph, compile_graph, D, start=start_plan, workers=workers)
                   if split else start_plan)
@@ -212,9 +231,12 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
         starts = []
     placer = {"dpos": dpos, "single": baselines.single, "heft": baselines.heft,
               "m-topo": baselines.m_topo, "m-etf": baselines.m_etf}.get(name)
-    for start, reps in starts:  # DPOS keeps the better of both starting points
+    def place(start: Graph, reps: int) -> tuple[Any, ...]:
         p = compile_graph(start)
-        cand = (start, p, placer(p) if placer else _data_parallel_schedule(p, start), [], reps)
+        return start, p, placer(p) if placer else _data_parallel_schedule(p, start), [], reps
+
+    cands = _feasible([functools.partial(place, g0, r) for g0, r in starts])
+    for cand in cands:  # DPOS keeps the better of both starting points
         runs += placer is dpos
         if best is None or cand[2].makespan < best[2].makespan:
             best = cand
