@@ -116,7 +116,7 @@ def simulated_section(sim: dict, out: str) -> list[str]:
 def _speedup_plot(rows: list[tuple[str, dict]], path: str, scaling: str) -> None:
     specs = sorted({r["devices"] for _, r in rows}, key=lambda s: (len(s), s))
     models = list(dict.fromkeys(m for m, _ in rows))
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(models)), 3.6))
+    fig, ax = plt.subplots(figsize=(max(7, 1.2 * len(models) + 1.5), 3.6))
     width = 0.8 / max(len(specs), 1)
     for k, spec in enumerate(specs):
         ys = []
@@ -130,7 +130,7 @@ def _speedup_plot(rows: list[tuple[str, dict]], path: str, scaling: str) -> None
                   rotation=20)
     ax.set_ylabel("OS-DPOS speedup over DP")
     ax.set_title(f"Simulated V100s, {scaling} scaling (0: DP not computable)")
-    ax.legend(fontsize=7, ncol=len(specs))
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -186,7 +186,7 @@ def _real_plots(real: dict, variants: list[str], out: str) -> None:
     rows = real["rows"]
     if not rows:
         return
-    fig, ax = plt.subplots(figsize=(max(6, 1.3 * len(rows)), 3.6))
+    fig, ax = plt.subplots(figsize=(max(7, 1.3 * len(rows) + 2), 3.6))
     width = 0.8 / len(variants)
     for k, v in enumerate(variants):
         ax.bar([i + k * width for i in range(len(rows))],
@@ -196,7 +196,7 @@ def _real_plots(real: dict, variants: list[str], out: str) -> None:
                   [r["model"] for r in rows], rotation=20)
     ax.set_ylabel("samples/s relative to one worker")
     ax.set_title("2 workers x 1 core, measured")
-    ax.legend(fontsize=7, ncol=3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     fig.savefig(os.path.join(out, "real_samples.png"), dpi=110)
     plt.close(fig)
@@ -204,8 +204,9 @@ def _real_plots(real: dict, variants: list[str], out: str) -> None:
     for v in variants:
         ax.scatter([1e3 * r["step_s"][v] for r in rows], [1e3 * r["predicted_s"][v] for r in rows],
                    label=v, s=18)
-    top = max(1e3 * max(max(r["step_s"].values()), max(r["predicted_s"].values())) for r in rows)
-    ax.plot([0.1, top * 1.5], [0.1, top * 1.5], color="black", linewidth=0.8)
+    values = [1e3 * t for r in rows for t in (*r["step_s"].values(), *r["predicted_s"].values())]
+    ax.plot([min(values) / 1.5, max(values) * 1.5], [min(values) / 1.5, max(values) * 1.5],
+            color="black", linewidth=0.8, label="predicted = measured")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("measured step (ms)")
