@@ -166,7 +166,8 @@ def main() -> None:
     doc = {"meta": {"python": platform.python_version(), "tensorflow": tf.__version__,
                     "cpus": os.cpu_count(), "workers": 2, "cores_per_worker": 1,
                     "steps_per_block": steps, "repeats": repeats, "quick": args.quick,
-                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
+                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "load_average_at_start": os.getloadavg()[0]},
            "rows": []}
     with LocalCluster(workers=2, cores_per_worker=1) as cluster:
         for model in models:  # written after each model
