@@ -192,6 +192,7 @@ class Controller:
                 previous.dump = self.backend.record(previous, self.history)
             self.active = entry
         entry.dump = self.backend.record(entry, self.history)
+        entry.timeline = None  # in its dump now; a RunMetadata can be large
         self._summary(entry)
         self._next_round()
 
