@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Callable
+from typing import Any, Callable
 
 
 def arguments(doc: str, steps: int, repeats: int) -> argparse.Namespace:
@@ -15,6 +15,22 @@ def arguments(doc: str, steps: int, repeats: int) -> argparse.Namespace:
     ap.add_argument("--repeats", type=int, default=repeats, help="blocks per variant")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     return ap.parse_args()
+
+
+def training_session(m: Any, graph_def: Any, target: str = "", config: Any = None
+                     ) -> tuple[Any, list[Any], dict[Any, Any]]:
+    """A session on ``target`` over ``graph_def`` (a zoo model ``m``'s graph, rewritten or
+    not), its variables initialized, and the fetches and feeds of one training step."""
+    import tensorflow as tf
+    tf1 = tf.compat.v1
+    g = tf.Graph()
+    with g.as_default():
+        tf1.import_graph_def(graph_def, name="")
+    sess = tf1.Session(target, graph=g, config=config)
+    sess.run(g.get_operation_by_name(m.init.name))
+    fetches = [g.get_operation_by_name(m.train_op.name), g.get_tensor_by_name(m.loss.name)]
+    feed = {g.get_tensor_by_name(k + ":0"): v for k, v in m.feeds.items()}
+    return sess, fetches, feed
 
 
 def block(fn: Callable[[], object], steps: int) -> float:

@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tensorflow as tf  # noqa: E402
 
-from benchmarks.common import arguments, block  # noqa: E402
+from benchmarks.common import arguments, block, training_session  # noqa: E402
 
 from fastt import zoo  # noqa: E402
 from fastt.adapters.probe import probe_pair  # noqa: E402
@@ -65,25 +65,16 @@ def planned(m: zoo.TrainingGraph) -> tuple:
     return ir, strategy
 
 
-def session(m: zoo.TrainingGraph, graph_def, priority: bool):
-    g = tf.Graph()
-    with g.as_default():
-        tf1.import_graph_def(graph_def, name="")
-    sess = tf1.Session(graph=g, config=config(priority))
-    sess.run(g.get_operation_by_name(m.init.name))
-    fetches = [g.get_operation_by_name(m.train_op.name), g.get_tensor_by_name(m.loss.name)]
-    feed = {g.get_tensor_by_name(t.name): v for t, v in m.feed_dict().items()}
-    return sess, lambda: sess.run(fetches, feed)
-
-
-
 def bench(name: str, kwargs: dict, steps: int, repeats: int) -> dict:
     m = zoo.build(name, opt="momentum", **kwargs)
     ir, strategy = planned(m)
     graphs = {"fifo": rewrite(ir, strategy), "control-dependencies":
               rewrite(ir, strategy, enforce_order=True),
               "priority-executor": rewrite(ir, strategy, priority=True)}
-    runs = {mode: session(m, gd, mode == "priority-executor") for mode, gd in graphs.items()}
+    runs = {}
+    for mode, gd in graphs.items():
+        sess, fetches, feed = training_session(m, gd, config=config(mode == "priority-executor"))
+        runs[mode] = (sess, lambda s=sess, f=fetches, d=feed: s.run(f, d))
     for _, fn in runs.values():
         block(fn, max(steps // 3, 2))  # warm every session up
     times = {mode: [] for mode in MODES}

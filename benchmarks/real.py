@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import models as zoo_models  # noqa: E402
-from benchmarks.common import block  # noqa: E402
+from benchmarks.common import block, training_session  # noqa: E402
 
 from fastt.adapters.probe import probe_pair  # noqa: E402
 from fastt.adapters.rewrite import merged_graph, rewrite  # noqa: E402
@@ -55,14 +55,8 @@ class Run:
     """One variant: a session on the cluster running a graph's training step."""
 
     def __init__(self, target: str, graph_def, m) -> None:
-        g = tf.Graph()
-        with g.as_default():
-            tf1.import_graph_def(graph_def, name="")
-        self.sess = tf1.Session(target, graph=g, config=on_cluster(None))
-        self.sess.run(g.get_operation_by_name(m.init.name))
-        self.fetches = [g.get_operation_by_name(m.train_op.name),
-                        g.get_tensor_by_name(m.loss.name)]
-        self.feed = {g.get_tensor_by_name(k + ":0"): v for k, v in m.feeds.items()}
+        self.sess, self.fetches, self.feed = training_session(m, graph_def, target,
+                                                              on_cluster(None))
 
     def step(self) -> None:
         self.sess.run(self.fetches, self.feed)
@@ -73,12 +67,9 @@ class Run:
 
 def profile_into(models: CostModels, run: Run, graph, steps: int) -> None:
     """``steps`` traced steps of ``run`` into ``models``, attributed to ``graph``'s ops."""
-    joins = {op.name for op in graph if "_fastt_join" in op.attrs}
     run.step()
     for _ in range(steps):
-        p = profile(run.traced(), graph)
-        p.compute = [s for s in p.compute if s.op not in joins]  # a join has its op's name
-        models.update(p)
+        models.update(profile(run.traced(), graph))
 
 
 def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: int) -> dict:

@@ -19,7 +19,7 @@ from typing import Any
 
 from fastt import devices
 from fastt.errors import ProfileError
-from fastt.ir import Graph, TensorRef
+from fastt.ir import JOIN_ATTR, Graph, TensorRef
 
 _LABEL_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)+")
 _LABEL = re.compile(r"^(?P<name>\S+) = (?P<type>[\w.>-]+)\((?P<args>.*)\)\s*$")
@@ -198,6 +198,8 @@ def profile(run_metadata: Any, graph: Graph) -> Profile:
         for m, w in zip(group, weights):
             out.compute.append(ComputeSample(m, device, seconds * w / total))
             out.placement.setdefault(m, device)
+    # A join fastt added carries the name of the op it joins: its time is not that op's.
+    out.compute = [s for s in out.compute if JOIN_ATTR not in graph[s.op].attrs]
 
     for ns in recvs:
         out.transfers.extend(_recv_tensor_sample(ns, produced))

@@ -310,8 +310,6 @@ class SessionPlugin:
         cur = self.current
         graph = self._user_ir() if cur.strategy is None else cur.profile_graph
         p = profile(run_metadata, graph)
-        joins = {op.name for op in graph if "_fastt_join" in op.attrs}
-        p.compute = [s for s in p.compute if s.op not in joins]  # a join has its op's name
         if self.models is None:
             fed = {TensorRef(*_split_name(n)): tuple(s) for n, s in self._feed_shapes.items()}
             self._shapes = {**p.output_shapes, **fed}

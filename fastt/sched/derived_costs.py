@@ -16,7 +16,7 @@ import numpy as np
 from sklearn.linear_model import LinearRegression
 
 from fastt.costs.analytical import flops
-from fastt.ir import Graph, Op
+from fastt.ir import JOIN_ATTR, Graph, Op
 from fastt.sched.problem import CostSource
 
 _COPY_TYPES = frozenset({"SplitV", "ConcatV2", "AddN"})
@@ -91,7 +91,7 @@ class DerivedCosts:
             whole = self.base.compute(origin, device)
             fixed = min(self.overheads.get(o.type, device), whole)
             return fixed + (whole - fixed) * float(o.attrs.get("_fastt_fraction", 1.0))
-        if o.type in _COPY_TYPES and ("_fastt_split_of" in o.attrs or "_fastt_join" in o.attrs):
+        if o.type in _COPY_TYPES and ("_fastt_split_of" in o.attrs or JOIN_ATTR in o.attrs):
             # Never priced by name: a join carries the name of the op it replaced.
             return sum(t.nbytes or 0 for t in o.outputs) / self.copy_bytes_per_s
         return self.base.compute(op, device)

@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastt.errors import FasttError
-from fastt.ir import Graph, Op, TensorRef, TensorSpec
+from fastt.ir import JOIN_ATTR, Graph, Op, TensorRef, TensorSpec
 from fastt.sched.split_rules import FULL, SPLIT, SplitRule, find, part_sizes
 
-JOIN_ATTR = "_fastt_join"  # on a join: {"kind": "concat"|"sum", "axis": a, "sizes": [...]}
 DROPPED_JOINS = "dropped_joins"  # graph payload: joins no op reads any more, by name
 
 

@@ -92,10 +92,6 @@ class _UnitCosts:
         return (0.0, 0.0)
 
 
-def fits_one_device(graph: Graph, devices: Sequence[Device]) -> bool:
-    return peak_memory_one_device(graph) <= min(d.memory for d in devices)
-
-
 def data_parallel_fitting(graph: Graph, devices: Sequence[Device]) -> Graph | None:
     """The data-parallel graph over ``devices`` when every device holds its replica (each
     with its share of the batch; gradients summed on device 0), else None. Memory is the
