@@ -9,7 +9,8 @@ For every model, device set (2, 4, 8 GPUs on one server; 2 servers x 4 and x 8) 
 device, data parallel, DPOS, OS-DPOS, HEFT, m-TOPO, m-ETF) and its step replayed by the
 simulator with one transfer at a time per link direction. Ablations on OS-DPOS: its placement
 run first come, first served (no enforced order), and OS-DPOS without splits. Writes
-simulated.json after each model.
+simulated.json after each model; with ``--models`` (and not ``--quick``) the rows of those
+models replace their rows in an existing full run's simulated.json, the others are kept.
 """
 from __future__ import annotations
 
@@ -123,6 +124,16 @@ def bench(model: zoo_models.Model, scalings: dict[str, tuple[str, ...]]) -> dict
     return out
 
 
+def _previous(path: str) -> dict | None:
+    """An earlier full run's results, to update model by model (None: start afresh)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return None if doc.get("meta", {}).get("quick") else doc
+
+
 def main() -> None:
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -143,13 +154,18 @@ def main() -> None:
         scalings = {k: tuple(d for d in v if d in args.devices) for k, v in scalings.items()}
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "simulated.json")
-    doc = {"meta": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                    "quick": args.quick, "strategies": list(STRATEGIES),
-                    "metric": "simulated step time, one transfer at a time per link direction",
-                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())},
-           "models": []}
+    doc = _previous(path) if args.models and not args.quick and not args.devices else None
+    doc = doc or {"meta": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                           "quick": args.quick, "strategies": list(STRATEGIES),
+                           "metric": "simulated step time, one transfer at a time per link "
+                                     "direction"},
+                  "models": []}
+    doc["meta"]["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    order = [m.name for m in zoo_models.SIMULATED]
     for m in models:  # written after each model
-        doc["models"].append(bench(m, scalings))
+        rows = [r for r in doc["models"] if r["model"] != m.name] + [bench(m, scalings)]
+        doc["models"] = sorted(rows, key=lambda r: order.index(r["model"])
+                               if r["model"] in order else len(order))
         with open(path + ".tmp", "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
         os.replace(path + ".tmp", path)

@@ -302,3 +302,34 @@ def test_lookup_tables_are_initialized_in_the_new_session(plugin):
     sess, losses, _ = train(build(with_table=True))
     assert session_hook.plugin_of(sess).current is not session_hook.plugin_of(sess).user
     np.testing.assert_allclose(losses, ref, rtol=1e-4)
+
+
+def test_data_parallelism_splits_a_batch_fed_without_a_static_size(plugin, tmp_path):
+    """Placeholders of shape [None, ...] feeding ops grappler fuses (conv + bias + relu),
+    whose shapes no run reports: the data-parallel strategy still cuts the whole batch."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [None, 12, 12, 3], name="x")
+        y = tf1.placeholder(tf.int64, [None], name="y")
+        w = tf1.get_variable("w", [3, 3, 3, 8])
+        b = tf1.get_variable("b", [8])
+        h = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME", name="conv"), b))
+        logits = tf.matmul(tf.reshape(h, [-1, 12 * 12 * 8]), tf1.get_variable("v", [1152, 4]))
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=y, logits=logits))
+        train_op = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        init = tf1.global_variables_initializer()
+    rng = np.random.RandomState(0)
+    feed = {x: rng.rand(16, 12, 12, 3).astype(np.float32), y: rng.randint(0, 4, 16)}
+    plugin(max_rounds=1)
+    with tf1.Session(graph=g) as sess:
+        sess.run(init)
+        for _ in range(STEPS):
+            sess.run([train_op, loss], feed)
+    dp = [d for d in statuses(tmp_path).values() if d["strategy"] == "data-parallel"]
+    assert dp, statuses(tmp_path)
+    placement = dp[0]["placement"]
+    devices = dp[0]["devices"]
+    assert placement["conv/part0"] == devices[0] and placement["conv/part1"] == devices[1]
+    backward = [n for n in placement if n.startswith("gradients/") and n.endswith("/part1")]
+    assert any("Conv2DBackpropFilter" in n for n in backward), backward

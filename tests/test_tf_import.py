@@ -161,3 +161,35 @@ def test_refs_are_tensor_refs():
     g, *_ = mlp_unknown_batch()
     ir = tf_import.from_tf_graph(g)
     assert ir["y"].inputs == (TensorRef("MatMul", 0),)
+
+
+def test_shapes_of_fused_ops_are_inferred_from_the_measured_inputs():
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [None, 8, 8, 3], name="x")
+        w = tf1.get_variable("w", [3, 3, 3, 4])
+        b = tf1.get_variable("b", [4])
+        y = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME", name="conv"), b), name="y")
+        init = tf1.global_variables_initializer()
+    ir = tf_import.from_tf_graph(g)
+    with tf1.Session(graph=g) as sess:
+        sess.run(init)
+        _, meta = traced_run(sess, y, {x: np.ones((6, 8, 8, 3), np.float32)})
+    p = profile(meta, ir)
+    shapes = tf_import.inferred_shapes(g.as_graph_def(), {"x:0": (6, 8, 8, 3)})
+    assert shapes[TensorRef("conv", 0)] == (6, 8, 8, 4)  # whether or not the run reported it
+    assert shapes[TensorRef("y", 0)] == (6, 8, 8, 4)
+    refined = ir.with_output_shapes({**shapes, **p.output_shapes})
+    assert all(t.fully_defined for op in refined for t in op.outputs if op.type != "NoOp")
+    assert tf_import.inferred_shapes(g.as_graph_def(), {"x:0": (6, 5)}) == {}  # rank clash
+
+
+def test_iterator_outputs_pinned_to_their_measured_shapes():
+    g = tf.Graph()
+    with g.as_default():
+        ds = tf.data.Dataset.from_tensor_slices(np.zeros((10, 4), np.float32)).batch(5)
+        batch = tf1.data.make_one_shot_iterator(ds).get_next()
+        y = tf.reduce_sum(tf.square(batch), axis=1, name="y")
+    assert tf_import.from_tf_graph(g)["y"].outputs[0].shape == (None,)
+    shapes = tf_import.inferred_shapes(g.as_graph_def(), {f"{batch.op.name}:0": (5, 4)})
+    assert shapes[TensorRef("y", 0)] == (5,)

@@ -215,14 +215,43 @@ def with_feed_shapes(graph_def: graph_pb2.GraphDef,
                      feed_shapes: Mapping[str, tuple[int, ...]], name: str = "") -> Graph:
     """The IR with placeholders given the shapes of a sample feed, so that TensorFlow's shape
     inference resolves the shapes a static graph leaves unknown (e.g. the batch size)."""
+    return from_graph_def(_pinned(graph_def, feed_shapes, strict=True), name=name)
+
+
+def inferred_shapes(graph_def: graph_pb2.GraphDef,
+                    source_shapes: Mapping[str, tuple[int, ...]]) -> dict[TensorRef, tuple]:
+    """Every fully known output shape once the graph's inputs (placeholders, iterator
+    outputs: ``"op:index" -> shape``, as measured) have the given shapes: TensorFlow's own
+    shape inference. Ops a run never reports (grappler fuses them away) get their shapes
+    here. Empty when TensorFlow rejects the pinned shapes."""
+    try:
+        g = from_graph_def(_pinned(graph_def, source_shapes, strict=False))
+    except GraphFormatError:
+        return {}
+    return {TensorRef(op.name, i): t.shape for op in g for i, t in enumerate(op.outputs)
+            if t.fully_defined}
+
+
+def _pinned(graph_def: graph_pb2.GraphDef, shapes: Mapping[str, tuple[int, ...]],
+            strict: bool) -> graph_pb2.GraphDef:
+    """A copy of ``graph_def`` with the shapes of its placeholders and iterator outputs set."""
     gd = graph_pb2.GraphDef()
     gd.CopyFrom(graph_def)
     by_name = {n.name: n for n in gd.node}
-    for feed, shape in feed_shapes.items():
-        node = by_name.get(feed.split(":")[0])
+    for tensor, shape in shapes.items():
+        op, _, index = tensor.partition(":")
+        node = by_name.get(op)
         if node is None:
-            raise GraphFormatError(f"sample feed names {feed!r}, which is not an op of the graph")
-        if node.op not in ("Placeholder", "PlaceholderWithDefault"):
+            if strict:
+                raise GraphFormatError(f"sample feed names {tensor!r}, which is not an op of "
+                                       "the graph")
             continue
-        node.attr["shape"].shape.CopyFrom(tf.TensorShape(list(shape)).as_proto())
-    return from_graph_def(gd, name=name)
+        proto = tf.TensorShape(list(shape)).as_proto()
+        if node.op in ("Placeholder", "PlaceholderWithDefault"):
+            node.attr["shape"].shape.CopyFrom(proto)
+        elif node.op == "IteratorGetNext":
+            listed = node.attr["output_shapes"].list.shape
+            k = int(index or 0)
+            if k < len(listed) and len(listed[k].dim) in (0, len(shape)):
+                listed[k].CopyFrom(proto)
+    return gd

@@ -19,7 +19,7 @@ from tensorflow.core.protobuf import config_pb2
 
 from fastt.adapters.probe import probe_pair
 from fastt.adapters.rewrite import merged_graph, rewrite
-from fastt.adapters.tf_import import from_tf_graph
+from fastt.adapters.tf_import import from_tf_graph, inferred_shapes
 from fastt.cluster.health import Watch
 from fastt.costs import CostModels, MemoryModel
 from fastt.errors import FasttError
@@ -30,7 +30,7 @@ from fastt.plugin.controller import Controller, Entry, updates_trainables
 from fastt.plugin.settings import Settings
 from fastt.plugin.state import SCOPE, StateOps, stateful_ops
 from fastt.profiler import profile
-from fastt.sched.data_parallel import batch_size
+from fastt.sched.data_parallel import BATCH_SOURCES, batch_size
 from fastt.sched.problem import Device, ModelCosts
 from fastt.sched.strategy import data_parallel_fitting, plan, predict
 from tf_patches import priority_executor
@@ -312,7 +312,13 @@ class SessionPlugin:
         p = profile(run_metadata, graph)
         if self.models is None:
             fed = {TensorRef(*_split_name(n)): tuple(s) for n, s in self._feed_shapes.items()}
-            self._shapes = {**p.output_shapes, **fed}
+            measured = {**p.output_shapes, **fed}
+            user = self._user_ir()
+            inputs = {f"{r.op}:{r.index}": s for r, s in measured.items()
+                      if r.op in user and user[r.op].type in BATCH_SOURCES}
+            # a run reports no shapes for the ops grappler fused away: TensorFlow infers them
+            self._shapes = {**inferred_shapes(activation.user_graph_def(self.graph), inputs),
+                            **measured}
             self.ir = self._user_ir().with_output_shapes(self._shapes, p.output_bytes)
             self.models = CostModels(memory=MemoryModel.from_graph(self.ir))
         self.models.update(p)
