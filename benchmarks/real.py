@@ -130,7 +130,8 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
            "fidelity_error": {v: (predicted[v] - step[v]) / step[v] for v in VARIANTS},
            "replicas": strategies["fastt"].replicas,
            "splits": [s.details() for s in strategies["fastt"].splits],
-           "ops_per_device": list(strategies["fastt"].ops_per_device().values())}
+           "ops_per_device": list(strategies["fastt"].ops_per_device().values()),
+           "ops_per_device_dp": list(strategies["data-parallel"].ops_per_device().values())}
     print(f"{model.name:>18}: " + ", ".join(
         f"{v} {row['samples_per_s'][v]:.1f}/s (pred {1e3 * predicted[v]:.1f} ms, "
         f"meas {1e3 * step[v]:.1f} ms)" for v in VARIANTS), flush=True)

@@ -156,13 +156,15 @@ def real_section(real: dict, out: str) -> list[str]:
                      f"{r['speedup_over_one_worker']['fastt']:.2f} |")
     lines += ["", "![real testbed](real_samples.png)", "",
               "### What fastt planned", "",
-              "| model | ops | replicas | ops per device | splits | plan time (s) |",
-              "|---|---:|---:|---|---|---:|"]
+              "| model | ops | replicas | ops per device | splits | plan time (s) | "
+              "data-parallel: ops per device |",
+              "|---|---:|---:|---|---|---:|---|"]
     for r in real["rows"]:
         splits = ", ".join(f"`{s['op']}` {s['dim']}/{s['n']}" for s in r["splits"]) or "none"
         lines.append(f"| {r['model']} | {r['ops']} | {r['replicas']} | "
                      f"{' '.join(map(str, r['ops_per_device']))} | {splits} | "
-                     f"{r['plan_time_s']:.2f} |")
+                     f"{r['plan_time_s']:.2f} | "
+                     f"{' '.join(map(str, r.get('ops_per_device_dp', []))) or '-'} |")
     lines += ["", "## Simulator fidelity (real testbed)", "",
               "Predicted: the simulator's step time from the profiled cost models (links "
               "contention-free, as the planner assumes). Error = (predicted - measured) / "

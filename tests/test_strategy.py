@@ -4,9 +4,11 @@ import math
 import pytest
 
 from fastt.errors import FasttError
+from fastt.ir import Graph
 from fastt.sched.device_spec import StaticCosts, parse
 from fastt.sched.splitting import Split
 from fastt.sched.strategy import STRATEGIES, data_parallel_fitting, peak_memory_one_device, plan
+from tests.helpers import op
 from tests.test_data_parallel import training_graph
 
 
@@ -32,7 +34,7 @@ def test_os_dpos_is_never_worse_than_dpos_or_data_parallel():
     ds = parse("4xV100")
     g = training_graph(B=16)
     c = costs(ds, g)
-    got = {n: plan(g, ds.devices, c, n).predicted_step_time_s for n in STRATEGIES}
+    got = {n: plan(g, ds.devices, c, n).simulated_step_time_s for n in STRATEGIES}
     assert got["os-dpos"] <= got["dpos"] + 1e-12
     assert got["os-dpos"] <= got["data-parallel"] + 1e-12
     assert got["os-dpos"] <= got["single"] + 1e-12
@@ -50,6 +52,25 @@ def test_os_dpos_keeps_everything_on_one_device_when_links_are_too_slow():
     assert s.predicted_step_time_s == pytest.approx(
         plan(g, ds.devices, c, "single").predicted_step_time_s)
     assert plan(g, ds.devices, c, "dpos").predicted_step_time_s > s.predicted_step_time_s
+
+
+def test_os_dpos_keeps_one_device_when_its_spread_would_queue_on_the_link():
+    # a fans 8 one-megabyte tensors out to 8 one-millisecond ops: DPOS's contention-free
+    # model sends half of them to the other device at once; one at a time they arrive late.
+    k = 8
+    g = Graph([op("a", out=[(250_000,)] * k)] + [op(f"b{i}", inputs=[f"a:{i}"]) for i in
+                                                  range(k)] +
+              [op("j", "AddN", [f"b{i}" for i in range(k)])])
+    ds = parse("2xV100")
+    ds.links.update({pair: (0.0, 0.25e9) for pair in ds.links})
+    c = StaticCosts({**{f"b{i}": 1e-3 for i in range(k)}, "a": 1e-4}, ds)
+    spread, single = plan(g, ds.devices, c, "dpos"), plan(g, ds.devices, c, "single")
+    assert len(set(spread.placement.values())) == 2
+    assert spread.predicted_step_time_s < single.predicted_step_time_s
+    assert spread.simulated_step_time_s > single.simulated_step_time_s
+    s = plan(g, ds.devices, c, "os-dpos")
+    assert len(set(s.placement.values())) == 1
+    assert s.simulated_step_time_s == pytest.approx(single.simulated_step_time_s)
 
 
 def test_data_parallel_needs_the_model_to_fit():

@@ -6,8 +6,9 @@ order, and the predicted step time. ``dpos`` and ``os-dpos`` run from the data-p
 when every replica fits its device (FastT's choice: never worse than data parallelism) and
 from the model graph, and keep the faster plan (so never worse than DPOS on the model either);
 OS-DPOS also starts from the data-parallel placement itself and from the whole model on one
-device when those are faster than DPOS's (so it is never predicted worse than data
-parallelism or no parallelism, by construction; ``dpos`` stays pure DPOS). ``heft``,
+device when those are faster than DPOS's, and of its starting plans and its split plan returns
+the one fastest when links carry one transfer at a time (so it is never simulated slower than
+data parallelism, no parallelism or DPOS, by construction; ``dpos`` stays pure DPOS). ``heft``,
 ``m-topo``, ``m-etf`` and ``single`` place the model graph, as their papers do;
 ``data-parallel`` puts replica k on device k and the shared ops (updates, whole-batch ops) on
 device 0.
@@ -32,7 +33,7 @@ from fastt.sched import baselines
 from fastt.sched._gc import without_gc
 from fastt.sched.data_parallel import data_parallel, replica_of
 from fastt.sched.dpos import dpos, rank_u
-from fastt.sched.osdpos import compiler, os_dpos, starting_plan
+from fastt.sched.osdpos import Plan, compiler, os_dpos
 from fastt.sched.problem import CostSource, Device, Problem
 from fastt.sched.schedule import Schedule
 from fastt.sched.simulate import SimResult, simulate, simulate_fifo
@@ -126,7 +127,7 @@ def _feasible(attempts: list[Any]) -> list[Any]:
 
 def _single_if_it_fits(p: Problem) -> Schedule | None:
     """All on one device: OS-DPOS's third starting point, so that what it plans is never
-    predicted slower than not parallelizing at all."""
+    slower than not parallelizing at all."""
     try:
         return baselines.single(p)
     except FasttError:
@@ -212,18 +213,24 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
         starts = starts[:1]
     best = None
     runs = 0
-    if name == "os-dpos":  # split from the better of the starting points
-        def start_from(g0: Graph, reps: int) -> tuple[Any, int]:
-            initial = (lambda p: _data_parallel_schedule(p, g0)) if reps > 1 \
-                else _single_if_it_fits
-            return starting_plan(g0, compile_graph, initial), reps
+    if name == "os-dpos":  # split from the best starting point (contention-free, as DPOS)
+        def start_from(g0: Graph, reps: int) -> list[tuple[Plan, int]]:
+            p0 = compile_graph(g0)
+            initial = _data_parallel_schedule(p0, g0) if reps > 1 else _single_if_it_fits(p0)
+            return [(Plan(g0, p0, s0), reps) for s0 in (dpos(p0), initial) if s0 is not None]
 
-        plans = _feasible([functools.partial(start_from, g0, r) for g0, r in starts])
+        plans = [c for cs in _feasible([functools.partial(start_from, g0, r)
+                                        for g0, r in starts]) for c in cs]
         start_plan, reps = min(plans, key=lambda pr: pr[0].makespan)
         result = (os_dpos(start_plan.graph, compile_graph, D, start=start_plan, workers=workers)
                   if split else start_plan)
-        best = (result.graph, result.problem, result.schedule, result.splits, reps)
-        runs = result.tried + len(plans)
+        runs = result.tried + len(starts)
+        # Links carry one transfer at a time in truth, which DPOS's model ignores: of what was
+        # planned, keep what runs fastest when they do (e.g. one device over a spread whose
+        # transfers would queue).
+        final, reps = min([(result, reps)] + plans, key=lambda pr: _replay(
+            pr[0].problem, pr[0].schedule)[::-1])
+        best = (final.graph, final.problem, final.schedule, final.splits, reps)
         starts = []
     placer = {"dpos": dpos, "single": baselines.single, "heft": baselines.heft,
               "m-topo": baselines.m_topo, "m-etf": baselines.m_etf}.get(name)
