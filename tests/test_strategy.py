@@ -73,6 +73,23 @@ def test_os_dpos_keeps_one_device_when_its_spread_would_queue_on_the_link():
     assert s.simulated_step_time_s == pytest.approx(single.simulated_step_time_s)
 
 
+def test_os_dpos_keeps_the_replicas_when_dpos_cannot_place_their_graph(monkeypatch):
+    # DPOS reserves memory op by op (no frees): it can refuse a graph whose replicas fit.
+    import fastt.sched.strategy as strategy
+
+    def no_room(p):
+        raise FasttError("fits in no device's remaining memory")
+    ds = parse("4xV100")
+    g = training_graph(B=16)
+    dp = plan(g, ds.devices, costs(ds, g), "data-parallel")
+    monkeypatch.setattr(strategy, "dpos", no_room)
+    s = plan(g, ds.devices, costs(ds, g), "os-dpos", split=False)
+    assert s.replicas == 4
+    assert s.simulated_step_time_s == pytest.approx(dp.simulated_step_time_s)
+    with pytest.raises(FasttError, match="no device's remaining memory"):
+        plan(g, ds.devices, costs(ds, g), "dpos")
+
+
 def test_data_parallel_needs_the_model_to_fit():
     ds = parse("2xV100")
     g = training_graph()

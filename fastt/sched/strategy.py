@@ -217,7 +217,13 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
         def start_from(g0: Graph, reps: int) -> list[tuple[Plan, int]]:
             p0 = compile_graph(g0)
             initial = _data_parallel_schedule(p0, g0) if reps > 1 else _single_if_it_fits(p0)
-            return [(Plan(g0, p0, s0), reps) for s0 in (dpos(p0), initial) if s0 is not None]
+            try:
+                first = dpos(p0)
+            except FasttError:  # DPOS reserves memory op by op: replicas may fit, it not
+                if initial is None:
+                    raise
+                first = None
+            return [(Plan(g0, p0, s0), reps) for s0 in (first, initial) if s0 is not None]
 
         plans = [c for cs in _feasible([functools.partial(start_from, g0, r)
                                         for g0, r in starts]) for c in cs]
