@@ -47,6 +47,35 @@ def test_replicas_chain_and_gradients_are_summed_before_one_update():
     assert sum(o.type == "SplitV" for o in g) == 2  # x, and the whole-batch BN output
 
 
+def test_a_weight_used_twice_has_its_gradients_summed_within_each_replica():
+    # w at two time steps: dW = dw1 + dw2 (through the Identity tf.gradients puts behind
+    # each). Summed replica by replica, as towers do: one partial gradient leaves each.
+    B = 8
+    g = Graph([
+        op("x", "Placeholder", out=((B, 4),)),
+        op("w", "VarHandleOp", out=((),), dtype="resource", is_variable=True),
+        op("w/read", "ReadVariableOp", ["w"], out=((4, 4),)),
+        op("h1", "MatMul", ["x", "w/read"], out=((B, 4),)),
+        op("h2", "MatMul", ["h1", "w/read"], out=((B, 4),)),
+        op("dh2", "Relu", ["h2"], out=((B, 4),)),
+        op("dw2", "MatMul", ["h1", "dh2"], out=((4, 4),), attrs={"transpose_a": True}),
+        op("dw1", "MatMul", ["x", "dh2"], out=((4, 4),), attrs={"transpose_a": True}),
+        op("dw1/id", "Identity", ["dw1"], out=((4, 4),)),
+        op("dw", "AddN", ["dw1/id", "dw2"], out=((4, 4),)),
+        op("lr", "Const", out=((),)),
+        op("update", "ResourceApplyGradientDescent", ["w", "lr", "dw"], out=()),
+    ])
+    dp = data_parallel(g, 2)
+    for k in range(2):
+        assert [r.op for r in dp[f"dw/part{k}"].inputs] == [f"dw1/id/part{k}", f"dw2/part{k}"]
+        assert dp[f"dw1/id/part{k}"].inputs[0].op == f"dw1/part{k}"
+        assert replica_of(dp[f"dw/part{k}"]) == k
+    assert [r.op for r in dp["dw"].inputs] == ["dw/part0", "dw/part1"]  # the one join
+    assert "dw1" not in dp and "dw2" not in dp and "dw1/id" not in dp  # no joins in between
+    assert dp["dw/part1"].attrs["_fastt_fraction"] == 1.0  # each part sums whole tensors
+    assert dp["update"].inputs[2].op == "dw"
+
+
 def test_uneven_batches_get_near_equal_shares():
     g = data_parallel(training_graph(B=7), 3)
     assert [g[f"h/part{k}"].outputs[0].shape[0] for k in range(3)] == [3, 2, 2]

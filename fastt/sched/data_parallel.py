@@ -3,7 +3,9 @@
 ``data_parallel(graph, n)`` cuts the batch into n near-equal shares and splits every op that
 depends on the batch and has an exact batch rule, in topological order, so that the replicas
 chain sub-op to sub-op (replica k = the ops ``X/part{k}``). Weight gradients split on the batch
-are summed (``AddN``) before the single update; ops without an exact batch rule (BatchNorm's
+are summed (``AddN``) before the single update; a sum of such gradients (a weight used at
+every time step, a tied embedding) is summed within each replica first, as towers do, so only
+one partial gradient per weight leaves a replica; ops without an exact batch rule (BatchNorm's
 batch statistics, a loss reduced over the batch) run once on the whole batch behind a join, so
 the graph computes what the original computes. ``Shape``/``Size``/``Rank`` of tensors whose
 shape is static are folded into constants first, as grappler does.
@@ -15,12 +17,15 @@ from collections import Counter
 
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, TensorRef, TensorSpec
-from fastt.sched.split_rules import FULL, SHAPE, SPLIT, SplitRule, part_sizes, rules
+from fastt.sched.split_rules import FULL, PARTIAL, SHAPE, SPLIT, Part, SplitRule, part_sizes, \
+    rules
 from fastt.sched.splitting import apply_decisions
 
 BATCH_SOURCES = frozenset({"Placeholder", "PlaceholderWithDefault", "IteratorGetNext"})
 _SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 _STOP = ("Apply", "Assign", "Scatter")  # updates of variables: the replicas end before them
+# linear: applied to a sum of parts, they are applied part by part
+_LINEAR = frozenset({"AddN", "Add", "AddV2", "Identity"})
 
 
 def batch_size(graph: Graph) -> int:
@@ -114,7 +119,7 @@ def data_parallel(graph: Graph, n: int) -> Graph:
     decisions: dict[str, tuple[SplitRule, list[int]]] = {}
     for name in _batch_ops(graph):
         op = graph[name]
-        rule = _batch_rule(op, graph, axis, B)
+        rule = _batch_rule(op, graph, axis, B) or _sum_of_partials(op, decisions, shares)
         if rule is not None:
             decisions[name] = (rule, shares)
             if rule.join == "concat":
@@ -125,6 +130,19 @@ def data_parallel(graph: Graph, n: int) -> Graph:
                         f"{r.op}:{r.index}" in axis for r in op.inputs):
                     axis[f"{name}:{i}"] = 0
     return apply_decisions(graph, decisions)
+
+
+def _sum_of_partials(op: Op, decisions: dict[str, tuple[SplitRule, list[int]]],
+                     shares: list[int]) -> SplitRule | None:
+    """A sum (or identity) whose every input is a sum of the replicas' parts: computed replica
+    by replica."""
+    if op.type not in _LINEAR or len(op.outputs) != 1 or not op.inputs:
+        return None
+    for r in op.inputs:
+        d = decisions.get(r.op)
+        if r.index or d is None or d[0].join != "sum" or d[1] != shares:
+            return None
+    return SplitRule(PARTIAL, tuple(Part(PARTIAL) for _ in op.inputs), "sum", -1)
 
 
 def replica_of(op: Op) -> int | None:

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 
 from fastt.ir import Graph, Op
 
-SPLIT, FULL, SHAPE = "split", "full", "shape"
+SPLIT, FULL, SHAPE, PARTIAL = "split", "full", "shape", "partial"
 
 
 @dataclass(frozen=True)
 class Part:
-    kind: str  # SPLIT: cut along ``axis``; FULL: whole tensor; SHAPE: entry ``axis`` shrinks
+    kind: str  # SPLIT: cut along ``axis``; FULL: whole tensor; SHAPE: entry ``axis`` shrinks;
+    # PARTIAL: part k of a producer split with a sum join (its k-th partial sum)
     axis: int = 0
 
 

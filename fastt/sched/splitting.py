@@ -18,7 +18,7 @@ from typing import Any
 
 from fastt.errors import FasttError
 from fastt.ir import JOIN_ATTR, Graph, Op, TensorRef, TensorSpec
-from fastt.sched.split_rules import FULL, SPLIT, SplitRule, find, part_sizes
+from fastt.sched.split_rules import FULL, PARTIAL, SPLIT, SplitRule, find, part_sizes
 
 DROPPED_JOINS = "dropped_joins"  # graph payload: joins no op reads any more, by name
 
@@ -103,6 +103,14 @@ class _Builder:
         self.cuts[key] = [TensorRef(name, k) for k in range(len(sizes))]
         return self.cuts[key]
 
+    def partials(self, ref: TensorRef, n: int, owner: str) -> list[TensorRef]:
+        """The ``n`` partial sums whose sum is ``ref`` (its producer's parts)."""
+        join = self.joins.get(ref.op)
+        if ref.index or not join or join["kind"] != "sum" or len(join["sizes"]) != n:
+            raise FasttError(f"op {owner!r}: input {ref.op!r} is not a sum of {n} parts")
+        self.rewired.add(ref.op)
+        return [TensorRef(f"{ref.op}/part{k}", 0) for k in range(n)]
+
     def expand(self, op: Op, rule: SplitRule, shares: list[int]) -> list[Op]:
         """The ops that replace ``op``: input cuts, the sub-ops and the join named like it."""
         name, n, total = op.name, len(shares), sum(shares)
@@ -113,6 +121,8 @@ class _Builder:
                 per_input.append(self.cut(ref, part.axis, shares, out, name, i))
             elif part.kind == FULL:
                 per_input.append([ref] * n)
+            elif part.kind == PARTIAL:
+                per_input.append(self.partials(ref, n, name))
             else:
                 shape = op.outputs[0].shape
                 sizes = scaled(shares, shape[part.axis] if shape else None, f"op {name!r}")
@@ -131,8 +141,8 @@ class _Builder:
                 colocate_with=tuple(f"{c}/part{k}" for c in op.colocate_with
                                     if c in self.split_names or f"{c}/part{k}" in self.graph),
                 attrs={**op.attrs, "_fastt_origin": op.attrs.get("_fastt_origin", name),
-                       "_fastt_fraction": op.attrs.get("_fastt_fraction", 1.0) * shares[k]
-                       / total}))
+                       "_fastt_fraction": op.attrs.get("_fastt_fraction", 1.0) * (
+                           1.0 if rule.dim == PARTIAL else shares[k] / total)}))
         join_spec = {"kind": rule.join, "axis": rule.out_axis, "sizes": out_sizes}
         self.joins[name] = join_spec
         self.split_names.add(name)
