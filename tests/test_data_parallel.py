@@ -47,11 +47,10 @@ def test_replicas_chain_and_gradients_are_summed_before_one_update():
     assert sum(o.type == "SplitV" for o in g) == 2  # x, and the whole-batch BN output
 
 
-def test_a_weight_used_twice_has_its_gradients_summed_within_each_replica():
-    # w at two time steps: dW = dw1 + dw2 (through the Identity tf.gradients puts behind
-    # each). Summed replica by replica, as towers do: one partial gradient leaves each.
-    B = 8
-    g = Graph([
+def weight_used_twice(B=8):
+    """w at two time steps: dW = dw1 + dw2 (through the Identity tf.gradients puts behind
+    one of them), then one update."""
+    return Graph([
         op("x", "Placeholder", out=((B, 4),)),
         op("w", "VarHandleOp", out=((),), dtype="resource", is_variable=True),
         op("w/read", "ReadVariableOp", ["w"], out=((4, 4),)),
@@ -65,7 +64,11 @@ def test_a_weight_used_twice_has_its_gradients_summed_within_each_replica():
         op("lr", "Const", out=((),)),
         op("update", "ResourceApplyGradientDescent", ["w", "lr", "dw"], out=()),
     ])
-    dp = data_parallel(g, 2)
+
+
+def test_a_weight_used_twice_has_its_gradients_summed_within_each_replica():
+    # Summed replica by replica, as towers do: one partial gradient leaves each replica.
+    dp = data_parallel(weight_used_twice(), 2)
     for k in range(2):
         assert [r.op for r in dp[f"dw/part{k}"].inputs] == [f"dw1/id/part{k}", f"dw2/part{k}"]
         assert dp[f"dw1/id/part{k}"].inputs[0].op == f"dw1/part{k}"
@@ -98,3 +101,17 @@ def test_shape_n_folds_into_constants_behind_identity_n():
     f = fold_static_shapes(g)
     assert f["s"].type == "IdentityN" and f["s/folded1"].attrs["value"] == [5]
     assert f["use"].inputs[0].op == "s" and f["use"].inputs[0].index == 1
+
+
+def test_a_join_is_not_priced_as_the_op_whose_name_it_carries():
+    # The DP graph's join "dw" (an AddN of the replicas' partial sums) and the model graph's
+    # own AddN "dw": one search compiles both, and each keeps its own cost.
+    from fastt.sched.device_spec import StaticCosts, parse
+    from fastt.sched.osdpos import compiler
+    g = weight_used_twice()
+    ds = parse("2xV100")
+    compile_graph = compiler(ds.devices, StaticCosts({"dw": 1e-3}, ds), g)
+    dp = compile_graph(data_parallel(g, 2))
+    model = compile_graph(g)
+    assert dp.w[dp.index["dw"]][0] < 1e-6  # a copy of 48 bytes
+    assert model.w[model.index["dw"]][0] == 1e-3

@@ -72,9 +72,10 @@ class DerivedCosts:
 
     def compute_row(self, op: str, devices: Sequence[str]) -> list[float]:
         """Seconds of ``op`` on each of ``devices``, memoised across the graphs of a search
-        (an op that a split did not touch is not costed again)."""
+        (an op that a split did not touch is not costed again; a join, which carries the name
+        and may carry the type of the op it replaced, is keyed apart from it)."""
         o = self.graph[op]
-        key = (op, o.type, o.attrs.get("_fastt_fraction"),
+        key = (op, o.type, o.attrs.get("_fastt_fraction"), JOIN_ATTR in o.attrs,
                o.outputs[0].nbytes if o.outputs else None, tuple(devices))
         row = self.memo.get(key)
         if row is None:
