@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from typing import Any, Callable
@@ -39,3 +40,28 @@ def block(fn: Callable[[], object], steps: int) -> float:
     for _ in range(steps):
         fn()
     return (time.perf_counter() - t) / steps
+
+
+def previous_full_run(path: str) -> dict | None:
+    """The results of an earlier full (not ``--quick``) run at ``path``, to update model by
+    model; None when there is none."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return None if doc.get("meta", {}).get("quick") else doc
+
+
+def with_row(rows: list[dict], row: dict, order: list[str]) -> list[dict]:
+    """``rows`` with ``row`` in place of the row of the same model, in the zoo's order."""
+    rows = [r for r in rows if r["model"] != row["model"]] + [row]
+    return sorted(rows, key=lambda r: order.index(r["model"]) if r["model"] in order
+                  else len(order))
+
+
+def write_json(path: str, doc: dict) -> None:
+    """Write ``doc`` to ``path`` atomically (a reader never sees half a file)."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(path + ".tmp", path)

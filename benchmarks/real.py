@@ -23,11 +23,11 @@ whatever is slower); its figure is that variant's.
 
 Fidelity: each variant's step time as the simulator predicts it from the same cost models
 (placement and order replayed, one transfer at a time per link direction; ``no order``
-replayed first come, first served) next to the measured one. Writes real.json.
+replayed first come, first served) next to the measured one. Writes real.json; with
+``--models`` (and not ``--quick``) those models' rows replace theirs in an existing full run's.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import platform
@@ -40,7 +40,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import models as zoo_models  # noqa: E402
-from benchmarks.common import block, training_session  # noqa: E402
+from benchmarks.common import block, previous_full_run, training_session, with_row, \
+    write_json  # noqa: E402
 
 from fastt.adapters.probe import probe_pair  # noqa: E402
 from fastt.adapters.rewrite import merged_graph, rewrite  # noqa: E402
@@ -180,18 +181,20 @@ def main() -> None:
     steps, repeats = (3, 3) if args.quick else (args.steps, max(args.repeats, 3))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "real.json")
-    doc = {"meta": {"python": platform.python_version(), "tensorflow": tf.__version__,
-                    "cpus": os.cpu_count(), "workers": 2, "cores_per_worker": 1,
-                    "steps_per_block": steps, "repeats": repeats, "quick": args.quick,
-                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                    "load_average_at_start": os.getloadavg()[0]},
-           "rows": []}
+    doc = previous_full_run(path) if args.models and not args.quick else None
+    doc = doc or {"meta": {"python": platform.python_version(), "tensorflow": tf.__version__,
+                           "cpus": os.cpu_count(), "workers": 2, "cores_per_worker": 1,
+                           "steps_per_block": steps, "repeats": repeats, "quick": args.quick,
+                           "load_average_at_start": os.getloadavg()[0]},
+                  "rows": []}
+    doc["meta"]["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    order = [m.name for m in zoo_models.REAL]
     with LocalCluster(workers=2, cores_per_worker=1) as cluster:
         for model in models:  # written after each model
-            doc["rows"].append(bench(cluster, model, steps, repeats))
-            with open(path + ".tmp", "w", encoding="utf-8") as f:
-                json.dump(doc, f, indent=1)
-            os.replace(path + ".tmp", path)
+            load = os.getloadavg()[0]
+            row = bench(cluster, model, steps, repeats)
+            doc["rows"] = with_row(doc["rows"], {**row, "load_average_at_start": load}, order)
+            write_json(path, doc)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ models replace their rows in an existing full run's simulated.json, the others a
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import platform
@@ -24,6 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import models as zoo_models  # noqa: E402
+from benchmarks.common import previous_full_run, with_row, write_json  # noqa: E402
 
 STRATEGIES = ("single", "data-parallel", "dpos", "os-dpos", "heft", "m-topo", "m-etf")
 STRONG = ("2xV100", "4xV100", "8xV100", "2x4xV100", "2x8xV100")
@@ -124,16 +124,6 @@ def bench(model: zoo_models.Model, scalings: dict[str, tuple[str, ...]]) -> dict
     return out
 
 
-def _previous(path: str) -> dict | None:
-    """An earlier full run's results, to update model by model (None: start afresh)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return None if doc.get("meta", {}).get("quick") else doc
-
-
 def main() -> None:
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -154,7 +144,8 @@ def main() -> None:
         scalings = {k: tuple(d for d in v if d in args.devices) for k, v in scalings.items()}
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "simulated.json")
-    doc = _previous(path) if args.models and not args.quick and not args.devices else None
+    doc = previous_full_run(path) if args.models and not args.quick and not args.devices \
+        else None
     doc = doc or {"meta": {"python": platform.python_version(), "cpus": os.cpu_count(),
                            "quick": args.quick, "strategies": list(STRATEGIES),
                            "metric": "simulated step time, one transfer at a time per link "
@@ -163,12 +154,8 @@ def main() -> None:
     doc["meta"]["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     order = [m.name for m in zoo_models.SIMULATED]
     for m in models:  # written after each model
-        rows = [r for r in doc["models"] if r["model"] != m.name] + [bench(m, scalings)]
-        doc["models"] = sorted(rows, key=lambda r: order.index(r["model"])
-                               if r["model"] in order else len(order))
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
-        os.replace(path + ".tmp", path)
+        doc["models"] = with_row(doc["models"], bench(m, scalings), order)
+        write_json(path, doc)
 
 
 if __name__ == "__main__":

@@ -43,3 +43,17 @@ def test_losses_list_every_baseline_faster_than_fastt():
     assert found == ["- simulated, m strong 2xV100: m-ETF 100.0 ms vs OS-DPOS 200.0 ms (2.00x)",
                      "- measured, r: one worker 1000.0 ms vs fastt 1500.0 ms (1.50x)"]
     assert report.losses_section(None, None)[-2] == "- nowhere"
+
+
+def test_rerunning_some_models_updates_their_rows_of_a_full_run(tmp_path):
+    from benchmarks.common import previous_full_run, with_row, write_json
+    path = str(tmp_path / "real.json")
+    assert previous_full_run(path) is None
+    write_json(path, {"meta": {"quick": False}, "rows": [{"model": "a", "x": 1},
+                                                          {"model": "c", "x": 1}]})
+    doc = previous_full_run(path)
+    rows = with_row(doc["rows"], {"model": "a", "x": 2}, ["a", "b", "c"])
+    rows = with_row(rows, {"model": "b", "x": 2}, ["a", "b", "c"])
+    assert rows == [{"model": "a", "x": 2}, {"model": "b", "x": 2}, {"model": "c", "x": 1}]
+    write_json(path, {"meta": {"quick": True}, "rows": []})
+    assert previous_full_run(path) is None  # a smoke run is never updated into a full one
