@@ -19,10 +19,10 @@ from fastt.errors import GraphStructureError, UnknownDtypeError
 
 Shape = tuple[int | None, ...] | None
 
-#: Op types that define variables (their persistent bytes are the variable's size).
-# On an op fastt added to join the parts of a split op (it has that op's name): how to join,
-# {"kind": "concat"|"sum", "axis": a, "sizes": [...]}.
+#: On an op fastt added to join the parts of a split op (it has that op's name): how to join,
+#: {"kind": "concat"|"sum", "axis": a, "sizes": [...]}.
 JOIN_ATTR = "_fastt_join"
+#: Op types that define variables (their persistent bytes are the variable's size).
 VARIABLE_TYPES = frozenset(
     {"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable", "_VarHandlesOp"})
 #: Op types of TensorFlow's v1 while-loop machinery.

@@ -319,7 +319,7 @@ class SessionPlugin:
             # a run reports no shapes for the ops grappler fused away: TensorFlow infers them
             self._shapes = {**inferred_shapes(activation.user_graph_def(self.graph), inputs),
                             **measured}
-            self.ir = self._user_ir().with_output_shapes(self._shapes, p.output_bytes)
+            self.ir = user.with_output_shapes(self._shapes, p.output_bytes)
             self.models = CostModels(memory=MemoryModel.from_graph(self.ir))
         self.models.update(p)
 

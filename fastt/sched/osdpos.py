@@ -44,18 +44,6 @@ class Plan:
         return self.schedule.makespan
 
 
-def starting_plan(graph: Graph, compile_graph: Compile,
-                  initial: Callable[[Problem], Schedule | None] | None = None) -> Plan:
-    """DPOS on ``graph``, or ``initial``'s schedule when there is one and it is shorter."""
-    p = compile_graph(graph)
-    plan = Plan(graph, p, dpos(p))
-    if initial is not None:
-        other = initial(p)
-        if other is not None and other.makespan < plan.makespan:
-            plan = Plan(graph, p, other)
-    return plan
-
-
 def schedule_critical_path(p: Problem, s: Schedule, eps: float = 1e-12) -> list[int]:
     """The chain that sets the makespan: from the last op to finish, back through whatever
     made each op wait (a predecessor's data or the device's previous op)."""
@@ -112,15 +100,14 @@ def _evaluate(graph: Graph, compile_graph: Compile, name: str,
 
 
 def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
-            max_parts: int | None = None,
-            initial: Callable[[Problem], Schedule] | None = None,
-            start: Plan | None = None, workers: int = 1) -> Plan:
-    """Split critical-path ops of ``graph`` while DPOS predicts a shorter step. With
-    ``initial`` (e.g. the data-parallel placement), start from whichever of its schedule and
-    DPOS's is shorter: the result is then never worse than ``initial``. ``start`` gives the
-    starting plan directly. Candidate splits are evaluated on ``workers`` processes."""
+            max_parts: int | None = None, start: Plan | None = None,
+            workers: int = 1) -> Plan:
+    """Split critical-path ops of ``graph`` while DPOS predicts a shorter step. ``start``
+    gives the starting plan (default: DPOS on ``graph``; the result is never worse than it).
+    Candidate splits are evaluated on ``workers`` processes."""
     if start is None:
-        start = starting_plan(graph, compile_graph, initial)
+        p = compile_graph(graph)
+        start = Plan(graph, p, dpos(p))
     best = start
     p, s = best.problem, best.schedule
     cp = schedule_critical_path(p, s)
