@@ -49,7 +49,14 @@ def _plan(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     from fastt.inspect import dumps, summary
-    print(summary.format_dumps(args.dir, dumps.find(args.dir), top=args.top))
+    declined = dumps.find_declined(args.dir)
+    try:
+        found = dumps.find(args.dir)
+    except dumps.DumpError:
+        if not declined:
+            raise
+        found = []
+    print(summary.format_dumps(args.dir, found, top=args.top, declined=declined))
     return 0
 
 

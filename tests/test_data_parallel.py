@@ -2,7 +2,8 @@ import pytest
 
 from fastt.errors import FasttError
 from fastt.ir import Graph
-from fastt.sched.data_parallel import batch_size, data_parallel, fold_static_shapes, replica_of
+from fastt.sched.data_parallel import BATCH_SHAPE, batch_size, data_parallel, \
+    fold_static_shapes, replica_of
 from tests.helpers import op
 
 
@@ -38,8 +39,12 @@ def test_replicas_chain_and_gradients_are_summed_before_one_update():
     assert g["dw"].type == "AddN" and [r.op for r in g["dw"].inputs] == ["dw/part0", "dw/part1"]
     assert g["dw/part0"].attrs["transpose_a"] is True
     assert g["update"].inputs[2].op == "dw" and "update/part0" not in g
-    # Static shape queries became constants.
-    assert g["shape"].type == "Const" and g["shape"].attrs["value"] == [8, 4]
+    # The shape of a tensor that carries the batch is read at run time from the batch input
+    # (any batch size runs), not materialised from the replicas.
+    assert g["shape"].type == BATCH_SHAPE and g["shape"].attrs["value"] == [8, 4]
+    assert (g["shape"].attrs["axis"], g["shape"].attrs["multiple"]) == (0, 1)
+    assert g[g["shape"].inputs[0].op].type == "Shape" and \
+        g[g["shape"].inputs[0].op].inputs[0].op == "x"
     # Shares: 4 and 4 rows; x is cut once and both of its consumers share the cut.
     assert g["h/split_in0"].attrs["size_splits"] == [4, 4]
     assert g["h/part0"].outputs[0].shape == (4, 3)

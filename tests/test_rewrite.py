@@ -10,6 +10,7 @@ tf1.disable_eager_execution()
 from fastt import zoo  # noqa: E402
 from fastt.adapters.rewrite import chained_ops, merged_graph, order_edges, rewrite  # noqa: E402
 from fastt.adapters.runner import traced_run  # noqa: E402
+from fastt.adapters import tf_import  # noqa: E402
 from fastt.adapters.tf_import import from_graph_def, from_tf_graph  # noqa: E402
 from fastt.errors import FasttError  # noqa: E402
 from fastt.ir import writes_variable  # noqa: E402
@@ -244,3 +245,59 @@ def test_strategies_the_rewriter_cannot_honour_are_refused():
     missing.pop(read)
     with pytest.raises(FasttError, match="places no device"):
         rewrite(ir, s.__class__(**{**s.__dict__, "placement": missing}))
+
+
+def _conv_net_fed_any_batch():
+    """conv (its input gradient needs a shape vector), average pooling (its gradient too),
+    flatten through Shape (a reshape), dropout's mask shape, a mean loss (its gradient tiles
+    by the batch's shape): placeholders of unknown batch."""
+    g = tf.Graph()
+    with g.as_default():
+        tf1.set_random_seed(0)
+        x = tf1.placeholder(tf.float32, [None, 8, 8, 3], name="x")
+        y = tf1.placeholder(tf.int64, [None], name="y")
+        h = tf1.layers.conv2d(tf1.layers.conv2d(x, 4, 3, padding="same"), 4, 3, padding="same")
+        h = tf1.layers.average_pooling2d(tf.nn.relu(h), 2, 2)
+        h = tf.reshape(h, tf.stack([tf.shape(h)[0], 4 * 4 * 4]))
+        logits = tf1.layers.dense(h, 3)
+        loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
+                                                                             logits=logits))
+        train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
+        init = tf1.global_variables_initializer()
+    return g, loss, train, init
+
+
+@pytest.mark.parametrize("mode", ["data-parallel", "splits"])
+def test_planned_graphs_run_at_any_batch_size(mode):
+    """Planned at batch 8, run at 8, 5 (a smaller last batch), 13 and 2: the same losses and
+    weights as the original graph (part sizes come from the batch each run is fed)."""
+    g, loss, train, init = _conv_net_fed_any_batch()
+    ir = from_tf_graph(g)
+    shapes = tf_import.inferred_shapes(g.as_graph_def(), {"x:0": (8, 8, 8, 3), "y:0": (8,)})
+    ir = ir.with_output_shapes(shapes)
+    ds = parse("2xCPU")
+    costs = StaticCosts({o.name: 1e-4 for o in ir}, ds)
+    fetches = [train.name, loss.op.name]
+
+    class M:  # what forced_splits reads
+        train_op = train
+    s = plan(ir, ds.devices, costs, "data-parallel", fetches=fetches) if mode == "data-parallel" \
+        else plan(ir, ds.devices, costs, "dpos", fetches=fetches,
+                  splits=forced_splits(ir, M, 2))
+    if mode == "splits":
+        assert len(s.splits) >= 4
+    rng = np.random.RandomState(0)
+    batches = [(rng.rand(b, 8, 8, 3).astype(np.float32), rng.randint(0, 3, b))
+               for b in (8, 5, 13, 2)]
+
+    def run(graph_def):
+        h = tf.Graph()
+        with h.as_default():
+            tf1.import_graph_def(graph_def, name="")
+        with tf1.Session(graph=h, config=tf1.ConfigProto(device_count={"CPU": 2})) as sess:
+            sess.run(h.get_operation_by_name(init.name))
+            return [sess.run([h.get_tensor_by_name(loss.name),
+                              h.get_operation_by_name(train.name)],
+                             {h.get_tensor_by_name("x:0"): bx, h.get_tensor_by_name("y:0"): by})[0]
+                    for bx, by in batches]
+    np.testing.assert_allclose(run(rewrite(ir, s)), run(g.as_graph_def()), rtol=1e-5)

@@ -64,7 +64,7 @@ def test_weight_gradient_batch_split_is_summed_and_shape_inputs_shrink():
 
 def test_channel_split_of_conv_cuts_the_filter():
     g = split_operation(conv_net(), "conv", "channel", 2)
-    assert g["conv/split_in1"].attrs == {"axis": 3, "size_splits": [2, 2],
+    assert g["conv/split_in1"].attrs == {"axis": 3, "size_splits": [2, 2], "shares": [2, 2],
                                          "_fastt_split_of": "conv"}
     assert g["conv"].attrs["axis"] == 3
 

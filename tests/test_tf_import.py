@@ -193,3 +193,23 @@ def test_iterator_outputs_pinned_to_their_measured_shapes():
     assert tf_import.from_tf_graph(g)["y"].outputs[0].shape == (None,)
     shapes = tf_import.inferred_shapes(g.as_graph_def(), {f"{batch.op.name}:0": (5, 4)})
     assert shapes[TensorRef("y", 0)] == (5,)
+
+
+def test_updates_of_reference_variables_are_stateful_and_make_a_training_step():
+    """``disable_v2_behavior()`` scripts build reference variables, whose updates write
+    through a reference input and are not stateful in their OpDef."""
+    from fastt.ir import writes_variable
+    from fastt.plugin.controller import updates_trainables
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [None, 3])
+        w = tf1.Variable(tf1.zeros([3, 1]), use_resource=False, name="w")
+        loss = tf.reduce_mean(tf.matmul(x, w))
+        train = tf1.train.AdamOptimizer(0.1).minimize(loss)
+        init = tf1.global_variables_initializer()
+    ir = tf_import.from_tf_graph(g)
+    assert ir["w"].type == "VariableV2"
+    writers = sorted(op.type for op in ir if writes_variable(op))
+    assert "ApplyAdam" in writers and "Assign" in writers
+    assert updates_trainables(ir, [train.name], {"w"})
+    assert not updates_trainables(ir, [init.name], {"w"})

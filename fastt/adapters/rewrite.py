@@ -18,7 +18,7 @@ from fastt.adapters.export import to_graph_def
 from fastt.adapters.fusion import MERGE_TARGETS, fusion_groups, fusion_hazard
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, writes_variable
-from fastt.sched.data_parallel import BATCH_SOURCES
+from fastt.sched.data_parallel import BATCH_SOURCES, batch_inputs
 from fastt.sched.splitting import DROPPED_JOINS
 from fastt.sched.strategy import Strategy
 from tf_patches.priority_executor import PRIORITY_ATTR
@@ -67,8 +67,9 @@ def shared_ops(graph: Graph, planned: Graph) -> set[str]:
     an initializer assigns, what a saver reads): they must not wait for the step. Ops that
     depend on the input batch (summaries, unused gradient branches, joins rebuilt for fetches)
     need the forward pass anyway and do not count."""
-    inputs = [op.name for op in graph if op.type in BATCH_SOURCES]
-    fed = _downstream(graph, inputs)
+    found = batch_inputs(graph)
+    fed = _downstream(graph, [op.name for op in graph if op.type in BATCH_SOURCES]
+                      + ([r.op for r in found[1]] if found else []))
     independent = [op.name for op in graph if op.name not in planned and op.name not in fed]
     return set(graph.fan_in(independent).names) & set(planned.names) if independent else set()
 

@@ -8,6 +8,7 @@ import tensorflow as tf
 from fastt.costs import CostModels, MemoryModel
 from fastt.ir import Graph
 from fastt.profiler import Profile, profile
+from tf_patches.quiet import profiler_chatter_dropped
 
 _tf1 = tf.compat.v1
 
@@ -16,7 +17,8 @@ def traced_run(sess: Any, fetches: Any, feed_dict: Any = None) -> tuple[Any, Any
     """One ``sess.run`` with a full trace; returns (its result, its RunMetadata)."""
     meta = _tf1.RunMetadata()
     options = _tf1.RunOptions(trace_level=_tf1.RunOptions.FULL_TRACE)
-    result = sess.run(fetches, feed_dict=feed_dict, options=options, run_metadata=meta)
+    with profiler_chatter_dropped():
+        result = sess.run(fetches, feed_dict=feed_dict, options=options, run_metadata=meta)
     return result, meta
 
 

@@ -106,7 +106,10 @@ def from_tf_graph(graph: tf.Graph, name: str = "") -> Graph:
             shape = None if t.shape.rank is None else tuple(t.shape.as_list())
             outputs.append(TensorSpec(dtype, shape))
         try:
-            stateful = bool(tf_op.op_def.is_stateful)
+            op_def = tf_op.op_def
+            # An op writing through a reference input (Assign, ApplyAdam, ScatterAdd on a
+            # reference variable) is not marked stateful in its OpDef, but it is.
+            stateful = bool(op_def.is_stateful) or any(a.is_ref for a in op_def.input_arg)
         except (ValueError, AttributeError):
             stateful = True
         ops.append(Op(

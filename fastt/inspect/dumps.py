@@ -167,6 +167,55 @@ def load(path: str) -> Dump:
     return Dump(path, doc)
 
 
+DECLINED_SCHEMA = "fastt.session-declined"
+_DECLINED = re.compile(r"^declined-(.+)\.json$")
+
+
+def declined_document(session: str, reason: str, runs: int,
+                      signatures: list[dict[str, Any]]) -> dict[str, Any]:
+    """The record of a session the plugin did not plan (``schemas/declined.schema.json``)."""
+    return {"schema": DECLINED_SCHEMA, "schema_version": 1, "session": session,
+            "reason": reason, "runs": runs, "signatures": signatures[:10]}
+
+
+def write_declined(root: str, doc: dict[str, Any], strict: bool = False) -> str:
+    """Write ``root/declined-<session>.json``; its path ("" when it could not be written)."""
+    path = os.path.join(root, f"declined-{doc['session']}.json")
+    try:
+        errors = validate(doc, "declined")
+        if errors:
+            raise DumpError("; ".join(errors[:5]))
+        os.makedirs(root, exist_ok=True)
+        write_json(path, doc)
+        return path
+    except Exception as e:  # noqa: BLE001 - a record never stops training
+        _failed(path, e, strict)
+        return ""
+
+
+def remove_declined(root: str, session: str) -> None:
+    """Remove the record of ``session`` (it was planned after all)."""
+    path = os.path.join(root, f"declined-{session}.json") if root else ""
+    if path and os.path.exists(path):
+        os.remove(path)
+
+
+def find_declined(root: str) -> list[dict[str, Any]]:
+    """The declined-session records in ``root`` (unreadable ones skipped), oldest first."""
+    if not os.path.isdir(root):
+        return []
+    out = []
+    for name in sorted(os.listdir(root), key=lambda n: os.path.getmtime(os.path.join(root, n))):
+        if _DECLINED.match(name):
+            try:
+                doc = read_json(os.path.join(root, name), "declined-session record", DumpError)
+            except DumpError:
+                continue
+            if isinstance(doc, dict) and not validate(doc, "declined"):
+                out.append(doc)
+    return out
+
+
 def find(root: str) -> list[Dump]:
     """The dumps in ``root``: ``root`` itself when it is one, else its ``strategy-<k>``
     directories in order of k."""

@@ -2,7 +2,8 @@
 
 The schemas are JSON Schema (draft 2020-12) files in ``fastt/inspect/schemas/``:
 ``strategy.schema.json`` (``strategy.json``), ``trace.schema.json`` (``predicted_trace.json``,
-``measured_trace.json``) and ``cost_models.schema.json`` (``cost_models.json``). ``validate``
+``measured_trace.json``) and ``cost_models.schema.json`` (``cost_models.json``), and ``declined.schema.json`` (the
+record of a session the plugin did not plan, ``declined-<session>.json``). ``validate``
 checks a document against one of them with the keywords those files use (``type``, ``enum``,
 ``const``, ``required``, ``properties``, ``additionalProperties``, ``items``, ``prefixItems``,
 ``minItems``, ``maxItems``, ``minimum``, local ``$ref``), so fastt needs no JSON Schema library.
@@ -37,10 +38,11 @@ class DumpError(FasttError):
 
 @functools.lru_cache(maxsize=None)
 def schema(name: str) -> dict[str, Any]:
-    """The schema ``name`` (``strategy``, ``trace`` or ``cost_models``)."""
+    """The schema ``name`` (``strategy``, ``trace``, ``cost_models`` or ``declined``)."""
     path = os.path.join(SCHEMA_DIR, f"{name}.schema.json")
     if not os.path.exists(path):
-        raise DumpError(f"no schema named {name!r} (known: strategy, trace, cost_models)")
+        raise DumpError(f"no schema named {name!r} (known: strategy, trace, cost_models, "
+                        "declined)")
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 

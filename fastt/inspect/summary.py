@@ -24,6 +24,11 @@ def _times(values: Sequence[float]) -> str:
     return shown + (" ..." if len(values) > MAX_TIMES else "") if values else "-"
 
 
+def _names(names: Sequence[str], limit: int = 3) -> str:
+    shown = ", ".join(names[:limit])
+    return (shown + f" (+{len(names) - limit})" if len(names) > limit else shown) or "-"
+
+
 def _columns(header: Sequence[str], body: Sequence[Sequence[str]], indent: str = "  ") -> list[str]:
     widths = [max(len(str(r[k])) for r in [header, *body]) for k in range(len(header))]
     return [indent + "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()
@@ -38,11 +43,23 @@ def sessions(dumps: Sequence[Dump]) -> dict[str, list[Dump]]:
     return out
 
 
-def format_dumps(root: str, dumps: Sequence[Dump], top: int = 5) -> str:
-    """The summary ``fastt inspect`` prints."""
+def format_dumps(root: str, dumps: Sequence[Dump], top: int = 5,
+                 declined: Sequence[dict[str, Any]] = ()) -> str:
+    """The summary ``fastt inspect`` prints (``declined``: the records of sessions the
+    plugin did not plan)."""
     groups = sessions(dumps)
     lines = [f"{root}: {len(dumps)} strateg{'y' if len(dumps) == 1 else 'ies'} in "
-             f"{len(groups)} session{'' if len(groups) == 1 else 's'}"]
+             f"{len(groups)} session{'' if len(groups) == 1 else 's'}"
+             + (f"; {len(declined)} session{'' if len(declined) == 1 else 's'} not planned"
+                if declined else "")]
+    for doc in declined:
+        lines += ["", f"session {doc['session']} (not planned, {doc['runs']} runs): "
+                      f"{doc['reason']}"]
+        lines += _columns(["runs", "updates trainables", "fetches", "targets", "feeds"],
+                          [[str(s["runs"]), {True: "yes", False: "no"}.get(
+                              s["updates_trainables"], "?"), _names(s["fetches"]),
+                            _names(s["targets"]), _names(s["feeds"])]
+                           for s in doc["signatures"]])
     for session, members in groups.items():
         lines += [""] + _session(session, members)
     for d in dumps:

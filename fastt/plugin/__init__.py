@@ -43,9 +43,26 @@ def uninstall() -> None:
 
 def _log_to_stderr(level: str) -> None:
     """The plugin talks to the person running the script: on stderr, unless the script
-    configured the ``fastt`` logger itself."""
+    configured the ``fastt`` logger itself; when its lines also reach a handler the script
+    configured (the root logger's, absl's), only that one prints them, so each line is
+    printed once."""
     if not any(not isinstance(h, logging.NullHandler) for h in log.handlers):
-        h = logging.StreamHandler(sys.stderr)
+        h = _Fallback()
         h.setFormatter(logging.Formatter("%(message)s"))
         log.addHandler(h)
     log.setLevel(level)
+
+
+class _Fallback(logging.StreamHandler):  # type: ignore[type-arg]
+    """stderr (as it is at each line), when no handler above the ``fastt`` logger takes the
+    line; decided per line, since scripts configure logging after importing TensorFlow."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        logger: logging.Logger | None = log.parent if log.propagate else None
+        while logger is not None:
+            if any(not isinstance(h, logging.NullHandler) and record.levelno >= h.level
+                   for h in logger.handlers):
+                return
+            logger = logger.parent if logger.propagate else None
+        self.stream = sys.stderr
+        super().emit(record)

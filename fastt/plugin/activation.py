@@ -41,6 +41,10 @@ class Running:
             e = self._elements[name] = self.graph.as_graph_element(name)
         return e
 
+    def has(self, name: str) -> bool:
+        """Whether this graph has the op of ``name`` (an op or tensor name)."""
+        return name in self._elements or has_op(self.graph, name.split(":")[0])
+
     def run(self, fetches: Any, feed_dict: Any = None) -> Any:
         """TensorFlow's own run on this session (never the plugin's)."""
         return hook.original("run")(self.sess, fetches, feed_dict)

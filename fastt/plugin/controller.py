@@ -31,13 +31,23 @@ STATUSES = ("measuring", "active", "superseded", "rolled_back", "failed")
 _sessions = itertools.count(1)
 
 
+_PLAIN_ASSIGNS = frozenset({"Assign", "AssignVariableOp"})
+
+
 def updates_trainables(graph: Graph, names: list[str], trainable: set[str]) -> bool:
-    """Whether running ``names`` writes a trainable variable (any variable when
-    ``trainable`` is empty): what makes a run a training step."""
-    for op in graph.fan_in(names):
-        if writes_variable(op) and op.inputs:
-            if not trainable or op.inputs[0].op in trainable:
-                return True
+    """Whether running ``names`` updates a trainable variable (any variable when
+    ``trainable`` is empty): what makes a run a training step. An update reads what it
+    changes (an optimizer's apply, an add, a scatter, or an assign of a value computed from
+    variables); an initializer or a restore assigns a value from elsewhere and is not one."""
+    step = graph.fan_in(names)
+    for op in step:
+        if not (writes_variable(op) and op.inputs) or \
+                (trainable and op.inputs[0].op not in trainable):
+            continue
+        if op.type not in _PLAIN_ASSIGNS or len(op.inputs) < 2:
+            return True
+        if any(o.is_variable for o in step.fan_in([op.inputs[1].op])):
+            return True
     return False
 
 
@@ -70,10 +80,15 @@ class Entry:
         return statistics.median(self.measured_s) if self.measured_s else None
 
 
+def session_id() -> str:
+    """A new session's name in dumps: ``<pid>-<k>``."""
+    return f"{os.getpid()}-{next(_sessions)}"
+
+
 class Controller:
-    def __init__(self, settings: Settings, backend: Backend) -> None:
+    def __init__(self, settings: Settings, backend: Backend, session: str = "") -> None:
         self.settings, self.backend = settings, backend
-        self.session = f"{os.getpid()}-{next(_sessions)}"  # names it in strategy dumps
+        self.session = session or session_id()  # names it in strategy dumps
         self.phase = "warmup"
         self.step = 0
         self.rounds = 0
@@ -85,6 +100,7 @@ class Controller:
         self._measuring: Entry | None = None
         self._since_profile = 0
         self._chosen_planned = False  # stability ends planning once the chosen one ran
+        self._settled = False  # the cost models were found stable once
 
     # -- what the runtime calls around each training step ---------------------------------
     def before_step(self) -> bool:
@@ -140,8 +156,11 @@ class Controller:
         if self._traced < self.settings.profile_steps:
             return
         if self._chosen_planned and self.backend.cost_change() < self.settings.replan_threshold:
-            log.info("fastt: cost models stable (change %.1f%%); keeping %s",
-                     100 * self.backend.cost_change(), self._label(self.active))
+            # said once; a periodic re-profile that changes nothing stays quiet
+            log.log(logging.DEBUG if self._settled else logging.INFO,
+                    "fastt: cost models stable (change %.1f%%); keeping %s",
+                    100 * self.backend.cost_change(), self._label(self.active))
+            self._settled = True
             self._steady_now()
             return
         self._plan_round()
@@ -180,7 +199,11 @@ class Controller:
         previous = self.active
         before = previous.measured_median_s if previous else statistics.median(self.original_s)
         assert entry.measured_median_s is not None and before is not None
-        if entry.measured_median_s > before:
+        if entry.measured_median_s > before and not self.settings.rollback:
+            entry.reason = (f"measured {1e3 * entry.measured_median_s:.2f} ms/step, slower than "
+                            f"{self._label(previous)} at {1e3 * before:.2f} ms/step; kept "
+                            "(FASTT_ROLLBACK=0)")
+        if entry.measured_median_s > before and self.settings.rollback:
             entry.status = "rolled_back"
             entry.reason = (f"measured {1e3 * entry.measured_median_s:.2f} ms/step, slower than "
                             f"{self._label(previous)} at {1e3 * before:.2f} ms/step")

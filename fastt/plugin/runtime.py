@@ -8,9 +8,9 @@ user's structure. ``sess.graph`` stays the user's graph.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -26,15 +26,18 @@ from fastt.errors import FasttError
 from fastt.ir import Graph, TensorRef
 from fastt.plugin import activation, dump, remote
 from fastt.plugin.activation import Running
-from fastt.plugin.controller import Controller, Entry, updates_trainables
+from fastt.inspect import dumps
+from fastt.plugin.controller import Controller, Entry, session_id, updates_trainables
 from fastt.plugin.settings import Settings
 from fastt.plugin.state import SCOPE, StateOps, stateful_ops
+from fastt.plugin.step_finder import DECLINE_AFTER_RUNS, StepFinder
 from fastt.profiler import profile
 from fastt.sched.data_parallel import BATCH_SOURCES, batch_size
 from fastt.sched.problem import Device, ModelCosts
 from fastt.sched.strategy import data_parallel_fitting, plan, predict
 from tf_patches import priority_executor
 from tf_patches import session_hook as hook
+from tf_patches.quiet import profiler_chatter_dropped
 
 log = logging.getLogger("fastt")
 _tf1 = tf.compat.v1
@@ -56,9 +59,10 @@ class SessionPlugin:
         self.step_names: list[str] = []
         self.ir: Graph | None = None
         self.models: CostModels | None = None
-        self._kinds: dict[Any, bool] = {}
-        self._seen: Counter[Any] = Counter()
+        self.finder = StepFinder(self._updates_trainables)
+        self.session = session_id()
         self._off = False
+        self._declined = ""  # the record written when fastt said it does not plan
         self._closed = False
         self._ir_version = -1
         self._feed_shapes: dict[str, tuple[int, ...]] = {}
@@ -88,9 +92,10 @@ class SessionPlugin:
         trace = ctl.before_step()
         meta = _tf1.RunMetadata() if trace else run_metadata
         opts = _with(options, trace_level=_tf1.RunOptions.FULL_TRACE) if trace else options
-        t0 = time.perf_counter()
-        out = self._dispatch(req, fetches, feed_dict, opts, meta)
-        seconds = time.perf_counter() - t0
+        with profiler_chatter_dropped() if trace else contextlib.nullcontext():
+            t0 = time.perf_counter()
+            out = self._dispatch(req, fetches, feed_dict, opts, meta)
+            seconds = time.perf_counter() - t0
         if trace and run_metadata is not None:
             run_metadata.MergeFrom(meta)
         ctl.after_step(seconds, meta if trace else None)
@@ -98,15 +103,15 @@ class SessionPlugin:
 
     def _dispatch(self, req: hook.Request, fetches: Any, feed_dict: Any, options: Any,
                   meta: Any) -> Any:
-        cur = self.current
-        if cur is self.user:
+        if self.current is self.user:
             return self._user_run(fetches, feed_dict, options, meta)
+        cur, found = self._resolve(req.fetch_names + req.target_names + list(req.feeds))
+        nf, nt = len(req.fetch_names), len(req.target_names)
         first = cur.snapshot is not None
         try:
             values = hook.run_elements(
-                cur.sess, [self._element(n) for n in req.fetch_names],
-                [self._element(n) for n in req.target_names],
-                {self._element(n): v for n, v in req.feeds.items()},
+                cur.sess, found[:nf], found[nf:nf + nt],
+                dict(zip(found[nf + nt:], req.feeds.values())),
                 self._deadline(options, first), meta)
             if first:
                 cur.snapshot = None
@@ -155,13 +160,18 @@ class SessionPlugin:
         return _with(options, timeout_in_ms=int(1e3 * max(FIRST_STEP_TIMEOUT_S,
                                                           50 * (orig or 0.0))))
 
-    def _element(self, name: str) -> Any:
-        try:
-            return self.current.element(name)
-        except KeyError:  # the user added ops after the activation: serve the grown graph
-            log.info("fastt: the graph grew (%s); re-activating on it", name)
-            self.activate(self.current.strategy)
-            return self.current.element(name)
+    def _resolve(self, names: list[str]) -> tuple[Running, list[Any]]:
+        """The running graph and its elements named ``names``; when the user added ops after
+        the activation, fastt first re-activates on the grown graph, so that every element
+        comes from the session that will run them."""
+        cur = self.current
+        missing = [n for n in names if not cur.has(n)]
+        if not missing:
+            return cur, [cur.element(n) for n in names]
+        log.info("fastt: the graph grew (%s); re-activating on it", missing[0])
+        self.activate(cur.strategy)
+        cur = self.current
+        return cur, [cur.element(n) for n in names]
 
     def make_callable(self, callable_options: Any) -> "_Callable":
         return _Callable(self, callable_options)
@@ -178,9 +188,7 @@ class SessionPlugin:
         fn = cur.callables.get(key)
         if fn is None:
             if cur is not self.user:
-                for name in c.names + list(c.options.feed):
-                    self._element(name)  # re-activates on a grown graph
-                cur = self.current
+                cur, _ = self._resolve(c.names + list(c.options.feed))
             opts = c.options
             if trace:
                 opts = config_pb2.CallableOptions()
@@ -197,7 +205,8 @@ class SessionPlugin:
         meta = _tf1.RunMetadata() if trace else run_metadata
         t0 = time.perf_counter()
         try:
-            out = fn(*args, run_metadata=meta)
+            with profiler_chatter_dropped() if trace else contextlib.nullcontext():
+                out = fn(*args, run_metadata=meta)
         except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
             if not self._recovered(cur, e):
                 raise
@@ -228,6 +237,8 @@ class SessionPlugin:
 
     def close(self) -> None:
         ctl = self.controller if not self._closed else None
+        if not self._closed and ctl is None and not self._off and self.finder.total:
+            self._decline(self.finder.why_not_found())
         self._closed = True
         if ctl is not None and ctl.history:
             ctl.log_closing()
@@ -243,28 +254,43 @@ class SessionPlugin:
         except Exception as e:  # noqa: BLE001 - never break training
             if self.settings.strict:
                 raise
-            self._off = True
-            log.warning("fastt: could not analyse the graph (%s: %s); this session runs as "
-                        "it is", type(e).__name__, e)
+            self._decline(f"could not analyse the graph ({type(e).__name__}: {e})",
+                          logging.WARNING)
             return None
 
     def _find_step(self, signature: Any, names: list[str]) -> Controller | None:
         if self.controller is not None:
+            if signature != self._step_signature and self.finder.see(signature, names) \
+                    and self.finder.runs[signature] == 2:
+                log.info("fastt: another training step recurs (%s); fastt plans the first one "
+                         "found, this one runs unplanned on the same graph",
+                         ", ".join(sorted(signature[1] + signature[0])[:3]))
             return self.controller if signature == self._step_signature else None
         if self._off:
             return None
-        kind = self._kinds.get(signature)
-        if kind is None:
-            trainable = {v.op.name for v in self.graph.get_collection(
-                _tf1.GraphKeys.TRAINABLE_VARIABLES)}
-            kind = self._kinds[signature] = updates_trainables(self._user_ir(), names,
-                                                               trainable)
-        if not kind:
-            return None
-        self._seen[signature] += 1
-        if self._seen[signature] < 2:  # the training step is the one that recurs
-            return None
-        return self._start(signature, names)
+        if self.finder.see(signature, names):
+            return self._start(signature, names)
+        if self.finder.total == DECLINE_AFTER_RUNS:
+            self._decline(self.finder.why_not_found() + "; still watching", off=False)
+        return None
+
+    def _updates_trainables(self, names: list[str]) -> bool:
+        trainable = {v.op.name for v in self.graph.get_collection(
+            _tf1.GraphKeys.TRAINABLE_VARIABLES)}
+        return updates_trainables(self._user_ir(), names, trainable)
+
+    def _decline(self, reason: str, level: int = logging.INFO, off: bool = True) -> None:
+        """fastt does not plan this session: say why, once, and record it in the dump
+        directory (``off=False``: not yet; a training step found later is still planned)."""
+        self._off = self._off or off
+        if self._declined:
+            return
+        log.log(level, "fastt: %s; this session runs as it is", reason)
+        self._declined = reason
+        if self.settings.dump_dir:
+            dumps.write_declined(self.settings.dump_dir, dumps.declined_document(
+                self.session, reason, self.finder.total, self.finder.signatures()),
+                self.settings.strict)
 
     def _user_ir(self) -> Graph:
         if self.ir is None or self._ir_version != self.graph.version:
@@ -279,18 +305,18 @@ class SessionPlugin:
     def _start(self, signature: Any, names: list[str]) -> Controller | None:
         self.devices = remote.devices(self.sess, self.settings.devices)
         if len(self.devices) < 2:
-            self._off = True
-            log.info("fastt: fewer than 2 devices (set FASTT_DEVICES, e.g. cpu:2); "
-                     "this session runs as it is")
+            self._decline("fewer than 2 devices (set FASTT_DEVICES, e.g. cpu:2)")
             return None
         if self.graph.get_collection(_tf1.GraphKeys.QUEUE_RUNNERS):
-            self._off = True
-            log.warning("fastt: the graph uses queue runners, whose queues cannot be carried "
-                        "to another session; this session runs as it is")
+            self._decline("the graph uses queue runners, whose queues cannot be carried to "
+                          "another session", logging.WARNING)
             return None
+        if self._declined:  # said too early: a training step did recur
+            dumps.remove_declined(self.settings.dump_dir, self.session)
+            self._declined = ""
         self._step_signature = signature
         self.step_names = [n.split(":")[0] for n in names]
-        self.controller = Controller(self.settings, self)
+        self.controller = Controller(self.settings, self, session=self.session)
         log.info("fastt: training step found (%d fetches and targets); planning over %d "
                  "devices", len(names), len(self.devices))
         return self.controller

@@ -107,6 +107,7 @@ class Settings:
     replan_threshold: float = 0.1  # relative change of the cost models that triggers a re-plan
     order: bool = True
     split: bool = True
+    rollback: bool = True  # False: a strategy measured slower stays active (trying one out)
     strict: bool = False
     log_level: str = "INFO"
     cluster: ClusterSpec | None = None  # FASTT_CLUSTER or TF_CONFIG: sessions run there
@@ -154,4 +155,5 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         reprofile_every=_count(env, "FASTT_REPROFILE_EVERY", 500, 0),
         replan_threshold=_fraction(env, "FASTT_REPLAN_THRESHOLD", 0.1),
         order=_flag(env, "FASTT_ORDER", True), split=_flag(env, "FASTT_SPLIT", True),
+        rollback=_flag(env, "FASTT_ROLLBACK", True),
         strict=_flag(env, "FASTT_STRICT", False), log_level=level, cluster=cluster)

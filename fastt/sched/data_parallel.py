@@ -21,60 +21,156 @@ from fastt.sched.split_rules import FULL, PARTIAL, SHAPE, SPLIT, Part, SplitRule
     rules
 from fastt.sched.splitting import apply_decisions
 
-BATCH_SOURCES = frozenset({"Placeholder", "PlaceholderWithDefault", "IteratorGetNext"})
+#: Ops whose outputs are training data wherever a step reads them.
+BATCH_SOURCES = frozenset({
+    "Placeholder", "PlaceholderWithDefault", "IteratorGetNext", "IteratorGetNextSync",
+    "QueueDequeue", "QueueDequeueV2", "QueueDequeueMany", "QueueDequeueManyV2",
+    "QueueDequeueUpTo", "QueueDequeueUpToV2", "PyFunc", "PyFuncStateless", "EagerPyFunc"})
+#: Ops whose outputs may be training data (synthetic inputs): the batch is looked for among
+#: them, and among reads of variables the step does not train, when no source above has it.
+_MAYBE_BATCH = frozenset({"Const", "RandomUniform", "RandomStandardNormal", "TruncatedNormal",
+                          "RandomUniformInt"})
+_READS = frozenset({"Identity", "ReadVariableOp"})
 _SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
+#: An op fastt made: the shape (or size, with ``size``) of a tensor that carries the batch,
+#: ``value`` with entry ``axis`` read at run time: ``multiple`` times the batch of its input,
+#: the Shape of a batch input (exported as a few small ops).
+BATCH_SHAPE = "FasttBatchShape"
+DYNAMIC_ATTR = "_fastt_dynamic"  # on a Shape op fastt made: never folded into a constant
 _STOP = ("Apply", "Assign", "Scatter")  # updates of variables: the replicas end before them
 # linear: applied to a sum of parts, they are applied part by part
 _LINEAR = frozenset({"AddN", "Add", "AddV2", "Identity"})
 
 
+def batch_inputs(graph: Graph) -> tuple[int, list[TensorRef]] | None:
+    """The batch size of a training step and the tensors that bring the batch into it
+    (leading dimension = the batch), or None when none is found.
+
+    The batch is the most common leading dimension (above 1) of the step's data: the outputs
+    of placeholders, iterators, queue dequeues and ``py_func``s; when none has one, of its
+    synthetic data: constants, random ops and reads of variables no op of the step updates
+    (rank 2 or more decides; labels of rank 1 then join).
+    """
+    updated = {op.inputs[0].op for op in graph
+               if op.inputs and any(k in op.type for k in _STOP)}
+    first: list[tuple[TensorRef, TensorSpec]] = []
+    second: list[tuple[TensorRef, TensorSpec]] = []
+    for op in graph:
+        if op.type in BATCH_SOURCES:
+            tier = first
+        elif op.type in _MAYBE_BATCH or (op.type in _READS and op.inputs and
+                                         graph[op.inputs[0].op].is_variable and
+                                         op.inputs[0].op not in updated):
+            tier = second
+        else:
+            continue
+        for i, t in enumerate(op.outputs):
+            if t.shape and t.shape[0] is not None and t.shape[0] > 1 and not (
+                    op.type == "Const" and len(t.shape) == 1 and t.dtype == "int32"):
+                tier.append((TensorRef(op.name, i), t))
+    for tier, rank in ((first, 1), (second, 2)):
+        dims = Counter(t.shape[0] for _, t in tier if len(t.shape) >= rank)
+        if dims:
+            B = dims.most_common(1)[0][0]
+            return B, [r for r, t in tier if t.shape[0] == B]
+    return None
+
+
 def batch_size(graph: Graph) -> int:
-    """The batch size: the most common leading dimension of the graph's input tensors."""
-    dims = Counter(t.shape[0] for op in graph if op.type in BATCH_SOURCES for t in op.outputs
-                   if t.shape and t.shape[0] is not None and t.shape[0] > 1)
-    if not dims:
-        raise FasttError("cannot find the batch: no input (placeholder or iterator) has a "
-                         "known leading dimension")
-    return dims.most_common(1)[0][0]
+    """The batch size (see ``batch_inputs``); ``FasttError`` when there is none."""
+    found = batch_inputs(graph)
+    if found is None:
+        raise FasttError("cannot find the batch: no input of the step (placeholder, iterator, "
+                         "queue, py_func, constant, random op or data variable) has a known "
+                         "leading dimension")
+    return found[0]
 
 
-def fold_static_shapes(graph: Graph) -> Graph:
+def fold_static_shapes(graph: Graph, batch: dict[str, tuple[TensorRef, int, int]] | None = None
+                       ) -> Graph:
     """Replace Shape/ShapeN/Size/Rank of fully known tensors by constants (a ShapeN by an
-    IdentityN of one constant per output, so its consumers keep their output indices)."""
+    IdentityN of one constant per output, so its consumers keep their output indices).
+
+    ``batch`` maps a tensor that carries the batch to (a batch input it descends from, its
+    batch axis, its extent there over the batch): the shape of such a tensor is not constant
+    but read at run time from that input's batch (a ``BATCH_SHAPE`` op), so that the graph
+    runs at any batch size without materialising the tensor.
+    """
+    batch = batch or {}
     ops: list[Op] = []
     folded = 0
+    shape_of: dict[TensorRef, str] = {}  # batch input -> its Shape op
     for op in graph:
         shapes = [graph.tensor(r).shape for r in op.inputs]
-        if op.type not in _SHAPE_OPS or not shapes or \
+        if op.type not in _SHAPE_OPS or not shapes or op.attrs.get(DYNAMIC_ATTR) or \
                 any(sh is None or None in sh for sh in shapes):
             ops.append(op)
             continue
         folded += 1
-        values = [list(sh) if op.type in ("Shape", "ShapeN") else
-                  (math.prod(sh) if op.type == "Size" else len(sh)) for sh in shapes]
-        consts = [Op(name=op.name if op.type != "ShapeN" else f"{op.name}/folded{i}",
-                     type="Const", outputs=(TensorSpec(t.dtype, t.shape),),
-                     control_inputs=op.control_inputs, device=op.device,
-                     attrs={"value": v, "dtype": t.dtype, "_fastt_folded": op.type})
-                  for i, (v, t) in enumerate(zip(values, op.outputs))]
-        ops.extend(consts)
+        made = []
+        for i, (ref, sh, t) in enumerate(zip(op.inputs, shapes, op.outputs)):
+            name = op.name if op.type != "ShapeN" else f"{op.name}/folded{i}"
+            carried = batch.get(str(ref)) if op.type != "Rank" else None
+            if carried is None:
+                value = list(sh) if op.type in ("Shape", "ShapeN") else \
+                    (math.prod(sh) if op.type == "Size" else len(sh))
+                made.append(Op(name=name, type="Const", outputs=(TensorSpec(t.dtype, t.shape),),
+                               control_inputs=op.control_inputs, device=op.device,
+                               attrs={"value": value, "dtype": t.dtype,
+                                      "_fastt_folded": op.type}))
+                continue
+            src, axis, multiple = carried
+            if src not in shape_of:
+                shape_of[src] = f"{src.op}/fastt_shape{src.index}"
+                spec = graph.tensor(src)
+                ops.append(Op(name=shape_of[src], type="Shape", inputs=(src,),
+                              outputs=(TensorSpec("int32", (len(spec.shape or ()),)),),
+                              colocate_with=(src.op,),
+                              attrs={"T": spec.dtype, "out_type": "int32", DYNAMIC_ATTR: True}))
+            made.append(Op(name=name, type=BATCH_SHAPE,
+                           inputs=(TensorRef(shape_of[src], 0),),
+                           outputs=(TensorSpec(t.dtype, t.shape),),
+                           control_inputs=op.control_inputs, device=op.device,
+                           attrs={"value": list(sh), "axis": axis, "multiple": multiple,
+                                  "size": op.type == "Size", "dtype": t.dtype,
+                                  "_fastt_folded": op.type}))
+        ops.extend(made)
         if op.type == "ShapeN":
             ops.append(Op(name=op.name, type="IdentityN", outputs=op.outputs, device=op.device,
-                          inputs=tuple(TensorRef(c.name, 0) for c in consts),
+                          inputs=tuple(TensorRef(c.name, 0) for c in made),
                           attrs={"_fastt_folded": op.type}))
     return Graph(ops, name=graph.name, payload=graph.payload) if folded else graph
 
 
-def _batch_ops(graph: Graph) -> list[str]:
-    """Ops downstream of the batch inputs, up to (excluding) the variable updates."""
+def _batch_descent(graph: Graph, inputs: list[TensorRef], axis: dict[str, int], B: int
+                   ) -> dict[str, tuple[TensorRef, int, int]]:
+    """Tensor -> (a batch input it descends from, its batch axis, its extent there / B) for
+    the tensors that carry the batch (``axis``)."""
+    origin: dict[str, TensorRef] = {r.op: r for r in inputs}
+    for name in graph.topological_order():
+        if name not in origin:
+            found = next((origin[r.op] for r in graph[name].inputs if r.op in origin), None)
+            if found is not None:
+                origin[name] = found
+    out = {}
+    for t, a in axis.items():
+        op_name, _, index = t.rpartition(":")
+        extent = (graph.tensor(TensorRef(op_name, int(index))).shape or ())[a]
+        if op_name in origin and extent and extent % B == 0:
+            out[t] = (origin[op_name], a, extent // B)
+    return out
+
+
+def _batch_ops(graph: Graph, sources: set[str]) -> list[str]:
+    """Ops downstream of the batch inputs (ops ``sources``), up to (excluding) the variable
+    updates."""
     seen: set[str] = set()
     for name in graph.topological_order():
         op = graph[name]
-        if op.type in BATCH_SOURCES or (any(r.op in seen for r in op.inputs)
-                                        and not any(k in op.type for k in _STOP)):
+        if name in sources or (any(r.op in seen for r in op.inputs)
+                               and not any(k in op.type for k in _STOP)):
             seen.add(name)
-    return [n for n in graph.topological_order() if n in seen and graph[n].type
-            not in BATCH_SOURCES]
+    return [n for n in graph.topological_order() if n in seen and n not in sources]
 
 
 def _batch_rule(op: Op, graph: Graph, axis: dict[str, int], B: int) -> SplitRule | None:
@@ -105,30 +201,26 @@ def data_parallel(graph: Graph, n: int) -> Graph:
     """The graph with the batch cut into ``n`` shares (see the module docstring)."""
     if n < 2:
         return graph
-    graph = fold_static_shapes(graph)
     B = batch_size(graph)
     if B < n:
         raise FasttError(f"batch of {B} cannot be shared by {n} replicas")
     shares = part_sizes(B, n)
-    axis: dict[str, int] = {}  # tensor -> its batch axis (extent a multiple of B)
-    for op in graph:
-        if op.type in BATCH_SOURCES:
-            for i, t in enumerate(op.outputs):
-                if t.shape and t.shape[0] == B:
-                    axis[f"{op.name}:{i}"] = 0
+    inputs = batch_inputs(graph)[1]  # type: ignore[index]
+    axis = {str(r): 0 for r in inputs}  # tensor -> its batch axis (extent a multiple of B)
     decisions: dict[str, tuple[SplitRule, list[int]]] = {}
-    for name in _batch_ops(graph):
+    for name in _batch_ops(graph, {r.op for r in inputs}):
         op = graph[name]
         rule = _batch_rule(op, graph, axis, B) or _sum_of_partials(op, decisions, shares)
         if rule is not None:
             decisions[name] = (rule, shares)
             if rule.join == "concat":
                 axis[f"{name}:0"] = rule.out_axis
-        else:  # runs whole; its outputs still carry the batch on axis 0 when sized so
-            for i, t in enumerate(op.outputs):
+        elif op.type not in _SHAPE_OPS:  # runs whole; its outputs still carry the batch on
+            for i, t in enumerate(op.outputs):  # axis 0 when sized so
                 if t.shape and t.shape[0] and t.shape[0] % B == 0 and any(
                         f"{r.op}:{r.index}" in axis for r in op.inputs):
                     axis[f"{name}:{i}"] = 0
+    graph = fold_static_shapes(graph, _batch_descent(graph, inputs, axis, B))
     return apply_decisions(graph, decisions)
 
 

@@ -14,13 +14,17 @@ with part k of Y where Y was split alike; otherwise the hint is dropped.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from fastt.errors import FasttError
 from fastt.ir import JOIN_ATTR, Graph, Op, TensorRef, TensorSpec
-from fastt.sched.split_rules import FULL, PARTIAL, SPLIT, SplitRule, find, part_sizes
+from fastt.sched.split_rules import FULL, PARTIAL, SHAPE, SPLIT, SplitRule, find, part_sizes
 
 DROPPED_JOINS = "dropped_joins"  # graph payload: joins no op reads any more, by name
+#: An op fastt made: a shape vector, ``value`` with entry ``axis`` set at run time to the
+#: extent of its input on ``like_axis`` times ``num / den`` (exported as a few small ops).
+PART_SHAPE = "FasttPartShape"
 
 
 @dataclass(frozen=True)
@@ -88,10 +92,11 @@ class _Builder:
         extent = spec.shape[axis] if spec.shape is not None and axis < len(spec.shape) else None
         sizes = scaled(shares, extent, f"input {i} of {owner!r}")
         join = self.joins.get(ref.op)
-        if join and join["kind"] == "concat" and join["axis"] == axis and join["sizes"] == sizes:
+        if join and join["kind"] == "concat" and join["axis"] == axis and \
+                join["sizes"] == sizes and join.get("total", sum(shares)) == sum(shares):
             self.rewired.add(ref.op)
             return [TensorRef(f"{ref.op}/part{k}", 0) for k in range(len(sizes))]
-        key = (ref, axis, tuple(sizes))
+        key = (ref, axis, tuple(sizes), sum(shares))  # the same sizes at any batch
         if key in self.cuts:  # the same tensor cut the same way for another consumer
             return self.cuts[key]
         name = f"{owner}/split_in{i}"
@@ -99,7 +104,7 @@ class _Builder:
                       outputs=tuple(TensorSpec(spec.dtype, _with_axis(spec.shape, axis, s))
                                     for s in sizes),
                       attrs={"axis": axis, "size_splits": list(sizes),
-                             "_fastt_split_of": owner}))
+                             "shares": list(shares), "_fastt_split_of": owner}))
         self.cuts[key] = [TensorRef(name, k) for k in range(len(sizes))]
         return self.cuts[key]
 
@@ -124,9 +129,14 @@ class _Builder:
             elif part.kind == PARTIAL:
                 per_input.append(self.partials(ref, n, name))
             else:
+                per_input.append([])  # below: shapes follow the cut inputs
+        for i, part in enumerate(rule.inputs):
+            if part.kind == SHAPE:
                 shape = op.outputs[0].shape
                 sizes = scaled(shares, shape[part.axis] if shape else None, f"op {name!r}")
-                per_input.append(_shape_consts(op, part.axis, sizes, out, i))
+                like = next(((per_input[j], p.axis, self.graph.tensor(op.inputs[j]))
+                             for j, p in enumerate(rule.inputs) if p.kind == SPLIT), None)
+                per_input[i] = _part_shapes(op, part.axis, sizes, like, out, i)
         spec = op.outputs[0]
         out_sizes = scaled(shares, spec.shape[rule.out_axis], f"op {name!r}") \
             if rule.join == "concat" else list(shares)
@@ -143,7 +153,8 @@ class _Builder:
                 attrs={**op.attrs, "_fastt_origin": op.attrs.get("_fastt_origin", name),
                        "_fastt_fraction": op.attrs.get("_fastt_fraction", 1.0) * (
                            1.0 if rule.dim == PARTIAL else shares[k] / total)}))
-        join_spec = {"kind": rule.join, "axis": rule.out_axis, "sizes": out_sizes}
+        join_spec = {"kind": rule.join, "axis": rule.out_axis, "sizes": out_sizes,
+                     "total": total}
         self.joins[name] = join_spec
         self.split_names.add(name)
         join = Op(name=name, type="ConcatV2" if rule.join == "concat" else "AddN",
@@ -206,10 +217,14 @@ def split_operation(graph: Graph, name: str, dim: str, n: int,
     return apply_decisions(graph, {name: decide(graph, name, dim, n, shares)})
 
 
-def _shape_consts(op: Op, axis: int, sizes: list[int], new_ops: list[Op],
-                  i: int) -> list[TensorRef]:
-    """Per-part shape vectors for a shape input (Conv2DBackpropInput's input_sizes, ...): the
-    vector is the op's own output shape, known statically, with entry ``axis`` shrunk."""
+def _part_shapes(op: Op, axis: int, sizes: list[int],
+                 like: tuple[list[TensorRef], int, TensorSpec] | None, new_ops: list[Op],
+                 i: int) -> list[TensorRef]:
+    """Per-part shape vectors for a shape input (Conv2DBackpropInput's input_sizes, a
+    Reshape's shape, ...): the op's own output shape, known statically, whose entry ``axis``
+    is that part's extent. The extent is read at run time from the part's cut input
+    (``like``: the parts, their axis, the whole tensor), so that the parts follow the
+    batch the step is run with; a Reshape simply takes -1 there."""
     shape = op.outputs[0].shape
     if shape is None or any(d is None for d in shape):
         raise FasttError(f"op {op.name!r}: its output shape must be known to split it")
@@ -217,9 +232,24 @@ def _shape_consts(op: Op, axis: int, sizes: list[int], new_ops: list[Op],
     refs = []
     for k, s in enumerate(sizes):
         name = f"{op.name}/shape_in{i}_{k}"
-        new_ops.append(Op(name=name, type="Const", outputs=(TensorSpec(dtype, (len(shape),)),),
-                          attrs={"value": [s if a == axis else d for a, d in enumerate(shape)],
-                                 "dtype": dtype}))
+        value = [s if a == axis else d for a, d in enumerate(shape)]
+        spec = TensorSpec(dtype, (len(shape),))
+        if op.type == "Reshape" or like is None:
+            if op.type == "Reshape":
+                value[axis] = -1
+            new_ops.append(Op(name=name, type="Const", outputs=(spec,),
+                              attrs={"value": value, "dtype": dtype}))
+        else:
+            parts, like_axis, whole = like
+            extent = whole.shape[like_axis] if whole.shape else None
+            if not extent:
+                raise FasttError(f"op {op.name!r}: input cut on axis {like_axis} has no size")
+            ratio = Fraction(shape[axis], extent)
+            new_ops.append(Op(name=name, type=PART_SHAPE, inputs=(parts[k],), outputs=(spec,),
+                              attrs={"value": value, "dtype": dtype, "axis": axis,
+                                     "like_axis": like_axis, "num": ratio.numerator,
+                                     "den": ratio.denominator,
+                                     "T": whole.dtype.removesuffix("_ref")}))
         refs.append(TensorRef(name, 0))
     return refs
 
