@@ -1,5 +1,9 @@
 """Rewritten graphs compute what the original computes, run in the planned order, and refuse
 what they cannot honour."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -7,138 +11,27 @@ tf = pytest.importorskip("tensorflow")
 tf1 = tf.compat.v1
 tf1.disable_eager_execution()
 
-from fastt import zoo  # noqa: E402
+from fastt.adapters import tf_import  # noqa: E402
 from fastt.adapters.rewrite import chained_ops, merged_graph, order_edges, rewrite  # noqa: E402
 from fastt.adapters.runner import traced_run  # noqa: E402
-from fastt.adapters import tf_import  # noqa: E402
 from fastt.adapters.tf_import import from_graph_def, from_tf_graph  # noqa: E402
 from fastt.errors import FasttError  # noqa: E402
 from fastt.ir import writes_variable  # noqa: E402
 from fastt.sched.device_spec import StaticCosts, parse  # noqa: E402
-from fastt.sched.split_rules import rules  # noqa: E402
-from fastt.sched.splitting import Split  # noqa: E402
 from fastt.sched.strategy import plan  # noqa: E402
-from tf_patches import priority_executor  # noqa: E402
+from tests.equivalence import MODELS, build, forced_splits, strategy  # noqa: E402
 
-STEPS = 5
-# The issue's eight models (and a small CNN), optimizers spread across them; small inputs.
-MODELS = {
-    "mlp": ("sgd", {"batch_size": 8}),
-    "small_cnn": ("momentum", {"batch_size": 8}),
-    "lenet": ("adam", {"batch_size": 8}),
-    "alexnet_v2": ("sgd", {"batch_size": 4, "image_size": 96}),
-    # float64: one conv5 bias gradient element nearly cancels; the reduction order of 4
-    # devices sharing one thread pool moved its float32 momentum by 6% (7.6e-5 absolute).
-    "vgg_16": ("momentum", {"batch_size": 4, "image_size": 32, "dtype": tf.float64}),
-    # float64: Adam turns float32 rounding on near-zero gradients into visible updates.
-    "inception_v3": ("adam", {"batch_size": 4, "image_size": 107, "dtype": tf.float64}),
-    # At 32x32, block 4 sees 1x1 maps and its BatchNorm normalises 4 numbers per channel: a
-    # 6e-17 difference became 1e-4 in 5 steps (the same split at 64x64: 2.3e-11). At lr 0.01
-    # it memorises the batch (loss 3.2 -> 0.3) so fast that even float64 rounding grows to 10%.
-    "resnet_v2_50": ("momentum", {"batch_size": 4, "image_size": 64, "dtype": tf.float64,
-                                  "learning_rate": 1e-3}),
-    # float64: its attention key biases have an exactly-zero gradient; Adam would normalise
-    # float32 rounding noise into full-size updates.
-    "transformer": ("adam", {"layers": 1, "batch_size": 4, "dtype": tf.float64}),
-    "lstm_lm": ("sgd", {"batch_size": 8}),
-}
-TOL = {"sgd": (1e-4, 1e-5), "momentum": (1e-4, 1e-5), "adam": (1e-3, 1e-4)}
-
-
-def build(name, opt=None):
-    default_opt, kwargs = MODELS[name]
-    m = zoo.build(name, opt=opt or default_opt, **kwargs)
-    return m, from_tf_graph(m.graph)
-
-
-def forced_splits(ir, m, D):
-    """One split per (op type, dimension) the model allows, into D parts."""
-    step = ir.fan_in([m.train_op.name])
-    seen, splits = set(), []
-    for op in step:
-        for r in rules(op, step):
-            if (op.type, r.dim) not in seen and (r.base(op, step) or 0) >= D:
-                seen.add((op.type, r.dim))
-                splits.append(Split(op.name, r.dim, D))
-                break
-    return splits
-
-
-def strategy(ir, m, D, mode):
-    ds = parse(f"{D}xCPU")
-    costs = StaticCosts({o.name: 1e-4 for o in ir}, ds)
-    fetches = [m.train_op.name, m.loss.name]
-    if mode == "placement":
-        return plan(ir, ds.devices, costs, "m-topo", fetches=fetches)
-    if mode == "splits":
-        return plan(ir, ds.devices, costs, "dpos", fetches=fetches,
-                    splits=forced_splits(ir, m, D))
-    return plan(ir, ds.devices, costs, mode, fetches=fetches)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("name", list(MODELS))
 @pytest.mark.parametrize("D", [2, 4])
 def test_rewritten_graphs_train_like_the_original(name, D):
-    opt = MODELS[name][0]
-    m, ir = build(name)
-    ref_losses, ref_values = _reference(m, ir, D)
-    rtol, atol = TOL[opt]
-    for mode in ("placement", "splits", "data-parallel", "os-dpos"):
-        s = strategy(ir, m, D, mode)
-        if mode == "placement":
-            assert len(set(s.placement.values())) > 1  # really spread over devices
-        if mode == "splits":
-            assert len(s.splits) >= 2
-        for order in ("none", "control", "priority"):
-            gd = rewrite(ir, s, enforce_order=order == "control", priority=order == "priority")
-            assert set(ir.names) <= {n.name for n in gd.node}  # every op keeps its name
-            losses, values = _run_with_values(gd, m, ir, D, priority=order == "priority")
-            np.testing.assert_allclose(losses, ref_losses, rtol=rtol, atol=atol,
-                                       err_msg=f"{mode} order={order}")
-            for v, got, want in zip(_variables(ir), values, ref_values):
-                np.testing.assert_allclose(got, want, rtol=rtol, atol=atol,
-                                           err_msg=f"{mode} order={order} variable {v}")
-
-
-def _variables(ir):
-    return sorted(op.name for op in ir if op.type == "VarHandleOp")
-
-
-def _value_fetches(g, ir):
-    """A read of every variable, built in ``g`` (resource handles are not values)."""
-    with g.as_default():
-        return [tf1.raw_ops.ReadVariableOp(resource=g.get_tensor_by_name(v + ":0"),
-                                           dtype=tf.as_dtype(ir[v].attrs["dtype"]))
-                for v in _variables(ir)]
-
-
-def _run_with_values(graph_or_def, m, ir, D, priority=False):
-    """Losses of STEPS training steps and the variables after them; ``priority``: under
-    fastt's priority executor."""
-    g = graph_or_def
-    if not isinstance(g, tf.Graph):
-        g = tf.Graph()
-        with g.as_default():
-            tf1.import_graph_def(graph_or_def, name="")
-    reads = _value_fetches(g, ir)
-    cfg = tf1.ConfigProto(device_count={"CPU": D}, allow_soft_placement=False)
-    if priority:
-        assert priority_executor.load(), "the priority executor is not built"
-        cfg.experimental.executor_type = priority_executor.EXECUTOR_TYPE
-    with tf1.Session(graph=g, config=cfg) as sess:
-        sess.run(g.get_operation_by_name(m.init.name))
-        feed = {g.get_tensor_by_name(k + ":0"): v for k, v in m.feeds.items()}
-        losses = [sess.run([g.get_tensor_by_name(m.loss.name),
-                            g.get_operation_by_name(m.train_op.name)], feed)[0]
-                  for _ in range(STEPS)]
-        return losses, sess.run(reads)
-
-
-def _reference(m, ir, D):
-    g = tf.Graph()
-    with g.as_default():
-        tf1.import_graph_def(m.graph.as_graph_def(), name="")
-    return _run_with_values(g, m, ir, D)
+    """Each case in a process of its own (``tests/equivalence.py``)."""
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    p = subprocess.run([sys.executable, "-m", "tests.equivalence", name, str(D)], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-4000:]
 
 
 @pytest.mark.parametrize("grappler", [False, True], ids=["plain", "grappler"])

@@ -34,8 +34,10 @@ def install() -> bool:
 def small_inputs() -> Iterator[None]:
     """While building a tf-slim net, its VALID convolutions whose kernel is larger than their
     input (VGG's and AlexNet's fully connected layers, written as 7x7 and 5x5 convolutions
-    sized for 224x224 images) use SAME padding, so the nets build for small images. Every other
-    layer is unchanged."""
+    sized for 224x224 images) take a kernel of the input's size, so the nets build for small
+    images: still fully connected layers, with weights sized for those images (a 7x7 kernel
+    over a 1x1 map would hold 49 times the weights and use one tap). Every other layer is
+    unchanged."""
     import tf_slim.layers as slim_layers
 
     original = slim_layers.conv2d
@@ -45,7 +47,7 @@ def small_inputs() -> Iterator[None]:
         h, w = inputs.shape[1], inputs.shape[2]
         if kwargs.get("padding") == "VALID" and h is not None and w is not None \
                 and (k[0] > h or k[1] > w):
-            kwargs["padding"] = "SAME"
+            kernel_size = [min(k[0], h), min(k[1], w)]
         return original(inputs, num_outputs, kernel_size, *args, **kwargs)
 
     # arg_scope finds a layer's default arguments under this key: keep the original's.

@@ -2,8 +2,9 @@
 
 The schemas are JSON Schema (draft 2020-12) files in ``fastt/inspect/schemas/``:
 ``strategy.schema.json`` (``strategy.json``), ``trace.schema.json`` (``predicted_trace.json``,
-``measured_trace.json``) and ``cost_models.schema.json`` (``cost_models.json``), and ``declined.schema.json`` (the
-record of a session the plugin did not plan, ``declined-<session>.json``). ``validate``
+``measured_trace.json``), ``cost_models.schema.json`` (``cost_models.json``) and
+``declined.schema.json`` (the record of a session the plugin did not plan,
+``declined-<session>.json``). ``validate``
 checks a document against one of them with the keywords those files use (``type``, ``enum``,
 ``const``, ``required``, ``properties``, ``additionalProperties``, ``items``, ``prefixItems``,
 ``minItems``, ``maxItems``, ``minimum``, local ``$ref``), so fastt needs no JSON Schema library.

@@ -1,0 +1,65 @@
+"""The corpus of unchanged TF1-style scripts (``tests/scripts/``), each run as a user would:
+without fastt, then with ``FASTT=1 FASTT_DEVICES=cpu:2``. Both exit 0 with the same final loss
+and the same printed results; fastt measured at least one strategy and none failed; the
+checkpoint fastt's run wrote restores without fastt and holds what the plain run's holds."""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(ROOT, "tests", "scripts",
+                                                                     "*.py")))
+# Lines a script prints that must be the same with fastt (results, not timings).
+_RESULT = re.compile(r"^(test accuracy|last batch accuracy|batches drawn|global step|"
+                     r"restored|random)\b.*", re.M)
+
+
+def run(script, out, fastt, dump=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTT") and k != "TF_CONFIG"}
+    env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
+    if fastt:
+        env.update(FASTT="1", FASTT_DEVICES="cpu:2", FASTT_DUMP_DIR=str(dump))
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "scripts", script),
+                        "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+def _value(text, key):
+    m = re.search(rf"^{key}:? (\S+)$", text, re.M)
+    assert m, f"no '{key}' line in:\n{text[-2000:]}"
+    return m.group(1)
+
+
+def _checkpoint(path):
+    reader = tf.train.load_checkpoint(path)
+    return {name: reader.get_tensor(name) for name, _ in tf.train.list_variables(path)}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_script_trains_the_same_with_fastt(script, tmp_path):
+    plain = run(script, tmp_path / "plain", fastt=False)
+    with_fastt = run(script, tmp_path / "fastt", fastt=True, dump=tmp_path / "dump")
+    assert float(_value(with_fastt.stdout, "final loss")) == pytest.approx(
+        float(_value(plain.stdout, "final loss")), rel=1e-3)
+    assert _RESULT.findall(with_fastt.stdout) == _RESULT.findall(plain.stdout)
+    docs = [json.loads(open(p).read()) for p in
+            glob.glob(str(tmp_path / "dump" / "strategy-*" / "strategy.json"))]
+    statuses = {d["status"] for d in docs}
+    assert statuses & {"active", "superseded", "rolled_back"}, with_fastt.stderr[-3000:]
+    assert "failed" not in statuses, [d["reason"] for d in docs]
+    assert "fastt: could not" not in with_fastt.stderr, with_fastt.stderr[-3000:]
+    mine = _checkpoint(_value(with_fastt.stdout, "checkpoint"))
+    reference = _checkpoint(_value(plain.stdout, "checkpoint"))
+    assert sorted(mine) == sorted(reference)
+    for name, value in reference.items():
+        np.testing.assert_allclose(mine[name], value, rtol=2e-3, atol=2e-4, err_msg=name)
+
