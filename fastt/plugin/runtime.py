@@ -271,7 +271,7 @@ class SessionPlugin:
         if self.finder.see(signature, names):
             return self._start(signature, names)
         if self.finder.total == DECLINE_AFTER_RUNS:
-            self._decline(self.finder.why_not_found() + "; still watching", off=False)
+            self._decline(self.finder.why_not_found(), off=False)
         return None
 
     def _updates_trainables(self, names: list[str]) -> bool:
@@ -285,7 +285,8 @@ class SessionPlugin:
         self._off = self._off or off
         if self._declined:
             return
-        log.log(level, "fastt: %s; this session runs as it is", reason)
+        log.log(level, "fastt: %s; this session runs as it is%s", reason,
+                "" if off else " until a training step recurs")
         self._declined = reason
         if self.settings.dump_dir:
             dumps.write_declined(self.settings.dump_dir, dumps.declined_document(

@@ -1,0 +1,102 @@
+"""What fastt says on the terminal, run as a user would: a session it does not plan says why
+once and leaves a record; each fastt line is printed once under absl logging; the profiler
+chatter of fastt's traced steps stays out of stderr."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("tensorflow")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_script(tmp_path, source, env_extra=None, args=()):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(source))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FASTT", "TF_CPP"))}
+    env.update(PYTHONPATH=ROOT, FASTT="1", FASTT_DEVICES="cpu:2",
+               FASTT_DUMP_DIR=str(tmp_path / "dump"), **(env_extra or {}))
+    p = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return p
+
+
+EVALUATION_ONLY = """
+    import numpy as np, tensorflow as tf
+    tf1 = tf.compat.v1
+    tf1.disable_eager_execution()
+    x = tf1.placeholder(tf.float32, [None, 4])
+    w = tf1.get_variable("w", [4, 1])
+    loss = tf.reduce_mean(tf.square(tf.matmul(x, w)))
+    train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(train, {x: np.ones((8, 4), np.float32)})  # one update, then evaluation only
+        for _ in range(120):
+            sess.run(loss, {x: np.ones((8, 4), np.float32)})
+"""
+
+
+def test_a_session_fastt_does_not_plan_says_why_once_and_is_recorded(tmp_path):
+    from fastt.inspect import dumps, schema
+    p = run_script(tmp_path, EVALUATION_ONLY)
+    lines = [line for line in p.stderr.splitlines() if line.startswith("fastt:")]
+    assert lines == ["fastt: no training step recognised (100 runs of 3 kinds): the run that "
+                     "updates trainable variables (GradientDescent) ran only once; this "
+                     "session runs as it is until a training step recurs"], p.stderr[-2000:]
+    records = dumps.find_declined(str(tmp_path / "dump"))
+    assert len(records) == 1 and records[0]["runs"] == 100
+    assert schema.validate(records[0], "declined") == []
+    assert records[0]["signatures"][0]["runs"] == 98 and \
+        records[0]["signatures"][0]["updates_trainables"] is False
+    summary = subprocess.run([sys.executable, "-m", "fastt.cli", "inspect",
+                              str(tmp_path / "dump")], env={**os.environ, "PYTHONPATH": ROOT},
+                             capture_output=True, text=True, timeout=120)
+    assert "1 session not planned" in summary.stdout and "ran only once" in summary.stdout
+
+
+ABSL_SCRIPT = """
+    from absl import app, logging
+    import numpy as np, tensorflow as tf
+    tf1 = tf.compat.v1
+
+    def main(_):
+        tf1.disable_eager_execution()
+        logging.info("training starts")
+        x = tf1.placeholder(tf.float32, [None, 4])
+        w = tf1.get_variable("w", [4, 1])
+        train = tf1.train.GradientDescentOptimizer(0.1).minimize(
+            tf.reduce_mean(tf.square(tf.matmul(x, w))))
+        with tf1.Session() as sess:
+            sess.run(tf1.global_variables_initializer())
+            for _ in range(60):
+                sess.run(train, {x: np.ones((8, 4), np.float32)})
+
+    app.run(main)
+"""
+
+
+def test_each_fastt_line_is_printed_once_under_absl_logging(tmp_path):
+    p = run_script(tmp_path, ABSL_SCRIPT, {"TF_CPP_MIN_LOG_LEVEL": "2"})
+    lines = [line.split("] ", 1)[-1] for line in p.stderr.splitlines() if "fastt:" in line]
+    assert any("training step found" in line for line in lines), p.stderr[-2000:]
+    assert len(lines) == len(set(lines)), lines
+
+
+def test_the_demo_prints_no_profiler_chatter(tmp_path):
+    """The README's demo, with TensorFlow's own logging left as it is (no
+    TF_CPP_MIN_LOG_LEVEL): fastt's traced steps add none of the profiler's INFO lines."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FASTT", "TF_CPP"))}
+    env.update(PYTHONPATH=ROOT, FASTT="1", FASTT_DEVICES="cpu:2",
+               FASTT_DUMP_DIR=str(tmp_path / "dump"))
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "session_feed_dict.py"),
+                        "--out", str(tmp_path / "out")], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "fastt: planned" in p.stderr
+    assert "profiler_session.cc" not in p.stderr and "xplane_to_step_stats" not in p.stderr
+    assert len(p.stderr.splitlines()) < 30, p.stderr
