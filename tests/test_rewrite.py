@@ -149,10 +149,14 @@ def _conv_net_fed_any_batch():
         tf1.set_random_seed(0)
         x = tf1.placeholder(tf.float32, [None, 8, 8, 3], name="x")
         y = tf1.placeholder(tf.int64, [None], name="y")
-        h = tf1.layers.conv2d(tf1.layers.conv2d(x, 4, 3, padding="same"), 4, 3, padding="same")
-        h = tf1.layers.average_pooling2d(tf.nn.relu(h), 2, 2)
+        h = x
+        for i, c in enumerate((3, 4)):
+            h = tf.nn.bias_add(tf.nn.conv2d(h, tf1.get_variable(f"k{i}", [3, 3, c, 4]), 1,
+                                            "SAME"), tf1.get_variable(f"b{i}", [4]))
+        h = tf.nn.avg_pool2d(tf.nn.relu(h), 2, 2, "VALID")
         h = tf.reshape(h, tf.stack([tf.shape(h)[0], 4 * 4 * 4]))
-        logits = tf1.layers.dense(h, 3)
+        h = tf.nn.dropout(h, rate=0.0)
+        logits = tf.matmul(h, tf1.get_variable("w", [64, 3]))
         loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y,
                                                                              logits=logits))
         train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss, name="train")
