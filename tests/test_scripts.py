@@ -61,5 +61,8 @@ def test_script_trains_the_same_with_fastt(script, tmp_path):
     reference = _checkpoint(_value(plain.stdout, "checkpoint"))
     assert sorted(mine) == sorted(reference)
     for name, value in reference.items():
-        np.testing.assert_allclose(mine[name], value, rtol=2e-3, atol=2e-4, err_msg=name)
+        if np.asarray(value).dtype.kind in "SUO":  # the object graph of a TF2-format checkpoint
+            assert mine[name] == value, name
+        else:
+            np.testing.assert_allclose(mine[name], value, rtol=2e-3, atol=2e-4, err_msg=name)
 
