@@ -14,7 +14,6 @@ import json
 import os
 import statistics
 import sys
-from typing import Any
 
 import matplotlib
 
@@ -80,7 +79,8 @@ def simulated_section(sim: dict, out: str) -> list[str]:
               "order) / with its planned order. Splitting: OS-DPOS without splits / with.",
               "Above 1: what ordering or splitting gains.", "",
               "| model | devices | FIFO (ms) | ordered (ms) | ordering gain | no splits (ms) | "
-              "splits (ms) | splitting gain | splits |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+              "splits (ms) | splitting gain | splits |",
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for model, r in rows:
         a = r.get("ablation")
         if not a:
@@ -99,7 +99,8 @@ def simulated_section(sim: dict, out: str) -> list[str]:
                          f"{' '.join(map(str, s['ops_per_device']))} |")
     lines += ["", "### Ops split by OS-DPOS (strong scaling)", "",
               "| model | devices | op | dimension | n | time before split (ms) | "
-              "parameter bytes | step before -> after (ms) |", "|---|---|---|---|---:|---:|---:|---|"]
+              "parameter bytes | step before -> after (ms) |",
+              "|---|---|---|---|---:|---:|---:|---|"]
     any_split = False
     for model, r in rows:
         for sp in r["strategies"].get("os-dpos", {}).get("splits", []):
@@ -170,7 +171,8 @@ def real_section(real: dict, out: str) -> list[str]:
              f"Samples/second, median of {meta['repeats']} rotating blocks of "
              f"{meta['steps_per_block']} steps per variant, all variants in one run "
              f"(TensorFlow {meta['tensorflow']}; 1-minute load average at the start: "
-             f"{meta.get('load_average_at_start', float('nan')):.1f}). `one worker` is the original graph as the "
+             f"{meta.get('load_average_at_start', float('nan')):.1f}). "
+             "`one worker` is the original graph as the "
              "user's script runs it; `fastt` is OS-DPOS planned from profiled costs, its order "
              "enforced with control dependencies; `fastt, replanned` its second round, once the "
              "first ran and was profiled. `adaptive` is where the session plugin would end: "

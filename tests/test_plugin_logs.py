@@ -1,7 +1,6 @@
 """What fastt says on the terminal, run as a user would: a session it does not plan says why
 once and leaves a record; each fastt line is printed once under absl logging; the profiler
 chatter of fastt's traced steps stays out of stderr."""
-import json
 import os
 import subprocess
 import sys

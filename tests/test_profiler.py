@@ -34,7 +34,8 @@ def test_fused_kernel_time_is_shared_by_work_and_names_mapped():
         ns("ConstantFolding/grad/shape-matshapes-0", "Const", dur_ns=500),
         ns("GroupCrossDeviceControlEdges_0/loss/ctrl/_3", "NoOp", dur_ns=500),
     ], D1: [
-        ns("relu/_4", "Identity", dur_ns=2000, inputs=["relu/_3"], outputs=[((8, 16, 16, 8), 8192)]),
+        ns("relu/_4", "Identity", dur_ns=2000, inputs=["relu/_3"],
+           outputs=[((8, 16, 16, 8), 8192)]),
         ns("loss", "Sum", dur_ns=5000, inputs=["relu/_4"]),
         ns("_retval_loss_0_0", "_Retval", dur_ns=100),
         ns("mystery", "Foo", dur_ns=100),
@@ -57,9 +58,11 @@ def test_fused_kernel_time_is_shared_by_work_and_names_mapped():
 
 
 def test_recv_tensor_entries_become_transfer_samples():
-    w0, w1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
+    w0 = "/job:worker/replica:0/task:0/device:CPU:0"
+    w1 = "/job:worker/replica:0/task:1/device:CPU:0"
     rm = run_metadata({w0: [ns("RecvTensor", "", dur_ns=13_276_000, outputs=[((), 4_000_000)],
-                               label=f"[3.8MB] [2.4Gb/s] edge_10_src/RandomUniform from {w1} to {w0}")]})
+                               label=f"[3.8MB] [2.4Gb/s] edge_10_src/RandomUniform from {w1} "
+                                     f"to {w0}")]})
     p = profile(rm, graph())
     [t] = p.transfers
     assert (t.src, t.dst, t.nbytes, t.tensor) == (w1, w0, 4_000_000, "src/RandomUniform")
@@ -70,7 +73,8 @@ def test_recv_tensor_entries_become_transfer_samples():
 def test_recv_tensor_time_starts_when_the_sender_produced_the_tensor():
     # The receiver asked at t=1.000 s; the producer on worker 1 finished at 1.010 s; the
     # tensor arrived at 1.013 s: 3 ms of transfer, not 13 ms.
-    w0, w1 = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
+    w0 = "/job:worker/replica:0/task:0/device:CPU:0"
+    w1 = "/job:worker/replica:0/task:1/device:CPU:0"
     recv = ns("RecvTensor", "", dur_ns=13_000_000, outputs=[((), 4_000_000)],
               label=f"edge_10_src/RandomUniform from {w1} to {w0}")
     src = ns("src/RandomUniform", "RandomUniform", dur_ns=2_000_000)

@@ -119,7 +119,8 @@ def test_data_parallel_needs_only_each_replica_to_fit():
 
 def test_device_specs(tmp_path):
     ds = parse("2x4xV100")
-    assert len(ds.devices) == 8 and ds.devices[4].name == "/job:worker/replica:0/task:1/device:GPU:0"
+    assert len(ds.devices) == 8
+    assert ds.devices[4].name == "/job:worker/replica:0/task:1/device:GPU:0"
     assert ds.devices[0].memory == 16 * 2**30
     near, far = ds.link(ds.devices[0].name, ds.devices[1].name), \
         ds.link(ds.devices[0].name, ds.devices[4].name)

@@ -144,7 +144,8 @@ def test_bad_inputs_give_clear_errors(tmp_path):
     node = gd.node.add(name="p", op="Placeholder")
     node.attr["dtype"].type = 999
     (tmp_path / "dtype.pb").write_bytes(gd.SerializeToString())
-    with pytest.raises(UnknownDtypeError, match=r"op 'p' \(Placeholder\) attr 'dtype': unknown dtype enum value 999"):
+    with pytest.raises(UnknownDtypeError,
+                       match=r"op 'p' \(Placeholder\) attr 'dtype': unknown dtype enum value 999"):
         tf_import.load_graph(tmp_path / "dtype.pb")
 
     gd = tf.compat.v1.GraphDef()
@@ -189,7 +190,7 @@ def test_iterator_outputs_pinned_to_their_measured_shapes():
     with g.as_default():
         ds = tf.data.Dataset.from_tensor_slices(np.zeros((10, 4), np.float32)).batch(5)
         batch = tf1.data.make_one_shot_iterator(ds).get_next()
-        y = tf.reduce_sum(tf.square(batch), axis=1, name="y")
+        tf.reduce_sum(tf.square(batch), axis=1, name="y")
     assert tf_import.from_tf_graph(g)["y"].outputs[0].shape == (None,)
     shapes = tf_import.inferred_shapes(g.as_graph_def(), {f"{batch.op.name}:0": (5, 4)})
     assert shapes[TensorRef("y", 0)] == (5,)
