@@ -20,7 +20,8 @@ from fastt.errors import GraphStructureError, UnknownDtypeError
 Shape = tuple[int | None, ...] | None
 
 #: On an op fastt added to join the parts of a split op (it has that op's name): how to join,
-#: {"kind": "concat"|"sum", "axis": a, "sizes": [...]}.
+#: {"kind": "concat"|"sum", "axis": a, "sizes": [...], "total": the sum of the shares the
+#: sizes were cut in (parts at another batch size follow those shares)}.
 JOIN_ATTR = "_fastt_join"
 #: Op types that define variables (their persistent bytes are the variable's size).
 VARIABLE_TYPES = frozenset(

@@ -24,9 +24,9 @@ from fastt.cluster.health import Watch
 from fastt.costs import CostModels, MemoryModel
 from fastt.errors import FasttError
 from fastt.ir import Graph, TensorRef
+from fastt.inspect import dumps
 from fastt.plugin import activation, dump, remote
 from fastt.plugin.activation import Running
-from fastt.inspect import dumps
 from fastt.plugin.controller import Controller, Entry, session_id, updates_trainables
 from fastt.plugin.settings import Settings
 from fastt.plugin.state import SCOPE, StateOps, stateful_ops

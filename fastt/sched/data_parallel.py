@@ -8,7 +8,8 @@ every time step, a tied embedding) is summed within each replica first, as tower
 one partial gradient per weight leaves a replica; ops without an exact batch rule (BatchNorm's
 batch statistics, a loss reduced over the batch) run once on the whole batch behind a join, so
 the graph computes what the original computes. ``Shape``/``Size``/``Rank`` of tensors whose
-shape is static are folded into constants first, as grappler does.
+shape is static are folded into constants, as grappler does; those of tensors that carry the
+batch read it at run time from a batch input, so the graph runs at any batch size.
 """
 from __future__ import annotations
 
@@ -78,12 +79,16 @@ def batch_inputs(graph: Graph) -> tuple[int, list[TensorRef]] | None:
 
 def batch_size(graph: Graph) -> int:
     """The batch size (see ``batch_inputs``); ``FasttError`` when there is none."""
+    return _batch(graph)[0]
+
+
+def _batch(graph: Graph) -> tuple[int, list[TensorRef]]:
     found = batch_inputs(graph)
     if found is None:
         raise FasttError("cannot find the batch: no input of the step (placeholder, iterator, "
                          "queue, py_func, constant, random op or data variable) has a known "
                          "leading dimension")
-    return found[0]
+    return found
 
 
 def fold_static_shapes(graph: Graph, batch: dict[str, tuple[TensorRef, int, int]] | None = None
@@ -201,11 +206,10 @@ def data_parallel(graph: Graph, n: int) -> Graph:
     """The graph with the batch cut into ``n`` shares (see the module docstring)."""
     if n < 2:
         return graph
-    B = batch_size(graph)
+    B, inputs = _batch(graph)
     if B < n:
         raise FasttError(f"batch of {B} cannot be shared by {n} replicas")
     shares = part_sizes(B, n)
-    inputs = batch_inputs(graph)[1]  # type: ignore[index]
     axis = {str(r): 0 for r in inputs}  # tensor -> its batch axis (extent a multiple of B)
     decisions: dict[str, tuple[SplitRule, list[int]]] = {}
     for name in _batch_ops(graph, {r.op for r in inputs}):

@@ -2,7 +2,8 @@
 
 ``split_operation(graph, op, dim, n)`` returns a new graph where op ``X`` became sub-ops
 ``X/part{k}`` (same type and attributes, ``_fastt_origin`` = X, ``_fastt_fraction`` = their
-share of the work), fed by ``SplitV`` ops (or the whole tensor, or a per-part shape ``Const``)
+share of the work), fed by ``SplitV`` ops whose sizes follow the input's extent at run time
+(or the whole tensor, or a per-part shape vector, ``PART_SHAPE``)
 and joined by a ``ConcatV2`` or ``AddN`` that keeps the name ``X``, so that X's consumers and
 anyone fetching X see the same value. A split input whose producer is a join of the same cut
 is wired sub-op to sub-op (no concat -> split); a control dependency on a split op becomes one
