@@ -120,3 +120,26 @@ def test_a_join_is_not_priced_as_the_op_whose_name_it_carries():
     model = compile_graph(g)
     assert dp.w[dp.index["dw"]][0] < 1e-6  # a copy of 48 bytes
     assert model.w[model.index["dw"]][0] == 1e-3
+
+
+def test_a_random_op_runs_once_on_the_whole_batch():
+    """A dropout mask drawn for the batch is drawn once, as in the original, and cut for the
+    replicas: drawing a part per replica would change its values."""
+    B = 8
+    g = Graph([
+        op("x", "Placeholder", out=((B, 4),)),
+        op("shape", "Shape", ["x"], out=((2,),), dtype="int32"),
+        op("mask", "RandomUniform", ["shape"], out=((B, 4),), attrs={"seed": 1, "seed2": 2}),
+        op("drop", "Mul", ["x", "mask"], out=((B, 4),)),
+        op("w", "VarHandleOp", out=((),), dtype="resource", is_variable=True),
+        op("w/read", "ReadVariableOp", ["w"], out=((4, 3),)),
+        op("h", "MatMul", ["drop", "w/read"], out=((B, 3),)),
+        op("dw", "MatMul", ["drop", "h"], out=((4, 3),), attrs={"transpose_a": True}),
+        op("lr", "Const", out=((),)),
+        op("update", "ResourceApplyGradientDescent", ["w", "lr", "dw"], out=()),
+    ])
+    dp = data_parallel(g, 2)
+    assert dp["mask"].type == "RandomUniform" and "mask/part0" not in dp
+    cut = dp[dp["drop/part1"].inputs[1].op]  # a slice of the whole mask
+    assert cut.type == "SplitV" and cut.inputs[0].op == "mask"
+    assert dp["h/part1"].inputs[0].op == "drop/part1"

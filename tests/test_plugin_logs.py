@@ -82,8 +82,11 @@ ABSL_SCRIPT = """
 def test_each_fastt_line_is_printed_once_under_absl_logging(tmp_path):
     p = run_script(tmp_path, ABSL_SCRIPT, {"TF_CPP_MIN_LOG_LEVEL": "2"})
     lines = [line.split("] ", 1)[-1] for line in p.stderr.splitlines() if "fastt:" in line]
-    assert any("training step found" in line for line in lines), p.stderr[-2000:]
-    assert len(lines) == len(set(lines)), lines
+    # A line printed by two handlers appears twice in a row; two planning rounds may print
+    # the same text, but never adjacent (an activation or rollback line comes between).
+    assert sum("training step found" in line for line in lines) == 1, p.stderr[-2000:]
+    assert sum("session closed" in line for line in lines) == 1, p.stderr[-2000:]
+    assert all(a != b for a, b in zip(lines, lines[1:])), lines
 
 
 def test_the_demo_prints_no_profiler_chatter(tmp_path):

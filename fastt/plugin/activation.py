@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 from fastt.ir import Graph
 from fastt.plugin.state import SCOPE, State, StateOps, has_op
+from fastt.plugin.streams import StreamCounter
 from tf_patches import session_hook as hook
 
 log = logging.getLogger("fastt")
@@ -26,9 +28,11 @@ class Running:
     or an inner session fastt opened."""
 
     def __init__(self, strategy: Any, graph: tf.Graph, sess: Any, state: StateOps,
-                 profile_graph: Graph, inner: bool) -> None:
+                 profile_graph: Graph, inner: bool, streams: StreamCounter | None = None
+                 ) -> None:
         self.strategy, self.graph, self.sess = strategy, graph, sess
         self.state, self.profile_graph, self.inner = state, profile_graph, inner
+        self.streams = streams  # the user's session: its random ops' draws, counted
         self._elements: dict[str, Any] = {}
         # The state it started with, until its first step succeeds: a first step that fails
         # part-way (or never ends) may have updated some variables.
@@ -50,7 +54,10 @@ class Running:
         return hook.original("run")(self.sess, fetches, feed_dict)
 
     def capture(self) -> State:
-        return self.state.capture(self.run)
+        state = self.state.capture(self.run)
+        if self.streams is not None:
+            state.values.update(self.streams.values())
+        return state
 
     def close(self) -> None:
         if self.inner:
@@ -70,18 +77,22 @@ def user_graph_def(graph: tf.Graph) -> graph_pb2.GraphDef:
 
 def start(graph_def: graph_pb2.GraphDef, strategy: Any, profile_graph: Graph,
           target: str, config: Any, current: Running, variables: list[str],
-          iterators: list[str], initializers: list[str]) -> Running:
+          iterators: list[str], initializers: list[str], counters: list[str] = ()
+          ) -> Running:
     """An inner session on ``graph_def`` holding ``current``'s state (variables, iterator
-    positions; ``initializers``, e.g. lookup tables, re-run)."""
+    positions, the ``counters`` of random streams, from 0 where ``current`` has none;
+    ``initializers``, e.g. lookup tables, re-run)."""
     g = tf.Graph()
     with g.as_default():
         _tf1.import_graph_def(graph_def, name="")
     with hook.plain_sessions():
         sess = _tf1.Session(target, graph=g, config=config)
-    new = Running(strategy, g, sess, StateOps(g, variables, iterators), profile_graph, True)
+    new = Running(strategy, g, sess, StateOps(g, variables + list(counters), iterators),
+                  profile_graph, True)
     try:
         state = current.snapshot if current.snapshot is not None else current.capture()
-        new.state.restore(new.run, state)
+        fresh = {c: np.int64(0) for c in counters if c not in state.values}
+        new.state.restore(new.run, State({**state.values, **fresh}, state.iterators))
         new.snapshot = state
         present = [n for n in initializers if has_op(g, n)]
         if present:

@@ -31,6 +31,7 @@ from fastt.plugin.controller import Controller, Entry, session_id, updates_train
 from fastt.plugin.settings import Settings
 from fastt.plugin.state import SCOPE, StateOps, stateful_ops
 from fastt.plugin.step_finder import DECLINE_AFTER_RUNS, StepFinder
+from fastt.plugin.streams import StreamCounter, continue_streams, skipped_note
 from fastt.profiler import profile
 from fastt.sched.data_parallel import BATCH_SOURCES, batch_size
 from fastt.sched.problem import Device, ModelCosts
@@ -64,12 +65,14 @@ class SessionPlugin:
         self._off = False
         self._declined = ""  # the record written when fastt said it does not plan
         self._closed = False
+        self._streams_said = False
         self._ir_version = -1
         self._feed_shapes: dict[str, tuple[int, ...]] = {}
         self._shapes: dict[TensorRef, tuple[int, ...]] = {}
         variables, iterators = stateful_ops(self.graph)
+        self.streams = StreamCounter(self.graph)
         self.user = Running(None, self.graph, sess, StateOps(self.graph, variables, iterators),
-                            Graph([]), inner=False)
+                            Graph([]), inner=False, streams=self.streams)
         self.current = self.user
 
     # -- the user's calls ----------------------------------------------------------------
@@ -104,7 +107,13 @@ class SessionPlugin:
     def _dispatch(self, req: hook.Request, fetches: Any, feed_dict: Any, options: Any,
                   meta: Any) -> Any:
         if self.current is self.user:
-            return self._user_run(fetches, feed_dict, options, meta)
+            key, shapes = self.streams.extra(req.fetch_names, req.target_names, list(req.feeds))
+            if not shapes:
+                out = self._user_run(fetches, feed_dict, options, meta)
+            else:  # the shapes its random ops drew, fetched with it
+                out, drawn = self._user_run([fetches, shapes], feed_dict, options, meta)
+            self.streams.count(key, drawn if shapes else [])
+            return out
         cur, found = self._resolve(req.fetch_names + req.target_names + list(req.feeds))
         nf, nt = len(req.fetch_names), len(req.target_names)
         first = cur.snapshot is not None
@@ -184,7 +193,10 @@ class SessionPlugin:
         if ctl is not None and self.models is None:
             self._feed_shapes = {n: np.shape(a) for n, a in zip(c.options.feed, args)}
         cur = self.current
-        key = (c, trace)
+        skey, extra = (self.streams.extra(list(c.options.fetch), list(c.options.target),
+                                          list(c.options.feed))
+                       if cur is self.user else (None, []))
+        key = (c, trace, tuple(t.name for t in extra))
         fn = cur.callables.get(key)
         if fn is None:
             if cur is not self.user:
@@ -198,6 +210,7 @@ class SessionPlugin:
             bounded.CopyFrom(opts)
             bounded.run_options.CopyFrom(self._deadline(opts.run_options, cur is not self.user))
             if cur is self.user:
+                bounded.fetch.extend(t.name for t in extra)
                 fn = hook.original("_make_callable_from_options")(cur.sess, bounded)
             else:
                 fn = hook.plain_callable(cur.sess, bounded)
@@ -211,6 +224,9 @@ class SessionPlugin:
             if not self._recovered(cur, e):
                 raise
             return self.call(c, args, run_metadata)
+        if skey is not None:
+            self.streams.count(skey, out[len(out) - len(extra):])
+            out = out[:len(out) - len(extra)]
         cur.snapshot = None
         if ctl is not None:
             if trace and run_metadata is not None:
@@ -389,12 +405,16 @@ class SessionPlugin:
             if mechanism == "priority-executor" and not config.experimental.executor_type:
                 config.experimental.executor_type = priority_executor.EXECUTOR_TYPE
             graph = merged_graph(ir, strategy)
+        gd, counters, left = continue_streams(gd, self.graph)
+        if left and not self._streams_said:
+            self._streams_said = True
+            log.warning("fastt: %s", skipped_note(left))
         inits = [op.name for op in self.graph.get_collection(_tf1.GraphKeys.TABLE_INITIALIZERS)]
         if self.watch is not None:  # TensorFlow waits for ever on a lost server here
             self.watch.check(force=True)
         new = activation.start(gd, strategy, graph, self.target, config,
                                self.current, self.user.state.variables,
-                               self.user.state.iterators, inits)
+                               self.user.state.iterators, inits, counters)
         old, self.current = self.current, new
         old.close()
 
