@@ -28,6 +28,7 @@ from fastt.inspect import dumps
 from fastt.plugin import activation, dump, remote
 from fastt.plugin.activation import Running
 from fastt.plugin.controller import Controller, Entry, session_id, updates_trainables
+from fastt.plugin.input_stage import InputStage
 from fastt.plugin.settings import Settings
 from fastt.plugin.state import SCOPE, StateOps, stateful_ops
 from fastt.plugin.step_finder import DECLINE_AFTER_RUNS, StepFinder
@@ -71,6 +72,7 @@ class SessionPlugin:
         self._shapes: dict[TensorRef, tuple[int, ...]] = {}
         variables, iterators = stateful_ops(self.graph)
         self.streams = StreamCounter(self.graph)
+        self.inputs = InputStage(self.graph)
         self.user = Running(None, self.graph, sess, StateOps(self.graph, variables, iterators),
                             Graph([]), inner=False, streams=self.streams)
         self.current = self.user
@@ -87,6 +89,8 @@ class SessionPlugin:
             if self.current is self.user:
                 return self._user_run(fetches, feed_dict, options, run_metadata)
             raise
+        if self.inputs.owns(req.fetch_names + req.target_names):  # a queue runner's thread
+            return self._user_run(fetches, feed_dict, options, run_metadata)
         ctl = self._controller_for(req.signature, req.fetch_names + req.target_names)
         if ctl is None:
             return self._dispatch(req, fetches, feed_dict, options, run_metadata)
@@ -114,14 +118,19 @@ class SessionPlugin:
                 out, drawn = self._user_run([fetches, shapes], feed_dict, options, meta)
             self.streams.count(key, drawn if shapes else [])
             return out
+        reads = self.inputs.reads(req.fetch_names, req.target_names, list(req.feeds))
+        if reads:  # from the queues in the user's session; a retry reuses them
+            req.feeds.update(zip([t.name for t in reads], self.user.run(reads)))
         cur, found = self._resolve(req.fetch_names + req.target_names + list(req.feeds))
         nf, nt = len(req.fetch_names), len(req.target_names)
         first = cur.snapshot is not None
+        fed = [n in req.feeds for n in req.fetch_names]  # queue reads fetched: their values
         try:
-            values = hook.run_elements(
-                cur.sess, found[:nf], found[nf:nf + nt],
+            ran = iter(hook.run_elements(
+                cur.sess, [e for e, f in zip(found[:nf], fed) if not f], found[nf:nf + nt],
                 dict(zip(found[nf + nt:], req.feeds.values())),
-                self._deadline(options, first), meta)
+                self._deadline(options, first), meta))
+            values = [req.feeds[n] if f else next(ran) for n, f in zip(req.fetch_names, fed)]
             if first:
                 cur.snapshot = None
         except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
@@ -323,10 +332,6 @@ class SessionPlugin:
         self.devices = remote.devices(self.sess, self.settings.devices)
         if len(self.devices) < 2:
             self._decline("fewer than 2 devices (set FASTT_DEVICES, e.g. cpu:2)")
-            return None
-        if self.graph.get_collection(_tf1.GraphKeys.QUEUE_RUNNERS):
-            self._decline("the graph uses queue runners, whose queues cannot be carried to "
-                          "another session", logging.WARNING)
             return None
         if self._declined:  # said too early: a training step did recur
             dumps.remove_declined(self.settings.dump_dir, self.session)

@@ -24,6 +24,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2, types_pb2
 
+from fastt.plugin.input_stage import executed
+
 log = logging.getLogger("fastt")
 
 STATELESS = {"RandomUniform": "StatelessRandomUniformV2",
@@ -75,7 +77,7 @@ class StreamCounter:
         self._refresh()
         key = (tuple(fetches), tuple(targets), tuple(sorted(feeds)))
         if key not in self._runs:
-            ran = _ran(self.graph, fetches, targets, set(feeds), set(self._ops))
+            ran = executed(self.graph, fetches, targets, set(feeds)) & set(self._ops)
             static, dynamic = [], []
             for name in ran:
                 shape = self._ops[name].outputs[0].shape
@@ -98,23 +100,6 @@ class StreamCounter:
     def values(self) -> dict[str, np.ndarray]:
         """Counter variable -> its value, as fastt's graphs hold it."""
         return {counter_name(n): np.int64(SAMPLES_PER_ELEMENT * k) for n, k in self.drawn.items()}
-
-
-def _ran(graph: tf.Graph, fetches: list[str], targets: list[str], fed: set[str],
-         wanted: set[str]) -> list[str]:
-    """The ops of ``wanted`` a run executes: the fan-in of its fetches and targets, cut at
-    the tensors it feeds."""
-    stack = [graph.get_operation_by_name(t) for t in targets]
-    stack += [graph.get_tensor_by_name(f).op for f in fetches if f not in fed]
-    seen = {op.name for op in stack}
-    while stack:
-        op = stack.pop()
-        nxt = [t.op for t in op.inputs if t.name not in fed] + list(op.control_inputs)
-        for p in nxt:
-            if p.name not in seen:
-                seen.add(p.name)
-                stack.append(p)
-    return [n for n in seen if n in wanted]
 
 
 def continue_streams(gd: graph_pb2.GraphDef, graph: tf.Graph

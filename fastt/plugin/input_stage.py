@@ -1,0 +1,86 @@
+"""Queue-runner input pipelines stay where they run: in the user's session.
+
+A classic TF1 input pipeline (``string_input_producer``, a reader, ``tf.train.batch`` or
+``shuffle_batch``) fills queues from threads that ``QueueRunner``s start on the user's
+session. A queue cannot be moved to another session (its elements live in its kernel), so
+fastt leaves the whole input stage there: the runners' own runs (enqueue, close, cancel) go
+to the user's session as before, and a run of fastt's graph that reads a runner's queue
+(a dequeue, a size) first takes those values from the user's session and feeds them in.
+Each element is dequeued once, by the run that uses it, whichever graph serves it: nothing
+is skipped or repeated across an activation or a rollback.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+_tf1 = tf.compat.v1
+
+
+def executed(graph: tf.Graph, fetches: list[str], targets: list[str], fed: set[str]
+             ) -> set[str]:
+    """The names of the ops a run executes: the fan-in of its fetches (tensor names) and
+    targets (op names), cut at the tensors it feeds."""
+    stack = [graph.get_operation_by_name(t) for t in targets]
+    stack += [graph.get_tensor_by_name(f).op for f in fetches if f not in fed]
+    seen = {op.name for op in stack}
+    while stack:
+        op = stack.pop()
+        for p in [t.op for t in op.inputs if t.name not in fed] + list(op.control_inputs):
+            if p.name not in seen:
+                seen.add(p.name)
+                stack.append(p)
+    return seen
+
+
+class InputStage:
+    """The queue runners of one graph: which runs are theirs, and which queue reads a run
+    of fastt's graph takes from the user's session."""
+
+    def __init__(self, graph: tf.Graph) -> None:
+        self.graph = graph
+        self._version = -1
+        self.runner_ops: set[str] = set()
+        self._readers: dict[str, tf.Operation] = {}
+        self._reads: dict[Any, list[tf.Tensor]] = {}
+
+    def _refresh(self) -> None:
+        if self._version == self.graph.version:
+            return
+        self._version = self.graph.version
+        runners = self.graph.get_collection(_tf1.GraphKeys.QUEUE_RUNNERS)
+        ops: set[str] = set()
+        queues = set()
+        for qr in runners:
+            queues.add(qr.queue.queue_ref.op.name)
+            ops.update(op.name for op in qr.enqueue_ops)
+            ops.update(op.name for op in (qr.close_op, qr.cancel_op) if op is not None)
+        self.runner_ops = ops
+        self._readers = {op.name: op for op in self.graph.get_operations()
+                         if op.inputs and op.inputs[0].op.name in queues
+                         and op.name not in ops and op.outputs}
+        self._reads = {}
+
+    @property
+    def active(self) -> bool:
+        self._refresh()
+        return bool(self.runner_ops)
+
+    def owns(self, names: list[str]) -> bool:
+        """Whether a run of ``names`` (fetches and targets) is a queue runner's own."""
+        self._refresh()
+        return bool(names) and all(n.split(":")[0] in self.runner_ops for n in names)
+
+    def reads(self, fetches: list[str], targets: list[str], feeds: list[str]
+              ) -> list[tf.Tensor]:
+        """The outputs of the runners' queue reads (dequeues, sizes) a run executes."""
+        self._refresh()
+        if not self._readers:
+            return []
+        key = (tuple(fetches), tuple(targets), tuple(sorted(feeds)))
+        if key not in self._reads:
+            ran = executed(self.graph, fetches, targets, set(feeds))
+            self._reads[key] = [t for name in sorted(ran & set(self._readers))
+                                for t in self._readers[name].outputs]
+        return self._reads[key]
