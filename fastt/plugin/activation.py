@@ -77,11 +77,12 @@ def user_graph_def(graph: tf.Graph) -> graph_pb2.GraphDef:
 
 def start(graph_def: graph_pb2.GraphDef, strategy: Any, profile_graph: Graph,
           target: str, config: Any, current: Running, variables: list[str],
-          iterators: list[str], initializers: list[str], counters: list[str] = ()
-          ) -> Running:
+          iterators: list[str], initializers: list[str], counters: list[str] = (),
+          iterator_inits: dict[str, tuple[str, dict[str, Any]]] | None = None) -> Running:
     """An inner session on ``graph_def`` holding ``current``'s state (variables, iterator
-    positions, the ``counters`` of random streams, from 0 where ``current`` has none;
-    ``initializers``, e.g. lookup tables, re-run)."""
+    positions, after the initializer each last ran, ``iterator_inits``; the ``counters`` of
+    random streams, from 0 where ``current`` has none; ``initializers``, e.g. lookup tables,
+    re-run)."""
     g = tf.Graph()
     with g.as_default():
         _tf1.import_graph_def(graph_def, name="")
@@ -92,7 +93,8 @@ def start(graph_def: graph_pb2.GraphDef, strategy: Any, profile_graph: Graph,
     try:
         state = current.snapshot if current.snapshot is not None else current.capture()
         fresh = {c: np.int64(0) for c in counters if c not in state.values}
-        new.state.restore(new.run, State({**state.values, **fresh}, state.iterators))
+        new.state.restore(new.run, State({**state.values, **fresh}, state.iterators),
+                          iterator_inits)
         new.snapshot = state
         present = [n for n in initializers if has_op(g, n)]
         if present:

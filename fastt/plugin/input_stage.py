@@ -15,23 +15,9 @@ from typing import Any
 
 import tensorflow as tf
 
+from fastt.plugin.state import executed
+
 _tf1 = tf.compat.v1
-
-
-def executed(graph: tf.Graph, fetches: list[str], targets: list[str], fed: set[str]
-             ) -> set[str]:
-    """The names of the ops a run executes: the fan-in of its fetches (tensor names) and
-    targets (op names), cut at the tensors it feeds."""
-    stack = [graph.get_operation_by_name(t) for t in targets]
-    stack += [graph.get_tensor_by_name(f).op for f in fetches if f not in fed]
-    seen = {op.name for op in stack}
-    while stack:
-        op = stack.pop()
-        for p in [t.op for t in op.inputs if t.name not in fed] + list(op.control_inputs):
-            if p.name not in seen:
-                seen.add(p.name)
-                stack.append(p)
-    return seen
 
 
 class InputStage:

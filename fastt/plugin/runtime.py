@@ -30,7 +30,7 @@ from fastt.plugin.activation import Running
 from fastt.plugin.controller import Controller, Entry, session_id, updates_trainables
 from fastt.plugin.input_stage import InputStage
 from fastt.plugin.settings import Settings
-from fastt.plugin.state import SCOPE, StateOps, stateful_ops
+from fastt.plugin.state import SCOPE, IteratorInits, StateOps, stateful_ops
 from fastt.plugin.step_finder import DECLINE_AFTER_RUNS, StepFinder
 from fastt.plugin.streams import StreamCounter, continue_streams, skipped_note
 from fastt.profiler import profile
@@ -73,6 +73,7 @@ class SessionPlugin:
         variables, iterators = stateful_ops(self.graph)
         self.streams = StreamCounter(self.graph)
         self.inputs = InputStage(self.graph)
+        self.iterator_inits = IteratorInits(self.graph)
         self.user = Running(None, self.graph, sess, StateOps(self.graph, variables, iterators),
                             Graph([]), inner=False, streams=self.streams)
         self.current = self.user
@@ -91,6 +92,7 @@ class SessionPlugin:
             raise
         if self.inputs.owns(req.fetch_names + req.target_names):  # a queue runner's thread
             return self._user_run(fetches, feed_dict, options, run_metadata)
+        self.iterator_inits.see(req.fetch_names, req.target_names, req.feeds)
         ctl = self._controller_for(req.signature, req.fetch_names + req.target_names)
         if ctl is None:
             return self._dispatch(req, fetches, feed_dict, options, run_metadata)
@@ -419,7 +421,8 @@ class SessionPlugin:
             self.watch.check(force=True)
         new = activation.start(gd, strategy, graph, self.target, config,
                                self.current, self.user.state.variables,
-                               self.user.state.iterators, inits, counters)
+                               self.user.state.iterators, inits, counters,
+                               self.iterator_inits.last)
         old, self.current = self.current, new
         old.close()
 

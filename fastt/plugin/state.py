@@ -130,13 +130,62 @@ class StateOps:
             self._writes = (feeds, ops)
         return self._writes
 
-    def restore(self, run: Run, state: State) -> None:
-        """Put ``state`` into the session ``run`` runs on: variables first, then iterators."""
+    def restore(self, run: Run, state: State,
+                inits: dict[str, tuple[str, dict[str, Any]]] | None = None) -> None:
+        """Put ``state`` into the session ``run`` runs on: variables first, then iterators,
+        each after the initializer it last ran (``inits``, see ``IteratorInits``)."""
         feeds, ops = self._build_writes()
+        for name in state.iterators:
+            if inits and name in inits and name in ops:
+                run(inits[name][0], inits[name][1])
         for group in (state.values, state.iterators):
             names = [n for n in group if n in ops]
             if names:
                 run([ops[n] for n in names], {feeds[n]: group[n] for n in names})
+
+
+def executed(graph: tf.Graph, fetches: list[str], targets: list[str], fed: set[str]
+             ) -> set[str]:
+    """The names of the ops a run executes: the fan-in of its fetches (tensor names) and
+    targets (op names), cut at the tensors it feeds."""
+    stack = [graph.get_operation_by_name(t) for t in targets]
+    stack += [graph.get_tensor_by_name(f).op for f in fetches if f not in fed]
+    seen = {op.name for op in stack}
+    while stack:
+        op = stack.pop()
+        for p in [t.op for t in op.inputs if t.name not in fed] + list(op.control_inputs):
+            if p.name not in seen:
+                seen.add(p.name)
+                stack.append(p)
+    return seen
+
+
+class IteratorInits:
+    """The initializer (``MakeIterator``) each initializable iterator last ran, with its
+    feeds: a new session runs it before restoring the iterator's position, as TensorFlow
+    restores a position only into an iterator made from the same dataset."""
+
+    def __init__(self, graph: tf.Graph) -> None:
+        self.graph = graph
+        self.last: dict[str, tuple[str, dict[str, Any]]] = {}
+        self._inits: dict[Any, list[tf.Operation]] = {}
+        self._version = -1
+
+    def see(self, fetches: list[str], targets: list[str], feeds: dict[str, Any]) -> None:
+        """Note a run (before it runs: an initializer that then fails leaves no position)."""
+        if self._version != self.graph.version:
+            self._version, self._inits = self.graph.version, {}
+        key = (tuple(fetches), tuple(targets), tuple(sorted(feeds)))
+        inits = self._inits.get(key)
+        if inits is None:
+            ran = executed(self.graph, fetches, targets, set(feeds))
+            inits = self._inits[key] = [self.graph.get_operation_by_name(n) for n in ran
+                                        if self.graph.get_operation_by_name(n).type
+                                        == "MakeIterator"]
+        for op in inits:
+            needed = executed(self.graph, [], [op.name], set())
+            self.last[op.inputs[1].op.name] = (op.name, {n: v for n, v in feeds.items()
+                                                         if n.split(":")[0] in needed})
 
 
 def has_op(graph: tf.Graph, name: str) -> bool:
