@@ -4,6 +4,7 @@ from fastt.errors import FasttError
 from fastt.ir import Graph
 from fastt.sched.data_parallel import BATCH_SHAPE, batch_size, data_parallel, \
     fold_static_shapes, replica_of
+from fastt.sched.split_rules import rules
 from tests.helpers import op
 
 
@@ -138,6 +139,7 @@ def test_a_random_op_runs_once_on_the_whole_batch():
         op("lr", "Const", out=((),)),
         op("update", "ResourceApplyGradientDescent", ["w", "lr", "dw"], out=()),
     ])
+    assert rules(g["mask"], g) == []  # nor does OS-DPOS split it
     dp = data_parallel(g, 2)
     assert dp["mask"].type == "RandomUniform" and "mask/part0" not in dp
     cut = dp[dp["drop/part1"].inputs[1].op]  # a slice of the whole mask
