@@ -10,7 +10,7 @@ import tf_keras as keras
 tf.compat.v1.disable_eager_execution()
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--epochs", type=int, default=6)
+parser.add_argument("--epochs", type=int, default=15)
 parser.add_argument("--batch", type=int, default=32)
 args = parser.parse_args()
 
@@ -18,7 +18,8 @@ random.seed(0)
 np.random.seed(0)
 tf.compat.v1.set_random_seed(0)
 images = np.random.rand(args.batch * 10, 28, 28, 1).astype(np.float32)
-labels = np.random.randint(0, 10, size=args.batch * 10)
+# ten classes by brightness rank: learnable, balanced
+labels = np.argsort(np.argsort(images.mean(axis=(1, 2, 3)))) * 10 // len(images)
 
 inputs = keras.Input(shape=(28, 28, 1))
 h = keras.layers.Conv2D(16, 3, activation="relu")(inputs)

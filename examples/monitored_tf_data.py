@@ -10,7 +10,7 @@ tf1 = tf.compat.v1
 tf1.disable_eager_execution()
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--steps", type=int, default=60)
+parser.add_argument("--steps", type=int, default=150)
 parser.add_argument("--batch", type=int, default=32)
 parser.add_argument("--out", default="/tmp/fastt-example-monitored")
 args = parser.parse_args()

@@ -10,15 +10,16 @@ tf1 = tf.compat.v1
 tf1.disable_eager_execution()
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--steps", type=int, default=60)
+parser.add_argument("--steps", type=int, default=150)
 parser.add_argument("--batch", type=int, default=32)
 parser.add_argument("--out", default="/tmp/fastt-example-slim")
 args = parser.parse_args()
 
 tf1.set_random_seed(0)
 rng = np.random.RandomState(0)
-data = (rng.rand(args.batch * 4, 32, 32, 3).astype(np.float32),
-        rng.randint(0, 10, size=args.batch * 4))
+pixels = rng.rand(args.batch * 4, 32, 32, 3).astype(np.float32)
+# ten classes by brightness rank: learnable, balanced
+data = (pixels, np.argsort(np.argsort(pixels.mean(axis=(1, 2, 3)))) * 10 // len(pixels))
 dataset = tf.data.Dataset.from_tensor_slices(data).repeat().batch(args.batch, drop_remainder=True)
 images, labels = tf1.data.make_one_shot_iterator(dataset).get_next()
 

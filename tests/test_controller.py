@@ -3,8 +3,10 @@ import logging
 import os
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 
+from fastt.plugin import controller
 from fastt.plugin.controller import Controller
 from fastt.plugin.settings import Settings
 
@@ -17,9 +19,12 @@ class FakeStrategy:
 
 
 class FakeBackend:
-    """Step times per running strategy; records what the controller asked for."""
+    """Step times per running strategy (times a lognormal noise, ``noise`` its sigma, and a
+    warm-up factor over the first steps of each graph); records what the controller asked
+    for."""
 
-    def __init__(self, times, predicted=None, change=0.5, fail_on=None):
+    def __init__(self, times, predicted=None, change=0.5, fail_on=None, noise=0.0,
+                 warmup=()):
         self.times = times  # strategy name (None: original) -> seconds per step
         self.predicted = predicted or {}
         self.change = change
@@ -27,6 +32,9 @@ class FakeBackend:
         self.running = None
         self.activations, self.plans, self.profiles, self.records = [], [], 0, []
         self.timelines = []
+        self.clock, self.noise, self.warmup, self.on_graph = 0.0, noise, list(warmup), 0
+        self.traced = []  # per step: whether it was traced
+        self.rng = np.random.default_rng(0)
 
     def starting_strategy(self):
         return "data-parallel"
@@ -51,6 +59,7 @@ class FakeBackend:
         if self.fail_on == "activate" and strategy is not None:
             raise RuntimeError("activation broke")
         self.running = strategy
+        self.on_graph = 0
         self.activations.append(None if strategy is None else strategy.name)
 
     def record(self, entry, history):
@@ -59,16 +68,42 @@ class FakeBackend:
         return f"dump/strategy-{entry.n}"
 
     def step_time(self):
-        return self.times[None if self.running is None else self.running.name]
+        t = self.times[None if self.running is None else self.running.name]
+        if self.on_graph < len(self.warmup):
+            t *= self.warmup[self.on_graph]
+        self.on_graph += 1
+        return t * (self.rng.lognormal(0.0, self.noise) if self.noise else 1.0)
+
+
+def step(ctl, backend):
+    """One training step as the runtime drives it: started, maybe traced (three times as
+    slow), run, reported."""
+    ctl.step_started(backend.clock)
+    trace = ctl.before_step()
+    backend.traced.append(trace)
+    backend.clock += backend.step_time() * (3 if trace else 1)
+    ctl.after_step("trace" if trace else None)
 
 
 def drive(ctl, backend, steps):
     for _ in range(steps):
-        trace = ctl.before_step()
-        ctl.after_step(backend.step_time(), "trace" if trace else None)
+        step(ctl, backend)
 
 
-SETTINGS = Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=3,
+def until(ctl, backend, done, limit=600):
+    """Steps until ``done()``; how many it took."""
+    for n in range(limit):
+        if done():
+            return n
+        step(ctl, backend)
+    raise AssertionError(f"not done after {limit} steps (phase {ctl.phase})")
+
+
+def decided(ctl, n):
+    return lambda: len(ctl.history) >= n and ctl.history[n - 1].status != "measuring"
+
+
+SETTINGS = Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
                     max_rounds=3, reprofile_every=10)
 
 
@@ -76,16 +111,19 @@ def test_faster_strategies_are_kept_and_superseded():
     b = FakeBackend({None: 0.010, "data-parallel": 0.008, "os-dpos": 0.006},
                     predicted={"data-parallel": 0.008, "os-dpos": 0.006})
     ctl = Controller(SETTINGS, b)
-    drive(ctl, b, 3)
-    assert ctl.phase == "profile" and ctl.original_s == [0.010, 0.010]
-    drive(ctl, b, 2)  # profiled, planned the starting strategy, activated it
+    until(ctl, b, lambda: ctl.phase == "profile")
+    assert len(ctl.original_s) >= 6
+    assert ctl.original_s == pytest.approx([0.010] * len(ctl.original_s))
+    until(ctl, b, lambda: ctl.phase == "measure")  # profiled, planned, activated
     assert b.plans == ["data-parallel"] and b.activations == ["data-parallel"]
-    drive(ctl, b, 3 + 2)  # measured (kept), profiled, planned os-dpos
+    until(ctl, b, decided(ctl, 2))
     assert b.plans == ["data-parallel", "os-dpos"] and b.activations[-1] == "os-dpos"
-    drive(ctl, b, 3)
     assert [e.status for e in ctl.history] == ["superseded", "active"]
     assert ctl.active.name == "os-dpos" and b.running.name == "os-dpos"
-    assert ctl.history[1].measured_s == [0.006, 0.006]
+    assert ctl.history[1].measured_s == pytest.approx([0.006] * len(ctl.history[1].measured_s))
+    d = ctl.history[1].decision()
+    assert d["verdict"] == "faster" and d["baseline"] == "strategy 1 (data-parallel)"
+    assert d["ratio"] == pytest.approx(0.75) and d["settled"] and d["confidence"] > 0.95
 
 
 def test_a_slower_strategy_is_rolled_back_to_the_one_before(caplog):
@@ -93,30 +131,69 @@ def test_a_slower_strategy_is_rolled_back_to_the_one_before(caplog):
                     predicted={"data-parallel": 0.005, "os-dpos": 0.004})
     ctl = Controller(SETTINGS, b)
     with caplog.at_level(logging.INFO, logger="fastt"):
-        drive(ctl, b, 3 + 2 + 3)
+        until(ctl, b, decided(ctl, 1))
     assert ctl.history[0].status == "rolled_back" and "slower than the original" in \
-        ctl.history[0].reason
+        ctl.history[0].reason and "CI" in ctl.history[0].reason
     assert b.running is None and b.activations == ["data-parallel", None]
     assert any("rolled back strategy 1 (data-parallel)" in r.message and "speedup 0.50x" in
                r.message for r in caplog.records)
-    drive(ctl, b, 2 + 3)  # os-dpos is planned from the original graph and kept
+    until(ctl, b, decided(ctl, 2))  # os-dpos is planned from the original graph and kept
     assert ctl.history[1].status == "active" and b.running.name == "os-dpos"
+
+
+def test_the_original_is_timed_once_its_warm_up_is_over():
+    """Steps like a script's first ones (431, 182, 130, 105, 95 ms, then declining): the
+    original's time is its steady one, not the warm-up's."""
+    warm = [43.1, 18.2, 13.0, 10.5, 9.5] + list(np.linspace(9.0, 1.0, 35))
+    b = FakeBackend({None: 0.010}, noise=0.05, warmup=warm)
+    ctl = Controller(Settings(enabled=True, warmup_steps=5, profile_steps=1,
+                              measure_steps=20), b)
+    until(ctl, b, lambda: ctl.phase != "warmup")
+    assert ctl.original.settled and ctl.original.warmup >= 25
+    assert ctl.original_median_s == pytest.approx(0.010, rel=0.05)
+
+
+@pytest.mark.parametrize("gain,status", [(0.02, "rolled_back"), (0.30, "active")])
+def test_a_gain_the_noise_does_not_support_is_not_taken(gain, status):
+    b = FakeBackend({None: 0.010, "data-parallel": 0.010 * (1 - gain)},
+                    predicted={"data-parallel": 0.005}, noise=0.10)
+    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=1, measure_steps=20,
+                              max_rounds=1), b)
+    until(ctl, b, decided(ctl, 1))
+    entry = ctl.history[0]
+    assert entry.status == status
+    if status == "rolled_back":  # measured more before giving up, and says why
+        assert entry.decision()["verdict"] == "undecided"
+        assert "not significantly faster" in entry.reason
+        d = entry.decision()
+        assert d["steps"] + d["warmup_steps"] >= 20 + 3 * 20
+
+
+def test_a_load_change_during_a_measurement_measures_again(monkeypatch):
+    loads = iter([0.0] + [0.2 + 0.3 * k for k in range(20)])
+    monkeypatch.setattr(controller, "other_load", lambda start, end: next(loads))
+    b = FakeBackend({None: 0.010, "data-parallel": 0.005}, predicted={"data-parallel": 0.004})
+    ctl = Controller(SETTINGS, b)
+    until(ctl, b, decided(ctl, 1))
+    entry = ctl.history[0]
+    assert entry.decision()["verdict"] == "load changed" and entry.status == "rolled_back"
+    assert "load moved" in entry.reason
 
 
 def test_no_activation_when_the_plan_is_not_predicted_faster():
     b = FakeBackend({None: 0.010, "data-parallel": 0.008, "os-dpos": 0.007},
                     predicted={"data-parallel": 0.004, "os-dpos": 0.005})
     ctl = Controller(SETTINGS, b)
-    drive(ctl, b, 3 + 2 + 3 + 2)
-    assert b.plans == ["data-parallel", "os-dpos"] and b.activations == ["data-parallel"]
-    assert len(ctl.history) == 1
+    until(ctl, b, lambda: ctl.phase == "steady")
+    assert b.plans == ["data-parallel", "os-dpos", "os-dpos"]
+    assert b.activations == ["data-parallel"] and len(ctl.history) == 1
 
 
 def test_stable_cost_models_end_planning_then_periodic_reprofiling():
     b = FakeBackend({None: 0.010, "data-parallel": 0.008, "os-dpos": 0.006},
                     predicted={"data-parallel": 0.008, "os-dpos": 0.006}, change=0.01)
     ctl = Controller(SETTINGS, b)
-    drive(ctl, b, 3 + 2 + 3 + 2 + 3)  # the chosen strategy is planned once in any case
+    until(ctl, b, decided(ctl, 2))  # the chosen strategy is planned once in any case
     assert b.plans == ["data-parallel", "os-dpos"]
     drive(ctl, b, 2)  # profiled again: stable -> steady
     assert ctl.phase == "steady" and b.plans == ["data-parallel", "os-dpos"]
@@ -135,7 +212,8 @@ def test_a_failure_returns_to_the_original_graph_with_one_warning(where, caplog)
     b = FakeBackend({None: 0.010, "data-parallel": 0.008}, fail_on=where)
     ctl = Controller(SETTINGS, b)
     with caplog.at_level(logging.WARNING, logger="fastt"):
-        drive(ctl, b, 3 + 2 + 20)
+        until(ctl, b, lambda: ctl.phase == "off")
+        drive(ctl, b, 20)
     assert b.running is None and ctl.phase == "off"
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "broke" in warnings[0].message
@@ -147,30 +225,28 @@ def test_strict_mode_raises():
     b = FakeBackend({None: 0.010}, fail_on="plan")
     ctl = Controller(Settings(enabled=True, warmup_steps=2, profile_steps=1, strict=True), b)
     with pytest.raises(RuntimeError, match="planner broke"):
-        drive(ctl, b, 3)
+        drive(ctl, b, 40)
 
 
 def test_with_dumps_one_measured_step_is_traced_and_left_out_of_the_timings():
-    b = FakeBackend({None: 0.010, "data-parallel": 0.008})
-    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=3,
+    b = FakeBackend({None: 0.010, "data-parallel": 0.008}, warmup=[5.0])
+    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
                               max_rounds=1, dump_dir="dumps"), b)
-    drive(ctl, b, 3 + 2)  # warmed up, profiled, activated
-    assert ctl.phase == "measure" and not ctl.before_step()  # the first step: not traced
-    ctl.after_step(0.5)  # it builds the executors: excluded
-    assert ctl.before_step()  # the second step is traced...
-    ctl.after_step(0.9, "trace")  # ...(a traced step is slow) and not timed
-    assert not ctl.before_step()
-    drive(ctl, b, 2)
+    until(ctl, b, lambda: ctl.phase == "measure")  # warmed up, profiled, activated
+    b.on_graph, start = 0, len(b.traced)  # the next step builds the executors: slow
+    until(ctl, b, lambda: ctl.phase != "measure")
+    traced = b.traced[start:]
+    assert traced[:4] == [False, True, False, False]  # the second step, the first timed
+    assert traced.count(True) == 1
     entry = ctl.history[0]
-    assert b.timelines == ["trace"] and entry.measured_s == [0.008, 0.008]
+    assert b.timelines == ["trace"]
+    assert entry.measured_s == pytest.approx([0.008] * len(entry.measured_s))
     assert entry.status == "active" and b.profiles == 2
     assert entry.timeline is None  # written with the dump, not kept
     assert ctl.session == f"{os.getpid()}-{ctl.session.split('-')[1]}"  # names its dumps
     plain = Controller(SETTINGS, FakeBackend({None: 0.010, "data-parallel": 0.008}))
-    drive(plain, plain.backend, 3 + 2)
-    traced = []
-    while plain.phase == "measure":  # without dumps: no measured step is traced
-        traced.append(plain.before_step())
-        plain.after_step(0.008)
-    assert traced == [False] * 3 and plain.backend.timelines == [None]
+    until(plain, plain.backend, lambda: plain.phase == "measure")
+    start = len(plain.backend.traced)
+    until(plain, plain.backend, lambda: plain.phase != "measure")
+    assert not any(plain.backend.traced[start:]) and plain.backend.timelines == [None]
     assert Controller(SETTINGS, plain.backend).session != plain.session

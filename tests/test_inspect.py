@@ -279,7 +279,7 @@ def test_commands_name_what_is_wrong(tmp_path, capsys):
     assert "no strategy dumps in" in capsys.readouterr().err
     (tmp_path / "strategy-1").mkdir()
     (tmp_path / "strategy-1" / "strategy.json").write_text('{"schema": "fastt.session-strategy",'
-                                                          ' "schema_version": 2, "n": 0}')
+                                                          ' "schema_version": 3, "n": 0}')
     assert main(["inspect", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "does not follow the strategy schema: $: missing key 'source'" in err

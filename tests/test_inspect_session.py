@@ -66,8 +66,12 @@ def test_every_dump_file_follows_its_schema(dump_dir):
     used = set(found["strategy-2"]["placement"].values())
     expected = {info["devices"].index(d) + 1 for d in used}
     assert {e["pid"] for e in measured["traceEvents"] if e.get("cat") == "op"} >= expected
-    # The traced step is not one of the timed ones: 3 measured steps, the first excluded.
-    assert all(len(d["measured_step_times_s"]) == 2 for d in found.values())
+    # Each decision names its verdict and the steps it rests on (step-to-step times).
+    verdicts = [(d["decision"]["verdict"], d["decision"]["baseline"]) for d in found.values()]
+    assert verdicts == [("slower", "the original graph"), ("faster", "the original graph")]
+    assert all(d["decision"]["steps"] == len(d["measured_step_times_s"]) >= 3
+               for d in found.values())
+    assert min(found["strategy-1"]["measured_step_times_s"]) >= 0.06
     history = found["strategy-2"]["history"]
     assert [(h["dump"], h["status"]) for h in history] == [("strategy-1", "rolled_back"),
                                                            ("strategy-2", "active")]

@@ -96,7 +96,8 @@ def test_the_demo_prints_no_profiler_chatter(tmp_path):
     env.update(PYTHONPATH=ROOT, FASTT="1", FASTT_DEVICES="cpu:2",
                FASTT_DUMP_DIR=str(tmp_path / "dump"))
     p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "session_feed_dict.py"),
-                        "--out", str(tmp_path / "out")], env=env, capture_output=True,
+                        "--steps", "300", "--out", str(tmp_path / "out")], env=env,
+                       capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert "fastt: planned" in p.stderr

@@ -22,7 +22,7 @@ from fastt.plugin.settings import Settings, parse_devices  # noqa: E402
 from tf_patches import session_hook  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = 16
+STEPS = 80
 
 
 def settings(tmp_path, **kw):

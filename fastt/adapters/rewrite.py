@@ -99,7 +99,9 @@ def order_edges(graph: Graph, strategy: Strategy) -> dict[str, list[str]]:
     groups = fusion_groups(graph)
     per_device: dict[str, list[str]] = defaultdict(list)
     for name in strategy.order:
-        if name in chained and graph[name].type not in _FREE:
+        # a batch source is fed, not run: a control edge on it would run it (a dequeue that
+        # waits on the inner session's empty queue, a placeholder no one feeds)
+        if name in chained and graph[name].type not in _FREE | BATCH_SOURCES:
             per_device[strategy.placement[name]].append(name)
     topo = graph.topological_order()
     pos = {n: i for i, n in enumerate(topo)}

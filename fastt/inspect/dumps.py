@@ -23,7 +23,7 @@ from fastt.jsonio import read_json, write_json
 
 log = logging.getLogger("fastt")
 SCHEMA = "fastt.session-strategy"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _DIR = re.compile(r"^strategy-(\d+)$")
 
 
@@ -31,7 +31,8 @@ def document(strategy: Any, *, source: str, session: str, n: int, status: str,
              history: list[dict[str, Any]], reason: str = "",
              measured_s: Sequence[float] = (), original_s: Sequence[float] = (),
              activated_at_step: int | None = None, order_mechanism: str | None = None,
-             predicted_s: float | None = None) -> dict[str, Any]:
+             predicted_s: float | None = None, decision: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
     """The ``strategy.json`` document of ``strategy`` (a ``Strategy``)."""
     doc = strategy.to_dict()
     mine, orig = _median(measured_s), _median(original_s)
@@ -44,18 +45,19 @@ def document(strategy: Any, *, source: str, session: str, n: int, status: str,
         "original_step_times_s": list(original_s), "original_step_time_s": orig,
         "speedup": (orig / mine) if orig and mine else None,
         "activated_at_step": activated_at_step, "order_mechanism": order_mechanism,
-        "history": history,
+        "decision": decision, "history": history,
     })
     return doc
 
 
 def history_entry(n: int, name: str, status: str, predicted_s: float, reason: str = "",
                   dump: str = "", measured_s: Sequence[float] = (),
-                  activated_at_step: int | None = None) -> dict[str, Any]:
+                  activated_at_step: int | None = None, verdict: str | None = None
+                  ) -> dict[str, Any]:
     return {"n": n, "strategy": name, "status": status, "reason": reason,
             "dump": os.path.basename(dump), "predicted_step_time_s": predicted_s,
             "measured_step_times_s": list(measured_s), "measured_step_time_s":
-            _median(measured_s), "activated_at_step": activated_at_step}
+            _median(measured_s), "activated_at_step": activated_at_step, "verdict": verdict}
 
 
 def _median(values: Sequence[float]) -> float | None:

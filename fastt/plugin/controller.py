@@ -23,11 +23,17 @@ from typing import Any, Protocol
 
 from fastt.errors import WorkerLostError
 from fastt.ir import Graph, writes_variable
+from fastt.plugin.load import Reading, other_load
+from fastt.plugin.measure import CONFIDENCE, Verdict, compare, settled
 from fastt.plugin.settings import Settings
 
 log = logging.getLogger("fastt")
 
 STATUSES = ("measuring", "active", "superseded", "rolled_back", "failed")
+CAP = 6  # a graph whose steps never settle is sampled after warmup + CAP * measure steps
+EXTEND = 3  # an undecided comparison measures up to EXTEND * measure steps more
+RESTARTS = 2  # times a measurement starts again after the machine's load changed
+LOOKS = 1 + EXTEND  # comparisons one measurement may make: each at 1 - (1 - CONFIDENCE) / LOOKS
 _sessions = itertools.count(1)
 
 
@@ -62,6 +68,20 @@ class Backend(Protocol):
 
 
 @dataclass
+class Sample:
+    """The step times of one graph after its warm-up: the time from the start of one training
+    step to the start of the next, as the script's own throughput sees it."""
+    times: list[float]
+    warmup: int  # steps left out as warm-up (MSER-5), or up to the cap when never settled
+    settled: bool
+    load: float | None  # other processes' load while it ran, in cores (None: not known)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"warmup_steps": self.warmup, "settled": self.settled,
+                "other_load_cores": self.load, "steps": len(self.times)}
+
+
+@dataclass
 class Entry:
     """One strategy fastt computed, with what happened to it."""
     n: int
@@ -74,10 +94,19 @@ class Entry:
     reason: str = ""
     dump: str = ""
     timeline: Any = None  # the RunMetadata of one traced step on it (with dumps on)
+    sample: Sample | None = None
+    verdict: Verdict | None = None  # against the graph it was compared with
+    baseline: str = ""  # that graph: "the original graph" or "strategy <n> (<name>)"
 
     @property
     def measured_median_s(self) -> float | None:
         return statistics.median(self.measured_s) if self.measured_s else None
+
+    def decision(self) -> dict[str, Any] | None:
+        """What its measurement concluded, for the dump (None before it is measured)."""
+        if self.verdict is None or self.sample is None:
+            return None
+        return {"baseline": self.baseline, **self.verdict.as_dict(), **self.sample.as_dict()}
 
 
 def session_id() -> str:
@@ -95,7 +124,12 @@ class Controller:
         self.history: list[Entry] = []
         self.active: Entry | None = None  # None: the original graph
         self.original_s: list[float] = []
-        self._times: list[float] = []
+        self.original: Sample | None = None
+        self._times: list[float] = []  # the graph being measured: its step-to-step times
+        self._window = Reading()  # when they started
+        self._last_start: float | None = None
+        self._clean = False  # whether the last step's time is the graph's alone
+        self._restarts = 0  # of the current measurement, after the load changed
         self._traced = 0
         self._measuring: Entry | None = None
         self._since_profile = 0
@@ -113,14 +147,24 @@ class Controller:
         return bool(self.settings.dump_dir) and m is not None and m.timeline is None \
             and len(self._times) == 1
 
-    def after_step(self, seconds: float, run_metadata: Any = None) -> None:
+    def step_started(self, now: float) -> None:
+        """A training step starts (``now``: ``time.perf_counter()``): the time since the last
+        one started is a step time of the graph being measured, unless fastt worked in
+        between (traced, planned, activated)."""
+        if self._last_start is not None and self._clean:
+            self._times.append(now - self._last_start)
+        self._last_start = now
+
+    def after_step(self, run_metadata: Any = None) -> None:
         self.step += 1
+        phase = self.phase
         try:
-            getattr(self, "_" + self.phase)(seconds, run_metadata)
+            getattr(self, "_" + phase)(run_metadata)
         except WorkerLostError:
             raise  # no graph can run on a broken cluster
         except Exception as e:  # noqa: BLE001 - never break training
             self.fail(e)
+        self._clean = run_metadata is None and self.phase == phase in ("warmup", "measure")
 
     def fail(self, error: BaseException) -> None:
         """Something inside fastt failed: back to the original graph, stop planning."""
@@ -143,13 +187,13 @@ class Controller:
         running.dump = self.backend.record(running, self.history)
 
     # -- phases --------------------------------------------------------------------------
-    def _warmup(self, seconds: float, _: Any) -> None:
-        self._times.append(seconds)
-        if len(self._times) >= self.settings.warmup_steps:
-            self.original_s = self._times[1:]  # the first step builds the executors
+    def _warmup(self, _: Any) -> None:
+        sample = self._sample()
+        if sample is not None:
+            self.original, self.original_s = sample, sample.times
             self._start_profile()
 
-    def _profile(self, seconds: float, run_metadata: Any) -> None:
+    def _profile(self, run_metadata: Any) -> None:
         if run_metadata is not None:
             self.backend.profile(run_metadata)
         self._traced += 1
@@ -184,31 +228,66 @@ class Controller:
         self.history.append(entry)
         self._measuring = entry
         self.backend.activate(strategy)
-        self.phase, self._times = "measure", []
+        self.phase, self._restarts = "measure", 0
+        self._new_window()
 
-    def _measure(self, seconds: float, run_metadata: Any) -> None:
+    def _new_window(self) -> None:
+        self._times, self._window = [], Reading()
+        self._looks, self._next_look = 0, 0
+
+    def _sample(self, extra: int = 0) -> Sample | None:
+        """The graph's sample once its steps have settled and ``measure_steps`` (plus
+        ``extra``) followed; at the cap, the last ones, marked unsettled; None before."""
+        need = self.settings.measure_steps + extra
+        times = self._times
+        if len(times) < self.settings.warmup_steps + need:
+            return None
+        start = settled(times, need)
+        if start is None and len(times) < self.settings.warmup_steps + CAP * need:
+            return None
+        ok = start is not None
+        if start is None:  # from the cap on: the last ``need`` steps then, and all after
+            start = min(len(times) - need, self.settings.warmup_steps + (CAP - 1) * need)
+        # a cluster's workers are other processes here: their load is the graph's own
+        load = other_load(self._window, Reading()) if self.settings.cluster is None else None
+        return Sample(times[start:], start, ok, load)
+
+    def _measure(self, run_metadata: Any) -> None:
         if run_metadata is not None and self._measuring is not None:
             self._measuring.timeline = run_metadata
             return
-        self._times.append(seconds)
-        if len(self._times) < self.settings.measure_steps:
-            return
-        entry, self._measuring = self._measuring, None
+        entry = self._measuring
         assert entry is not None
-        entry.measured_s = self._times[1:]
+        sample = self._sample()
+        if sample is None or len(self._times) < self._next_look:
+            return
         previous = self.active
-        before = previous.measured_median_s if previous else statistics.median(self.original_s)
-        assert entry.measured_median_s is not None and before is not None
-        if entry.measured_median_s > before and not self.settings.rollback:
-            entry.reason = (f"measured {1e3 * entry.measured_median_s:.2f} ms/step, slower than "
-                            f"{self._label(previous)} at {1e3 * before:.2f} ms/step; kept "
-                            "(FASTT_ROLLBACK=0)")
-        if entry.measured_median_s > before and self.settings.rollback:
+        base = previous.sample if previous is not None else self.original
+        assert base is not None
+        shift = sample.load - base.load if None not in (sample.load, base.load) else 0.0
+        verdict = compare(base.times, sample.times, seed=entry.n, load_change=shift,
+                          confidence=1 - (1 - CONFIDENCE) / LOOKS)
+        if verdict.verdict == "load changed" and self._restarts < RESTARTS:
+            self._restarts += 1
+            log.debug("fastt: %s; measuring strategy %d again", verdict.reason, entry.n)
+            self._new_window()
+            return
+        self._looks += 1
+        if verdict.verdict == "undecided" and self._looks < LOOKS:
+            self._next_look = len(self._times) + self.settings.measure_steps
+            return  # more steps
+        self._measuring = None
+        entry.sample, entry.verdict, entry.measured_s = sample, verdict, sample.times
+        entry.baseline = self._label(previous)
+        faster = verdict.verdict == "faster"
+        if not faster:
+            entry.reason = self._why_not(entry, previous, verdict)
+        if not faster and self.settings.rollback:
             entry.status = "rolled_back"
-            entry.reason = (f"measured {1e3 * entry.measured_median_s:.2f} ms/step, slower than "
-                            f"{self._label(previous)} at {1e3 * before:.2f} ms/step")
             self.backend.activate(previous.strategy if previous else None)
         else:
+            if not faster:
+                entry.reason += "; kept (FASTT_ROLLBACK=0)"
             entry.status = "active"
             if previous is not None:
                 previous.status = "superseded"
@@ -219,13 +298,24 @@ class Controller:
         self._summary(entry)
         self._next_round()
 
-    def _steady(self, seconds: float, _: Any) -> None:
+    def _why_not(self, entry: Entry, previous: Entry | None, v: Verdict) -> str:
+        base = self._label(previous)
+        ci = f"ratio {v.ratio:.3f}, {100 * v.confidence:.1f}% CI {v.low:.3f}-{v.high:.3f}"
+        mine = 1e3 * (entry.measured_median_s or 0.0)
+        if v.verdict == "slower":
+            return f"measured {mine:.2f} ms/step, slower than {base} ({ci})"
+        if v.verdict == "load changed":
+            return f"{v.reason} while it was measured; not compared with {base} ({ci})"
+        return (f"measured {mine:.2f} ms/step, not significantly faster than {base} after "
+                f"{len(entry.measured_s)} settled steps ({ci})")
+
+    def _steady(self, _: Any) -> None:
         self._since_profile += 1
         if self.settings.reprofile_every and self._since_profile >= self.settings.reprofile_every:
             self.rounds = max(self.rounds, 1)  # re-plans only on a significant change
             self._start_profile()
 
-    def _off(self, seconds: float, _: Any) -> None:
+    def _off(self, _: Any) -> None:
         pass
 
     # -- helpers -------------------------------------------------------------------------
@@ -265,10 +355,14 @@ class Controller:
     def _summary(self, e: Entry) -> None:
         orig = self.original_median_s
         measured = e.measured_median_s or 0.0
-        speedup = self.speedup(e)
+        v = e.verdict
         verb = "activated" if e.status == "active" else "rolled back"
+        compared = "" if v is None else (f"; against {e.baseline}: {v.verdict}, ratio "
+                                         f"{v.ratio:.3f} ({100 * v.confidence:.1f}% CI "
+                                         f"{v.low:.3f}-{v.high:.3f})")
         log.info("fastt: %s strategy %d (%s) on %d devices: predicted %.2f ms/step, measured "
-                 "%.2f ms/step, original %.2f ms/step, speedup %.2fx%s%s", verb, e.n, e.name,
+                 "%.2f ms/step, original %.2f ms/step, speedup %.2fx%s%s%s", verb, e.n, e.name,
                  len(getattr(e.strategy, "devices", [])), 1e3 * e.predicted_s, 1e3 * measured,
-                 1e3 * (orig or 0.0), speedup, f" ({e.reason})" if e.reason else "",
+                 1e3 * (orig or 0.0), self.speedup(e), compared,
+                 f" ({e.reason})" if e.reason and e.status != "rolled_back" else "",
                  f"; dump {e.dump}" if e.dump else "")

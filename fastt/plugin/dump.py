@@ -1,6 +1,6 @@
 """``FASTT_DUMP_DIR/strategy-<k>/``: what the plugin decided, and what it measured.
 
-``strategy.json`` (schema ``fastt.session-strategy`` version 2, documented in
+``strategy.json`` (schema ``fastt.session-strategy`` version 3, documented in
 ``fastt/inspect/schemas/strategy.schema.json``) holds the strategy document
 (``Strategy.to_dict``: devices, placement, order, splits, predicted step time) plus:
 
@@ -8,8 +8,13 @@
   ``dump`` (its directory name);
 - ``status``: ``measuring``, ``active``, ``superseded``, ``rolled_back`` or ``failed``;
 - ``reason``: why it was rolled back or failed (empty otherwise);
-- ``measured_step_times_s`` / ``measured_step_time_s``: its steps after activation (median);
-- ``original_step_times_s`` / ``original_step_time_s``: the original graph's steps;
+- ``measured_step_times_s`` / ``measured_step_time_s``: its step times after its warm-up
+  (from one training step's start to the next's; median);
+- ``original_step_times_s`` / ``original_step_time_s``: the original graph's, likewise;
+- ``decision``: how its measurement was judged (``fastt.plugin.measure``): the graph it was
+  compared with, the ratio of median step times with its confidence interval, the verdict
+  (``faster``, ``slower``, ``undecided``, ``load changed``), the warm-up steps left out,
+  whether the steps settled, the other processes' load (cores); null before it is measured;
 - ``speedup``: original median / this strategy's median (``null`` before it is measured);
 - ``activated_at_step``, ``order_mechanism`` (``priority-executor``,
   ``control-dependencies`` or ``none``);
@@ -36,9 +41,11 @@ def document(entry: Entry, history: list[Entry], original_s: list[float],
         entry.strategy, source="session", session=session, n=entry.n, status=entry.status,
         reason=entry.reason, measured_s=entry.measured_s, original_s=original_s,
         activated_at_step=entry.step, order_mechanism=order_mechanism,
-        predicted_s=entry.predicted_s,
+        predicted_s=entry.predicted_s, decision=entry.decision(),
         history=[dumps.history_entry(e.n, e.name, e.status, e.predicted_s, e.reason, e.dump,
-                                     e.measured_s, e.step) for e in history])
+                                     e.measured_s, e.step,
+                                     e.verdict.verdict if e.verdict else None)
+                 for e in history])
 
 
 def write(root: str, entry: Entry, doc: dict[str, Any], models: CostModels | None,

@@ -5,7 +5,10 @@ A classic TF1 input pipeline (``string_input_producer``, a reader, ``tf.train.ba
 session. A queue cannot be moved to another session (its elements live in its kernel), so
 fastt leaves the whole input stage there: the runners' own runs (enqueue, close, cancel) go
 to the user's session as before, and a run of fastt's graph that reads a runner's queue
-(a dequeue, a size) first takes those values from the user's session and feeds them in.
+(a dequeue, a size) first takes those values from the user's session and feeds them in. In
+fastt's graphs each such read is an ``IdentityN`` of placeholders under its name: fed, it can
+never wait on the inner session's empty queue, even where grappler turns a use of it into a
+control dependency (which would run the op itself).
 Each element is dequeued once, by the run that uses it, whichever graph serves it: nothing
 is skipped or repeated across an activation or a rollback.
 """
@@ -14,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
 
 from fastt.plugin.state import executed
 
@@ -60,7 +64,8 @@ class InputStage:
 
     def reads(self, fetches: list[str], targets: list[str], feeds: list[str]
               ) -> list[tf.Tensor]:
-        """The outputs of the runners' queue reads (dequeues, sizes) a run executes."""
+        """The outputs of the runners' queue reads (dequeues, sizes) a run executes (none
+        when the run already feeds them: a retry)."""
         self._refresh()
         if not self._readers:
             return []
@@ -69,4 +74,37 @@ class InputStage:
             ran = executed(self.graph, fetches, targets, set(feeds))
             self._reads[key] = [t for name in sorted(ran & set(self._readers))
                                 for t in self._readers[name].outputs]
-        return self._reads[key]
+        return [t for t in self._reads[key] if fed_name(t.name) not in feeds]
+
+    def placeholders(self, gd: graph_pb2.GraphDef) -> graph_pb2.GraphDef:
+        """``gd`` with each queue read replaced by an ``IdentityN`` of placeholders
+        (``fed_name`` of each output), on the read's device."""
+        self._refresh()
+        if not self._readers:
+            return gd
+        out = graph_pb2.GraphDef()
+        out.CopyFrom(gd)
+        for node in out.node:
+            op = self._readers.get(node.name)
+            if op is None:
+                continue
+            types = [t.dtype.as_datatype_enum for t in op.outputs]
+            for i, t in enumerate(op.outputs):
+                ph = out.node.add(name=fed_name(t.name).split(":")[0], op="Placeholder",
+                                  device=node.device)
+                ph.attr["dtype"].type = types[i]
+            del node.input[:]
+            node.input.extend(fed_name(t.name) for t in op.outputs)
+            keep = {k: v for k, v in node.attr.items() if k.startswith("_")}
+            node.op = "IdentityN"
+            node.ClearField("attr")
+            node.attr["T"].list.type.extend(types)
+            for k, v in keep.items():
+                node.attr[k].CopyFrom(v)
+        return out
+
+
+def fed_name(tensor: str) -> str:
+    """The placeholder fastt's graphs feed output ``tensor`` of a queue read through."""
+    op, _, index = tensor.rpartition(":")
+    return f"{op}/fastt_fed{index}:0"

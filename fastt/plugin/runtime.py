@@ -28,7 +28,7 @@ from fastt.inspect import dumps
 from fastt.plugin import activation, dump, remote
 from fastt.plugin.activation import Running
 from fastt.plugin.controller import Controller, Entry, session_id, updates_trainables
-from fastt.plugin.input_stage import InputStage
+from fastt.plugin.input_stage import InputStage, fed_name
 from fastt.plugin.settings import Settings
 from fastt.plugin.state import SCOPE, IteratorInits, StateOps, stateful_ops
 from fastt.plugin.step_finder import DECLINE_AFTER_RUNS, StepFinder
@@ -98,16 +98,15 @@ class SessionPlugin:
             return self._dispatch(req, fetches, feed_dict, options, run_metadata)
         if self.models is None:
             self._feed_shapes = {n: v.shape for n, v in req.feeds.items()}
+        ctl.step_started(time.perf_counter())
         trace = ctl.before_step()
         meta = _tf1.RunMetadata() if trace else run_metadata
         opts = _with(options, trace_level=_tf1.RunOptions.FULL_TRACE) if trace else options
         with profiler_chatter_dropped() if trace else contextlib.nullcontext():
-            t0 = time.perf_counter()
             out = self._dispatch(req, fetches, feed_dict, opts, meta)
-            seconds = time.perf_counter() - t0
         if trace and run_metadata is not None:
             run_metadata.MergeFrom(meta)
-        ctl.after_step(seconds, meta if trace else None)
+        ctl.after_step(meta if trace else None)
         return out
 
     def _dispatch(self, req: hook.Request, fetches: Any, feed_dict: Any, options: Any,
@@ -122,17 +121,15 @@ class SessionPlugin:
             return out
         reads = self.inputs.reads(req.fetch_names, req.target_names, list(req.feeds))
         if reads:  # from the queues in the user's session; a retry reuses them
-            req.feeds.update(zip([t.name for t in reads], self.user.run(reads)))
+            req.feeds.update(zip([fed_name(t.name) for t in reads], self.user.run(reads)))
         cur, found = self._resolve(req.fetch_names + req.target_names + list(req.feeds))
         nf, nt = len(req.fetch_names), len(req.target_names)
         first = cur.snapshot is not None
-        fed = [n in req.feeds for n in req.fetch_names]  # queue reads fetched: their values
         try:
-            ran = iter(hook.run_elements(
-                cur.sess, [e for e, f in zip(found[:nf], fed) if not f], found[nf:nf + nt],
+            values = hook.run_elements(
+                cur.sess, found[:nf], found[nf:nf + nt],
                 dict(zip(found[nf + nt:], req.feeds.values())),
-                self._deadline(options, first), meta))
-            values = [req.feeds[n] if f else next(ran) for n, f in zip(req.fetch_names, fed)]
+                self._deadline(options, first), meta)
             if first:
                 cur.snapshot = None
         except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
@@ -200,6 +197,8 @@ class SessionPlugin:
         if self.watch is not None:
             self.watch.check()
         ctl = self._controller_for(c.signature, c.names) if not self._off else None
+        if ctl is not None:
+            ctl.step_started(time.perf_counter())
         trace = ctl.before_step() if ctl else False
         if ctl is not None and self.models is None:
             self._feed_shapes = {n: np.shape(a) for n, a in zip(c.options.feed, args)}
@@ -227,7 +226,6 @@ class SessionPlugin:
                 fn = hook.plain_callable(cur.sess, bounded)
             cur.callables[key] = fn
         meta = _tf1.RunMetadata() if trace else run_metadata
-        t0 = time.perf_counter()
         try:
             with profiler_chatter_dropped() if trace else contextlib.nullcontext():
                 out = fn(*args, run_metadata=meta)
@@ -242,7 +240,7 @@ class SessionPlugin:
         if ctl is not None:
             if trace and run_metadata is not None:
                 run_metadata.MergeFrom(meta)
-            ctl.after_step(time.perf_counter() - t0, meta if trace else None)
+            ctl.after_step(meta if trace else None)
         return out
 
     def partial_run_setup(self, fetches: Any, feeds: Any = None) -> Any:
@@ -412,7 +410,7 @@ class SessionPlugin:
             if mechanism == "priority-executor" and not config.experimental.executor_type:
                 config.experimental.executor_type = priority_executor.EXECUTOR_TYPE
             graph = merged_graph(ir, strategy)
-        gd, counters, left = continue_streams(gd, self.graph)
+        gd, counters, left = continue_streams(self.inputs.placeholders(gd), self.graph)
         if left and not self._streams_said:
             self._streams_said = True
             log.warning("fastt: %s", skipped_note(left))

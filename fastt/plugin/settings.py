@@ -101,7 +101,7 @@ class Settings:
     dump_dir: str = ""
     warmup_steps: int = 5
     profile_steps: int = 3
-    measure_steps: int = 5
+    measure_steps: int = 20
     max_rounds: int = 3
     reprofile_every: int = 500  # steps; 0: never
     replan_threshold: float = 0.1  # relative change of the cost models that triggers a re-plan
@@ -150,7 +150,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         dump_dir=env.get("FASTT_DUMP_DIR", "").strip(),
         warmup_steps=_count(env, "FASTT_WARMUP_STEPS", 5, 2),
         profile_steps=_count(env, "FASTT_PROFILE_STEPS", 3, 1),
-        measure_steps=_count(env, "FASTT_MEASURE_STEPS", 5, 2),
+        measure_steps=_count(env, "FASTT_MEASURE_STEPS", 20, 3),
         max_rounds=_count(env, "FASTT_MAX_ROUNDS", 3, 1),
         reprofile_every=_count(env, "FASTT_REPROFILE_EVERY", 500, 0),
         replan_threshold=_fraction(env, "FASTT_REPLAN_THRESHOLD", 0.1),

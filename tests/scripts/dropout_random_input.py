@@ -13,7 +13,7 @@ tf1 = tf.compat.v1
 tf1.disable_eager_execution()
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", default="/tmp/dropout_random_input")
-parser.add_argument("--steps", type=int, default=120)
+parser.add_argument("--steps", type=int, default=80)
 args = parser.parse_args()
 
 

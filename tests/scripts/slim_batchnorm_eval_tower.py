@@ -64,7 +64,7 @@ saver = tf1.train.Saver()
 
 with tf1.Session() as sess:
     sess.run(tf1.global_variables_initializer())
-    for step in range(120):
+    for step in range(80):
         value = sess.run(train_op)
         if (step + 1) % 40 == 0:
             acc = sess.run(accuracy, {eval_x: images[384:], eval_y: labels[384:]})

@@ -1,0 +1,108 @@
+"""Step times a decision can rest on: the end of the warm-up, and which of two graphs is faster
+(no TensorFlow here).
+
+The warm-up ends where MSER-5 truncates the series (White, "An effective truncation heuristic
+for bias reduction in simulation output", Simulation 69(6), 1997): over the means of batches of
+5 steps, the truncation point ``d`` minimising the marginal standard error
+``S^2(d) / (n - d)^2``, searched over the first half of the series; the series has settled
+when that point lies strictly inside its first half (the rule's own validity condition),
+enough steps follow it, and the two halves of what follows do not differ (by more than 5%,
+significantly: see below).
+
+Two graphs compare by the ratio of their median step times with a 95% bootstrap confidence
+interval (percentile method, resampling each sample with replacement; seeded, so a decision
+is reproducible from the samples in the dump): faster when the whole interval lies below 1,
+slower when above, undecided otherwise, and then more steps are measured. A comparison is
+also undecided when the machine's other load changed between the two samples.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+BATCH = 5  # MSER-5
+BOOTSTRAP = 2000
+CONFIDENCE = 0.95
+DRIFT = 0.05  # the two halves of a steady series differ by less, or not significantly
+LOAD_CHANGE = 0.15  # of the machine's cores: more than this between two samples, re-measure
+
+
+def mser5_truncation(times: list[float]) -> int:
+    """The step index where MSER-5 ends the warm-up of ``times`` (a multiple of 5; 0 for
+    series shorter than two batches)."""
+    n = len(times) // BATCH
+    if n < 2:
+        return 0
+    means = np.asarray(times[:n * BATCH], dtype=float).reshape(n, BATCH).mean(axis=1)
+    # suffix sums give each truncation's mean and variance in one pass
+    rev = means[::-1]
+    count = np.arange(1, n + 1)
+    mean = np.cumsum(rev) / count
+    sq = np.cumsum(rev ** 2) / count
+    mser = np.maximum(sq - mean ** 2, 0.0) / count  # S^2(d) / (n - d), in batch units
+    mser = mser[::-1]  # index d: batches d..n-1 kept
+    # Truncations past the middle are not searched: there the few batches left often have a
+    # spuriously small variance (the rule's known weakness; it asks for d <= n/2 anyway).
+    mser = mser[:n // 2 + 1]
+    # the first minimum, up to rounding (a constant tail gives zeros that differ in the 1e-19s)
+    d = int(np.flatnonzero(mser <= mser.min() + 1e-9 * float(means.var()))[0])
+    return d * BATCH
+
+
+def settled(times: list[float], min_steps: int) -> int | None:
+    """Where the steady state of ``times`` starts, once at least ``min_steps`` settled steps
+    follow it; None while still warming up (or too few steps)."""
+    d = mser5_truncation(times)
+    half = (len(times) // BATCH // 2) * BATCH
+    if len(times) < 2 * BATCH or d >= half or len(times) - d < min_steps:
+        return None  # a minimum at the middle: the warm-up may go on past it
+    kept = times[d:]
+    drift = compare(kept[:len(kept) // 2], kept[len(kept) // 2:])
+    if drift.verdict != "undecided" and abs(drift.ratio - 1) > DRIFT:
+        return None  # MSER truncates a warm-up; a level that moves later is not steady
+    return d
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Candidate against baseline: ``ratio`` of median step times (below 1: the candidate is
+    faster), its confidence interval, and what the rule concludes."""
+    ratio: float
+    low: float
+    high: float
+    confidence: float
+    verdict: str  # "faster", "slower", "undecided" or "load changed"
+    reason: str = ""
+
+    def as_dict(self) -> dict[str, float | str]:
+        return {"ratio": self.ratio, "ci_low": self.low, "ci_high": self.high,
+                "confidence": self.confidence, "verdict": self.verdict, "reason": self.reason}
+
+
+def compare(baseline: list[float], candidate: list[float], seed: int = 0,
+            load_change: float = 0.0, confidence: float = CONFIDENCE) -> Verdict:
+    """Whether ``candidate``'s step times are faster than ``baseline``'s (see the module
+    docstring); ``load_change``: how much the machine's other load moved between the two
+    samples, in cores; ``confidence``: of the interval (higher when one measurement looks
+    several times, so that the looks together keep ``CONFIDENCE``)."""
+    base, cand = np.asarray(baseline, float), np.asarray(candidate, float)
+    if len(base) < 3 or len(cand) < 3:
+        raise ValueError(f"need at least 3 step times on each side, got {len(base)} and "
+                         f"{len(cand)}")
+    ratio = float(np.median(cand) / np.median(base))
+    rng = np.random.default_rng(seed)
+    b = np.median(rng.choice(base, (BOOTSTRAP, len(base))), axis=1)
+    c = np.median(rng.choice(cand, (BOOTSTRAP, len(cand))), axis=1)
+    tail = 100 * (1 - confidence) / 2
+    low, high = (float(v) for v in np.percentile(c / b, [tail, 100 - tail]))
+    if abs(load_change) > LOAD_CHANGE:
+        return Verdict(ratio, low, high, confidence, "load changed",
+                       f"the machine's other load moved by {load_change:+.2f} cores")
+    verdict = "faster" if high < 1.0 else "slower" if low > 1.0 else "undecided"
+    return Verdict(ratio, low, high, confidence, verdict)
+
+
+def median(times: list[float]) -> float:
+    return float(np.median(times)) if times else math.nan

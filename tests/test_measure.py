@@ -1,0 +1,65 @@
+"""The steady-state detector on warm-up series like those recorded, and the decision rule on
+synthetic samples (no timings are measured here)."""
+import numpy as np
+import pytest
+
+from fastt.plugin.measure import compare, mser5_truncation, settled
+
+
+def _warmup_then_steady(rng, steady=0.060, noise=0.05, n=120):
+    """A script's steps as recorded without fastt: 431, 182, 130, 105, 95 ms, then a slow
+    decline to about 60 ms by step 40, then steady with multiplicative noise."""
+    head = [0.431, 0.182, 0.130, 0.105, 0.095]
+    decline = list(np.linspace(0.090, steady, 35))
+    times = head + decline + [steady] * (n - 40)
+    return list(np.asarray(times) * rng.lognormal(0.0, noise, n))
+
+
+def test_the_warm_up_ends_where_the_steps_settle_not_after_a_fixed_count():
+    rng = np.random.default_rng(1)
+    times = _warmup_then_steady(rng)
+    d = mser5_truncation(times)
+    assert 25 <= d <= 45
+    assert settled(times[:20], min_steps=10) is None  # still declining
+    start = settled(times, min_steps=30)
+    assert start is not None and 25 <= start <= 45
+    assert np.median(times[start:]) == pytest.approx(0.060, rel=0.05)
+
+
+def test_a_series_steady_from_the_start_is_settled_at_once():
+    rng = np.random.default_rng(2)
+    times = list(0.02 * rng.lognormal(0.0, 0.1, 40))
+    assert settled(times, min_steps=20) is not None and settled(times, min_steps=20) <= 10
+
+
+def test_a_late_jump_is_not_steady():
+    times = [0.05] * 35 + [0.10] * 25
+    assert settled(times, min_steps=10) is None  # the change lies past the middle
+    assert settled(times + [0.10] * 40, min_steps=10) == 35
+
+
+@pytest.mark.parametrize("gain,expected", [(0.02, "undecided"), (0.20, "faster"),
+                                           (-0.20, "slower")])
+def test_two_percent_in_ten_percent_noise_is_not_significant_twenty_is(gain, expected):
+    verdicts = []
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        base = 0.050 * rng.lognormal(0.0, 0.10, 30)
+        cand = 0.050 * (1 - gain) * rng.lognormal(0.0, 0.10, 30)
+        verdicts.append(compare(list(base), list(cand)).verdict)
+    assert verdicts.count(expected) >= 17, verdicts
+
+
+def test_a_load_change_between_the_samples_asks_for_new_ones():
+    base, cand = [0.05] * 10, [0.03] * 10
+    assert compare(base, cand).verdict == "faster"
+    v = compare(base, cand, load_change=0.5)
+    assert v.verdict == "load changed" and "0.50" in v.reason
+
+
+def test_the_verdict_is_reproducible_and_too_few_samples_are_refused():
+    rng = np.random.default_rng(3)
+    a, b = list(rng.random(12)), list(rng.random(12))
+    assert compare(a, b) == compare(a, b)
+    with pytest.raises(ValueError, match="at least 3"):
+        compare([1.0, 2.0], [1.0, 2.0, 3.0])
