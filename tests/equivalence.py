@@ -39,7 +39,11 @@ MODELS = {
     # float32 rounding noise into full-size updates.
     "transformer": ("adam", {"layers": 1, "batch_size": 4, "dtype": tf.float64}),
     "lstm_lm": ("sgd", {"batch_size": 8}),
+    # Reference variables, as disable_v2_behavior() scripts build them (Apply*, Assign).
+    "small_cnn_ref": ("momentum", {"batch_size": 8}),
+    "lenet_ref": ("adam", {"batch_size": 8}),
 }
+REF = "_ref"
 # Large real nets: on 2 devices, each strategy under one order mechanism (every mechanism
 # still runs on each of them); the small models cover every combination on 2 and 4 devices.
 HEAVY = {"vgg_16", "inception_v3", "resnet_v2_50"}
@@ -50,8 +54,16 @@ TOL = {"sgd": (1e-4, 1e-5), "momentum": (1e-4, 1e-5), "adam": (1e-3, 1e-4)}
 
 def build(name, opt=None):
     default_opt, kwargs = MODELS[name]
-    m = zoo.build(name, opt=opt or default_opt, **kwargs)
-    return m, from_tf_graph(m.graph)
+    if name.endswith(REF):
+        tf1.disable_resource_variables()
+    try:
+        m = zoo.build(name.removesuffix(REF), opt=opt or default_opt, **kwargs)
+    finally:
+        tf1.enable_resource_variables()
+    ir = from_tf_graph(m.graph)
+    if name.endswith(REF):
+        assert _variables(ir) and all(ir[v].type == "VariableV2" for v in _variables(ir))
+    return m, ir
 
 
 def forced_splits(ir, m, D):
@@ -104,14 +116,16 @@ def check(name, D):
 
 
 def _variables(ir):
-    return sorted(op.name for op in ir if op.type == "VarHandleOp")
+    return sorted(op.name for op in ir if op.type in ("VarHandleOp", "VariableV2"))
 
 
 def _value_fetches(g, ir):
-    """A read of every variable, built in ``g`` (resource handles are not values)."""
+    """A read of every variable, built in ``g`` (resource handles are not values; a
+    reference variable's output is its value)."""
     with g.as_default():
         return [tf1.raw_ops.ReadVariableOp(resource=g.get_tensor_by_name(v + ":0"),
                                            dtype=tf.as_dtype(ir[v].attrs["dtype"]))
+                if ir[v].type == "VarHandleOp" else g.get_tensor_by_name(v + ":0")
                 for v in _variables(ir)]
 
 
