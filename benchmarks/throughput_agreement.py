@@ -1,0 +1,95 @@
+"""Does fastt's printed speedup mean what the user sees? Each script reports its own
+throughput (images/sec over its last steps); each is run with and without ``FASTT=1`` in
+alternating pairs, and fastt's speedup (its closing line: the strategy it ended on over the
+original graph, 1.00 when it ended on the original) is set against the ratio of the script's
+own throughputs.
+
+    python benchmarks/throughput_agreement.py [--repeats 3] [--out benchmarks/results]
+
+Writes throughput_agreement.json and throughput_agreement.md: per script and repeat, both
+throughputs, their ratio, fastt's speedup and the strategy it ended on; per script the median
+ratio, the median speedup, their disagreement, whether the repeats ended on the same strategy,
+and the machine's load average before and after.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "benchmarks", "scripts", "throughput_cnn.py")
+CASES = {"mlp": ["--model", "mlp"], "cnn": ["--model", "cnn"],
+         "wide_cnn": ["--model", "wide_cnn", "--batch", "32"]}
+_CLOSED = re.compile(r"fastt: session closed after \d+ training steps on (the original graph|"
+                     r"strategy \d+ \((?P<name>[^)]+)\), (?P<speedup>[\d.]+)x over the original)")
+
+
+def run(args: list[str], fastt: bool) -> tuple[float, float | None, str]:
+    """(images/sec, fastt's speedup, the strategy it ended on) of one run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTT")}
+    env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
+    if fastt:
+        env.update(FASTT="1", FASTT_DEVICES="cpu:2")
+    p = subprocess.run([sys.executable, SCRIPT, *args], env=env, capture_output=True,
+                       text=True, timeout=1800, check=True)
+    tput = float(re.search(r"images/sec: (\S+)", p.stdout).group(1))
+    if not fastt:
+        return tput, None, ""
+    m = _CLOSED.search(p.stderr)
+    if m is None:
+        raise RuntimeError(f"no closing fastt line:\n{p.stderr[-2000:]}")
+    if m.group("name") is None:
+        return tput, 1.0, "original"
+    return tput, float(m.group("speedup")), m.group("name")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    opts = parser.parse_args()
+    results = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                           "load_before": os.getloadavg()}, "cases": {}}
+    for name, args in CASES.items():
+        rows = []
+        for k in range(opts.repeats):
+            plain, _, _ = run(args, fastt=False)
+            mine, speedup, ended = run(args, fastt=True)
+            rows.append({"repeat": k, "plain_images_per_s": plain, "fastt_images_per_s": mine,
+                         "seen_ratio": mine / plain, "fastt_speedup": speedup,
+                         "ended_on": ended})
+            print(name, rows[-1], flush=True)
+        seen = statistics.median(r["seen_ratio"] for r in rows)
+        said = statistics.median(r["fastt_speedup"] for r in rows)
+        results["cases"][name] = {
+            "runs": rows, "median_seen_ratio": seen, "median_fastt_speedup": said,
+            "disagreement": said / seen - 1,
+            "same_strategy": len({r["ended_on"] for r in rows}) == 1}
+    results["machine"]["load_after"] = os.getloadavg()
+    os.makedirs(opts.out, exist_ok=True)
+    with open(os.path.join(opts.out, "throughput_agreement.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    lines = ["# fastt's speedup against the script's own throughput", "",
+             f"{opts.repeats} alternating pairs of runs per script, 2 logical CPU devices; "
+             f"load average before {results['machine']['load_before'][0]:.2f}, after "
+             f"{results['machine']['load_after'][0]:.2f} ({os.cpu_count()} cores).", "",
+             "| script | seen ratio (median) | fastt's speedup (median) | disagreement | "
+             "ended on | same strategy |", "| --- | --- | --- | --- | --- | --- |"]
+    for name, c in results["cases"].items():
+        ended = ", ".join(r["ended_on"] for r in c["runs"])
+        lines.append(f"| {name} | {c['median_seen_ratio']:.3f} | "
+                     f"{c['median_fastt_speedup']:.3f} | {100 * c['disagreement']:+.1f}% | "
+                     f"{ended} | {'yes' if c['same_strategy'] else 'no'} |")
+    with open(os.path.join(opts.out, "throughput_agreement.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
