@@ -29,7 +29,7 @@ class FakeBackend:
         self.predicted = predicted or {}
         self.change = change
         self.fail_on = fail_on
-        self.running = None
+        self.running, self.ordered = None, True
         self.activations, self.plans, self.profiles, self.records = [], [], 0, []
         self.timelines = []
         self.clock, self.noise, self.warmup, self.on_graph = 0.0, noise, list(warmup), 0
@@ -52,13 +52,13 @@ class FakeBackend:
         self.plans.append(name)
         return FakeStrategy(name, self.predicted.get(name, 0.001))
 
-    def predict(self, strategy):
-        return self.predicted.get(strategy.name, 0.001)
+    def predict(self, strategy, fifo=False):
+        return self.predicted.get(strategy.name + ("/fifo" if fifo else ""), 0.001)
 
-    def activate(self, strategy):
+    def activate(self, strategy, ordered=True):
         if self.fail_on == "activate" and strategy is not None:
             raise RuntimeError("activation broke")
-        self.running = strategy
+        self.running, self.ordered = strategy, ordered
         self.on_graph = 0
         self.activations.append(None if strategy is None else strategy.name)
 
@@ -68,7 +68,8 @@ class FakeBackend:
         return f"dump/strategy-{entry.n}"
 
     def step_time(self):
-        t = self.times[None if self.running is None else self.running.name]
+        name = None if self.running is None else self.running.name
+        t = self.times.get(f"{name}/fifo" if not self.ordered else name, self.times[name])
         if self.on_graph < len(self.warmup):
             t *= self.warmup[self.on_graph]
         self.on_graph += 1
@@ -104,7 +105,7 @@ def decided(ctl, n):
 
 
 SETTINGS = Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
-                    max_rounds=3, reprofile_every=10)
+                    max_rounds=3, reprofile_every=10, order=False)
 
 
 def test_faster_strategies_are_kept_and_superseded():
@@ -231,7 +232,7 @@ def test_strict_mode_raises():
 def test_with_dumps_one_measured_step_is_traced_and_left_out_of_the_timings():
     b = FakeBackend({None: 0.010, "data-parallel": 0.008}, warmup=[5.0])
     ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
-                              max_rounds=1, dump_dir="dumps"), b)
+                              max_rounds=1, dump_dir="dumps", order=False), b)
     until(ctl, b, lambda: ctl.phase == "measure")  # warmed up, profiled, activated
     b.on_graph, start = 0, len(b.traced)  # the next step builds the executors: slow
     until(ctl, b, lambda: ctl.phase != "measure")
@@ -250,3 +251,26 @@ def test_with_dumps_one_measured_step_is_traced_and_left_out_of_the_timings():
     until(plain, plain.backend, lambda: plain.phase != "measure")
     assert not any(plain.backend.traced[start:]) and plain.backend.timelines == [None]
     assert Controller(SETTINGS, plain.backend).session != plain.session
+
+
+@pytest.mark.parametrize("fifo_time,kept", [(0.005, "fifo"), (0.007, "ordered")])
+def test_the_order_is_enforced_only_where_it_measures_faster(fifo_time, kept, caplog):
+    """A plan kept with its enforced order is measured again with TensorFlow's own order;
+    the faster of the two stays."""
+    b = FakeBackend({None: 0.010, "data-parallel": 0.006, "data-parallel/fifo": fifo_time},
+                    predicted={"data-parallel": 0.006, "data-parallel/fifo": 0.0065})
+    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
+                              max_rounds=1), b)
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        until(ctl, b, decided(ctl, 2))
+    first, fifo = ctl.history
+    assert first.ordered and not fifo.ordered and fifo.strategy is first.strategy
+    assert fifo.predicted_s == 0.0065 and fifo.baseline == "strategy 1 (data-parallel)"
+    if kept == "fifo":
+        assert fifo.status == "active" and first.status == "superseded" and not b.ordered
+    else:
+        assert fifo.status == "rolled_back" and first.status == "active" and b.ordered
+        assert b.running is first.strategy
+    assert any("strategy 2 (data-parallel, FIFO order)" in r.message for r in caplog.records)
+    until(ctl, b, lambda: ctl.phase == "steady")
+    assert len(ctl.history) == 2  # tried once

@@ -25,9 +25,9 @@ _RESULT = re.compile(r"^(test accuracy|last batch accuracy|batches drawn|global 
 def run(script, out, fastt, dump=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTT") and k != "TF_CONFIG"}
     env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
-    if fastt:  # short runs (200 steps at most): decisions on 5 settled steps, not 20
+    if fastt:  # short runs (200 steps at most): decisions on 3 settled steps, not 20
         env.update(FASTT="1", FASTT_DEVICES="cpu:2", FASTT_DUMP_DIR=str(dump),
-                   FASTT_MEASURE_STEPS="5")
+                   FASTT_MEASURE_STEPS="3", FASTT_WARMUP_STEPS="2")
     p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "scripts", script),
                         "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]

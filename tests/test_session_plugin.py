@@ -125,9 +125,9 @@ def test_state_is_carried_bit_for_bit(plugin, monkeypatch, tmp_path):
     carried = []
     activate = runtime.SessionPlugin.activate
 
-    def checked(self, strategy):
+    def checked(self, strategy, ordered=True):
         before = self.current.capture()
-        activate(self, strategy)
+        activate(self, strategy, ordered)
         after = self.current.capture()
         carried.append((before, after))
     monkeypatch.setattr(runtime.SessionPlugin, "activate", checked)

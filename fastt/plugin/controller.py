@@ -62,8 +62,8 @@ class Backend(Protocol):
     def profile(self, run_metadata: Any) -> None: ...
     def cost_change(self) -> float: ...
     def plan(self, name: str) -> Any: ...
-    def predict(self, strategy: Any) -> float: ...
-    def activate(self, strategy: Any | None) -> None: ...
+    def predict(self, strategy: Any, fifo: bool = False) -> float: ...
+    def activate(self, strategy: Any | None, ordered: bool = True) -> None: ...
     def record(self, entry: "Entry", history: list["Entry"]) -> str: ...
 
 
@@ -97,6 +97,7 @@ class Entry:
     sample: Sample | None = None
     verdict: Verdict | None = None  # against the graph it was compared with
     baseline: str = ""  # that graph: "the original graph" or "strategy <n> (<name>)"
+    ordered: bool = True  # False: the same plan with TensorFlow's own FIFO order
 
     @property
     def measured_median_s(self) -> float | None:
@@ -135,6 +136,7 @@ class Controller:
         self._since_profile = 0
         self._chosen_planned = False  # stability ends planning once the chosen one ran
         self._settled = False  # the cost models were found stable once
+        self._fifo_next: Entry | None = None  # kept with its order: measure it without
 
     # -- what the runtime calls around each training step ---------------------------------
     def before_step(self) -> bool:
@@ -216,18 +218,28 @@ class Controller:
         strategy = self.backend.plan(name)
         self._chosen_planned = self._chosen_planned or name == self.settings.strategy
         if self.active is not None:
-            current = self.backend.predict(self.active.strategy)
+            current = self.backend.predict(self.active.strategy, fifo=not self.active.ordered)
             if current <= strategy.predicted_step_time_s:
                 log.info("fastt: %s predicts %.2f ms, no better than %s (%.2f ms); keeping it",
                          name, 1e3 * strategy.predicted_step_time_s, self._label(self.active),
                          1e3 * current)
                 self._next_round()
                 return
-        entry = Entry(len(self.history) + 1, name, strategy, strategy.predicted_step_time_s,
-                      step=self.step)
+        self._measure_entry(Entry(len(self.history) + 1, name, strategy,
+                                  strategy.predicted_step_time_s, step=self.step))
+
+    def _try_fifo(self, kept: Entry) -> None:
+        """The plan just kept, with TensorFlow's own order instead of the planned one: the
+        order is enforced only where it measures faster."""
+        self._fifo_next = None
+        self._measure_entry(Entry(len(self.history) + 1, kept.name, kept.strategy,
+                                  self.backend.predict(kept.strategy, fifo=True),
+                                  step=self.step, ordered=False))
+
+    def _measure_entry(self, entry: Entry) -> None:
         self.history.append(entry)
         self._measuring = entry
-        self.backend.activate(strategy)
+        self.backend.activate(entry.strategy, ordered=entry.ordered)
         self.phase, self._restarts = "measure", 0
         self._new_window()
 
@@ -284,7 +296,8 @@ class Controller:
             entry.reason = self._why_not(entry, previous, verdict)
         if not faster and self.settings.rollback:
             entry.status = "rolled_back"
-            self.backend.activate(previous.strategy if previous else None)
+            self.backend.activate(previous.strategy if previous else None,
+                                  ordered=previous.ordered if previous else True)
         else:
             if not faster:
                 entry.reason += "; kept (FASTT_ROLLBACK=0)"
@@ -293,6 +306,8 @@ class Controller:
                 previous.status = "superseded"
                 previous.dump = self.backend.record(previous, self.history)
             self.active = entry
+            if entry.ordered and self.settings.order:
+                self._fifo_next = entry
         entry.dump = self.backend.record(entry, self.history)
         entry.timeline = None  # in its dump now; a RunMetadata can be large
         self._summary(entry)
@@ -320,7 +335,9 @@ class Controller:
 
     # -- helpers -------------------------------------------------------------------------
     def _next_round(self) -> None:
-        if self.rounds >= self.settings.max_rounds:
+        if self._fifo_next is not None:  # no profile needed: the plan is the same
+            self._try_fifo(self._fifo_next)
+        elif self.rounds >= self.settings.max_rounds:
             self._steady_now()
         else:
             self._start_profile()
@@ -345,12 +362,14 @@ class Controller:
         a, where = self.active, self.settings.dump_dir
         log.info("fastt: session closed after %d training steps on %s; %d strategies tried, "
                  "dumps%s", self.step, "the original graph" if a is None else
-                 f"strategy {a.n} ({a.name}), {self.speedup(a):.2f}x over the original",
+                 f"{self._label(a)}, {self.speedup(a):.2f}x over the original",
                  len(self.history), f" in {where}" if where else " off (set FASTT_DUMP_DIR)")
 
     @staticmethod
     def _label(entry: Entry | None) -> str:
-        return "the original graph" if entry is None else f"strategy {entry.n} ({entry.name})"
+        if entry is None:
+            return "the original graph"
+        return f"strategy {entry.n} ({entry.name}{'' if entry.ordered else ', FIFO order'})"
 
     def _summary(self, e: Entry) -> None:
         orig = self.original_median_s
@@ -360,8 +379,8 @@ class Controller:
         compared = "" if v is None else (f"; against {e.baseline}: {v.verdict}, ratio "
                                          f"{v.ratio:.3f} ({100 * v.confidence:.1f}% CI "
                                          f"{v.low:.3f}-{v.high:.3f})")
-        log.info("fastt: %s strategy %d (%s) on %d devices: predicted %.2f ms/step, measured "
-                 "%.2f ms/step, original %.2f ms/step, speedup %.2fx%s%s%s", verb, e.n, e.name,
+        log.info("fastt: %s %s on %d devices: predicted %.2f ms/step, measured "
+                 "%.2f ms/step, original %.2f ms/step, speedup %.2fx%s%s%s", verb, self._label(e),
                  len(getattr(e.strategy, "devices", [])), 1e3 * e.predicted_s, 1e3 * measured,
                  1e3 * (orig or 0.0), self.speedup(e), compared,
                  f" ({e.reason})" if e.reason and e.status != "rolled_back" else "",

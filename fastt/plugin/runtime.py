@@ -394,17 +394,17 @@ class SessionPlugin:
                  s.plan_time_s, 1e3 * s.predicted_step_time_s, len(s.splits))
         return s
 
-    def predict(self, strategy: Any) -> float:
+    def predict(self, strategy: Any, fifo: bool = False) -> float:
         return predict(strategy, self.devices, self._costs(),
-                       self._user_ir().fan_in(self.step_names))
+                       self._user_ir().fan_in(self.step_names), fifo=fifo)
 
-    def activate(self, strategy: Any | None) -> None:
+    def activate(self, strategy: Any | None, ordered: bool = True) -> None:
         ir = self._user_ir()
         config = self.inner_config()
         if strategy is None:
             gd, graph = activation.user_graph_def(self.graph), ir
         else:
-            mechanism = self.order_mechanism()
+            mechanism = self.order_mechanism() if ordered else "none"
             gd = rewrite(ir, strategy, enforce_order=mechanism == "control-dependencies",
                          priority=mechanism == "priority-executor")
             if mechanism == "priority-executor" and not config.experimental.executor_type:
@@ -447,7 +447,8 @@ class SessionPlugin:
             return ""
         assert self.controller is not None
         doc = dump.document(entry, history, self.controller.original_s,
-                            self.order_mechanism(), self.controller.session)
+                            self.order_mechanism() if entry.ordered else "none",
+                            self.controller.session)
         return dump.write(self.settings.dump_dir, entry, doc, self.models, self.devices,
                           self._user_ir().fan_in(self.step_names), self.settings.strict)
 

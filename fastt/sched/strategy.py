@@ -281,7 +281,8 @@ def replay(strategy: Strategy, devices: Sequence[Device], costs: CostSource, ori
 
 
 def predict(strategy: Strategy, devices: Sequence[Device], costs: CostSource,
-            original: Graph, copy_bytes_per_s: float = 10e9) -> float:
+            original: Graph, copy_bytes_per_s: float = 10e9, fifo: bool = False) -> float:
     """``strategy``'s step time under ``costs`` (e.g. cost models updated since it was
-    planned): its placement and order replayed with contention-free links."""
-    return replay(strategy, devices, costs, original, copy_bytes_per_s)[1].makespan
+    planned): its placement and order (with ``fifo``, TensorFlow's own first-come order)
+    replayed with contention-free links."""
+    return replay(strategy, devices, costs, original, copy_bytes_per_s, fifo=fifo)[1].makespan

@@ -64,9 +64,9 @@ saver = tf1.train.Saver()
 
 with tf1.Session() as sess:
     sess.run(tf1.global_variables_initializer())
-    for step in range(80):
+    for step in range(60):
         value = sess.run(train_op)
-        if (step + 1) % 40 == 0:
+        if (step + 1) % 30 == 0:
             acc = sess.run(accuracy, {eval_x: images[384:], eval_y: labels[384:]})
             print(f"step {step + 1} loss {value:.5f} held-out accuracy {acc:.4f}")
     print("test accuracy", sess.run(accuracy, {eval_x: images[384:], eval_y: labels[384:]}))
