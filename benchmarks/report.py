@@ -225,7 +225,37 @@ def real_section(real: dict, out: str) -> list[str]:
             f"{label} {100 * statistics.median(errs):.0f}%" for label, errs in
             zip(("predicted", "contended"), errors.values()) if errs) +
             f" over {len(errors['predicted_s'])} runs.", "", "![fidelity](fidelity.png)", ""]
+    lines += ranking_section(real, variants)
     _real_plots(real, variants, out)
+    return lines
+
+
+def ranking_section(real: dict, variants: list[str]) -> list[str]:
+    """Per model, whether the simulator ranks the variants as they measure: Kendall's tau-b
+    (ties counted) between predicted and measured step times; 1 is the same order."""
+    from scipy.stats import kendalltau
+    lines = ["### Ranking", "",
+             "Kendall's tau-b between the predicted (contention-free and contended) and the "
+             "measured step times of each model's variants (1: the same order, 0: none; "
+             "undefined when every prediction is equal).", "",
+             "| model | variants | tau (predicted) | tau (contended) |", "|---|---:|---:|---:|"]
+    taus: dict[str, list[float]] = {"predicted_s": [], "predicted_contended_s": []}
+    for r in real["rows"]:
+        cells = []
+        shown = [v for v in variants if v in r.get("predicted_s", {})]
+        for key, found in taus.items():
+            pred = [r.get(key, {}).get(v) for v in shown]
+            if len(shown) < 2 or None in pred or len(set(pred)) < 2:
+                cells.append("n/a")
+                continue
+            tau = float(kendalltau(pred, [r["step_s"][v] for v in shown]).statistic)
+            found.append(tau)
+            cells.append(f"{tau:+.2f}")
+        lines.append(f"| {r['model']} | {len(shown)} | " + " | ".join(cells) + " |")
+    if taus["predicted_s"]:
+        lines += ["", "Median tau: " + ", ".join(
+            f"{label} {statistics.median(t):+.2f}" for label, t in
+            zip(("predicted", "contended"), taus.values()) if t) + ".", ""]
     return lines
 
 

@@ -57,3 +57,14 @@ def test_rerunning_some_models_updates_their_rows_of_a_full_run(tmp_path):
     assert rows == [{"model": "a", "x": 2}, {"model": "b", "x": 2}, {"model": "c", "x": 1}]
     write_json(path, {"meta": {"quick": True}, "rows": []})
     assert previous_full_run(path) is None  # a smoke run is never updated into a full one
+
+
+def test_the_ranking_is_kendalls_tau_of_predicted_against_measured():
+    measured = {"a": 1.0, "b": 2.0, "c": 3.0}
+    rows = [{"model": "same", "step_s": measured, "predicted_s": {"a": 1, "b": 5, "c": 9},
+             "predicted_contended_s": {"a": 9, "b": 5, "c": 1}},
+            {"model": "flat", "step_s": measured, "predicted_s": {"a": 2, "b": 2, "c": 2},
+             "predicted_contended_s": {"a": 1, "b": 1, "c": 2}}]
+    text = "\n".join(report.ranking_section({"rows": rows}, ["a", "b", "c"]))
+    assert "| same | 3 | +1.00 | -1.00 |" in text
+    assert "| flat | 3 | n/a | +0.82 |" in text  # tau-b with a tie: 2 / sqrt(3 * 2)
