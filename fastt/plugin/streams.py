@@ -24,7 +24,8 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2, types_pb2
 
-from fastt.plugin.input_stage import executed
+from fastt.plugin.state import executed
+from tf_patches.control_flow import in_control_flow
 
 log = logging.getLogger("fastt")
 
@@ -46,7 +47,7 @@ def _seeded(op: Any) -> bool:
 
 
 def _top_level(op: tf.Operation) -> bool:
-    return op._get_control_flow_context() is None  # noqa: SLF001 - no public accessor
+    return not in_control_flow(op)
 
 
 class StreamCounter:
