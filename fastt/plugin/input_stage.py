@@ -19,7 +19,7 @@ from typing import Any
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
-from fastt.plugin.state import executed
+from fastt.plugin.state import RunFanIn
 
 _tf1 = tf.compat.v1
 
@@ -28,8 +28,8 @@ class InputStage:
     """The queue runners of one graph: which runs are theirs, and which queue reads a run
     of fastt's graph takes from the user's session."""
 
-    def __init__(self, graph: tf.Graph) -> None:
-        self.graph = graph
+    def __init__(self, graph: tf.Graph, fan_in: RunFanIn) -> None:
+        self.graph, self.fan_in = graph, fan_in
         self._version = -1
         self.runner_ops: set[str] = set()
         self._readers: dict[str, tf.Operation] = {}
@@ -71,7 +71,7 @@ class InputStage:
             return []
         key = (tuple(fetches), tuple(targets), tuple(sorted(feeds)))
         if key not in self._reads:
-            ran = executed(self.graph, fetches, targets, set(feeds))
+            ran = self.fan_in(fetches, targets, feeds)
             self._reads[key] = [t for name in sorted(ran & set(self._readers))
                                 for t in self._readers[name].outputs]
         return [t for t in self._reads[key] if fed_name(t.name) not in feeds]

@@ -30,7 +30,7 @@ from fastt.plugin.activation import Running
 from fastt.plugin.controller import Controller, Entry, session_id, updates_trainables
 from fastt.plugin.input_stage import InputStage, fed_name
 from fastt.plugin.settings import Settings
-from fastt.plugin.state import SCOPE, IteratorInits, StateOps, stateful_ops
+from fastt.plugin.state import SCOPE, IteratorInits, RunFanIn, StateOps, stateful_ops
 from fastt.plugin.step_finder import DECLINE_AFTER_RUNS, StepFinder
 from fastt.plugin.streams import StreamCounter, continue_streams, skipped_note
 from fastt.profiler import profile
@@ -71,9 +71,10 @@ class SessionPlugin:
         self._feed_shapes: dict[str, tuple[int, ...]] = {}
         self._shapes: dict[TensorRef, tuple[int, ...]] = {}
         variables, iterators = stateful_ops(self.graph)
-        self.streams = StreamCounter(self.graph)
-        self.inputs = InputStage(self.graph)
-        self.iterator_inits = IteratorInits(self.graph)
+        fan_in = RunFanIn(self.graph)  # what each run signature executes, found once
+        self.streams = StreamCounter(self.graph, fan_in)
+        self.inputs = InputStage(self.graph, fan_in)
+        self.iterator_inits = IteratorInits(self.graph, fan_in)
         self.user = Running(None, self.graph, sess, StateOps(self.graph, variables, iterators),
                             Graph([]), inner=False, streams=self.streams)
         self.current = self.user

@@ -160,13 +160,32 @@ def executed(graph: tf.Graph, fetches: list[str], targets: list[str], fed: set[s
     return seen
 
 
+class RunFanIn:
+    """``executed`` of each run signature of ``graph``, computed once per signature and graph
+    version and shared by everything that asks what a run executes."""
+
+    def __init__(self, graph: tf.Graph) -> None:
+        self.graph = graph
+        self._version = -1
+        self._cache: dict[Any, set[str]] = {}
+
+    def __call__(self, fetches: list[str], targets: list[str], feeds: Any) -> set[str]:
+        if self._version != self.graph.version:
+            self._version, self._cache = self.graph.version, {}
+        key = (tuple(fetches), tuple(targets), tuple(sorted(feeds)))
+        ran = self._cache.get(key)
+        if ran is None:
+            ran = self._cache[key] = executed(self.graph, fetches, targets, set(feeds))
+        return ran
+
+
 class IteratorInits:
     """The initializer (``MakeIterator``) each initializable iterator last ran, with its
     feeds: a new session runs it before restoring the iterator's position, as TensorFlow
     restores a position only into an iterator made from the same dataset."""
 
-    def __init__(self, graph: tf.Graph) -> None:
-        self.graph = graph
+    def __init__(self, graph: tf.Graph, fan_in: RunFanIn) -> None:
+        self.graph, self.fan_in = graph, fan_in
         self.last: dict[str, tuple[str, dict[str, Any]]] = {}
         self._inits: dict[Any, list[tf.Operation]] = {}
         self._version = -1
@@ -178,7 +197,7 @@ class IteratorInits:
         key = (tuple(fetches), tuple(targets), tuple(sorted(feeds)))
         inits = self._inits.get(key)
         if inits is None:
-            ran = executed(self.graph, fetches, targets, set(feeds))
+            ran = self.fan_in(fetches, targets, feeds)
             inits = self._inits[key] = [self.graph.get_operation_by_name(n) for n in ran
                                         if self.graph.get_operation_by_name(n).type
                                         == "MakeIterator"]

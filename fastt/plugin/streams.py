@@ -24,7 +24,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2, types_pb2
 
-from fastt.plugin.state import executed
+from fastt.plugin.state import RunFanIn
 from tf_patches.control_flow import in_control_flow
 
 log = logging.getLogger("fastt")
@@ -55,8 +55,8 @@ class StreamCounter:
     each run's random ops are found once per signature; the draws of ops whose shape is
     known count directly, the others' shapes are fetched with the run (``extra``)."""
 
-    def __init__(self, graph: tf.Graph) -> None:
-        self.graph = graph
+    def __init__(self, graph: tf.Graph, fan_in: RunFanIn | None = None) -> None:
+        self.graph, self.fan_in = graph, fan_in or RunFanIn(graph)
         self.drawn: dict[str, int] = {}
         self._version = -1
         self._ops: dict[str, tf.Operation] = {}
@@ -78,7 +78,7 @@ class StreamCounter:
         self._refresh()
         key = (tuple(fetches), tuple(targets), tuple(sorted(feeds)))
         if key not in self._runs:
-            ran = executed(self.graph, fetches, targets, set(feeds)) & set(self._ops)
+            ran = self.fan_in(fetches, targets, feeds) & set(self._ops)
             static, dynamic = [], []
             for name in ran:
                 shape = self._ops[name].outputs[0].shape
