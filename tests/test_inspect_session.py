@@ -16,6 +16,7 @@ tf = pytest.importorskip("tensorflow")
 import fastt.plugin  # noqa: E402
 from fastt.cli import main  # noqa: E402
 from fastt.inspect import schema  # noqa: E402
+from fastt.inspect.summary import MAX_TIMES  # noqa: E402
 from fastt.plugin import runtime  # noqa: E402
 from tests.test_session_plugin import build, settings, train  # noqa: E402
 
@@ -86,7 +87,9 @@ def test_inspect_shows_the_rolled_back_and_the_active_strategy(dump_dir, capsys)
         doc = found[name]
         line = next(x for x in out.splitlines() if f"  {name}  " in x)
         assert status in line and f"{1e3 * doc['measured_step_time_s']:.2f} ms" in line
-        assert " ".join(f"{1e3 * t:.2f}" for t in doc["measured_step_times_s"]) in line
+        times = doc["measured_step_times_s"]  # the first MAX_TIMES, then " ..." if more
+        listed = " ".join(f"{1e3 * t:.2f}" for t in times[:MAX_TIMES])
+        assert listed + (" ..." if len(times) > MAX_TIMES else "") in line
         assert f"{doc['speedup']:.2f}x" in line
     assert "slower than the original graph" in out
     assert "now running: strategy 2" in out
