@@ -43,16 +43,17 @@ from benchmarks import models as zoo_models  # noqa: E402
 from benchmarks.common import block, previous_full_run, training_session, with_row, \
     write_json  # noqa: E402
 
-from fastt.adapters.probe import probe_pair  # noqa: E402
+from fastt.adapters.probe import probe_link  # noqa: E402
 from fastt.adapters.rewrite import merged_graph, rewrite  # noqa: E402
 from fastt.adapters.runner import traced_run  # noqa: E402
 from fastt.adapters.tf_import import from_tf_graph  # noqa: E402
 from fastt.cluster import LocalCluster  # noqa: E402
 from fastt.costs import CostModels, MemoryModel  # noqa: E402
+from fastt.plugin.measure import settled  # noqa: E402
 from fastt.plugin.remote import on_cluster  # noqa: E402
 from fastt.profiler import profile  # noqa: E402
 from fastt.sched.problem import Device, ModelCosts  # noqa: E402
-from fastt.sched.strategy import plan, replay  # noqa: E402
+from fastt.sched.strategy import plan, predict, replay, step_overhead  # noqa: E402
 
 tf1 = tf.compat.v1
 VARIANTS = ("one worker", "data-parallel", "fastt", "fastt, no order", "fastt, no splits",
@@ -70,15 +71,31 @@ class Run:
     def step(self) -> None:
         self.sess.run(self.fetches, self.feed)
 
-    def traced(self):
-        return traced_run(self.sess, self.fetches, self.feed)[1]
+    def traced(self) -> tuple[object, float]:
+        """A traced step's RunMetadata and how long the run took."""
+        t = time.perf_counter()
+        meta = traced_run(self.sess, self.fetches, self.feed)[1]
+        return meta, time.perf_counter() - t
+
+
+def warm_up(run: Run, cap: int = 80) -> int:
+    """Steps of ``run`` until its step times settle (as the plugin waits: MSER-5), at most
+    ``cap``; returns how many ran."""
+    times: list[float] = []
+    while len(times) < cap and (len(times) < 10 or settled(times, 5) is None):
+        t = time.perf_counter()
+        run.step()
+        times.append(time.perf_counter() - t)
+    return len(times)
 
 
 def profile_into(models: CostModels, run: Run, graph, steps: int) -> None:
-    """``steps`` traced steps of ``run`` into ``models``, attributed to ``graph``'s ops."""
-    run.step()
+    """``steps`` traced steps of ``run``, once warm, into ``models``, attributed to
+    ``graph``'s ops."""
+    warm_up(run)
     for _ in range(steps):
-        models.update(profile(run.traced(), graph))
+        meta, wall = run.traced()
+        models.update(profile(meta, graph, wall_s=wall))
 
 
 def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: int) -> dict:
@@ -91,8 +108,8 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
     runs = {"one worker": Run(cluster.target, m.graph.as_graph_def(), m)}
     profile_into(models, runs["one worker"], ir, 3)
     for src, dst in ((0, 1), (1, 0)):
-        models.comm.update(probe_pair(cluster.device(src), cluster.device(dst), cluster.target,
-                                      on_cluster(None)))
+        probe_link(models.comm, cluster.device(src), cluster.device(dst), cluster.target,
+                   on_cluster(None))
     costs = ModelCosts(models)
     dp = plan(ir, devices, costs, "data-parallel", fetches=fetches)
     runs["data-parallel"] = Run(cluster.target, rewrite(ir, dp, enforce_order=False), m)
@@ -125,9 +142,9 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
     predicted, contended = {}, {}
     for name, s in strategies.items():
         fifo = name in ("one worker", "fastt, no order")
-        predicted[name] = replay(s, devices, costs, ir, fifo=fifo)[1].makespan
+        predicted[name] = predict(s, devices, costs, ir, fifo=fifo)
         contended[name] = replay(s, devices, costs, ir, link_concurrency=1,
-                                 fifo=fifo)[1].makespan
+                                 fifo=fifo)[1].makespan + step_overhead(costs)
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for k in range(repeats):
         for name in VARIANTS[k % len(VARIANTS):] + VARIANTS[:k % len(VARIANTS)]:

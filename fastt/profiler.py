@@ -8,6 +8,12 @@ it can back to a user op, shares a fused kernel's time between the ops it absorb
 analytical work), turns transfer nodes and cross-process ``RecvTensor`` entries into transfer
 samples, and reports the coverage: the share of measured compute time attributed to user ops.
 
+Ops that overlap on one device share it: a CPU device's inter-op threads run several kernels at
+once on the same cores, and each kernel's own start-to-end time then counts the others' work
+too (AlexNet on one core: 450 ms of kernel time in a 285 ms step). The simulator runs a device's
+ops one at a time, so each op is charged its share of the device (processor sharing: ``dt / n``
+while ``n`` ops run), and a device's charges add up to the time it was busy.
+
 The RunMetadata is read by attribute (it is a protobuf), so this module imports no TensorFlow.
 """
 from __future__ import annotations
@@ -60,6 +66,23 @@ class Profile:
     fused: dict[str, list[str]] = field(default_factory=dict)  # kernel op -> ops it absorbed
     unmapped: dict[str, float] = field(default_factory=dict)  # stats node -> seconds
     total_compute_s: float = 0.0
+    kernel_s: dict[str, float] = field(default_factory=dict)  # device -> sum of kernel times
+    busy_s: dict[str, float] = field(default_factory=dict)  # device -> time a kernel ran
+    span_s: float = 0.0  # first kernel start to last kernel end, over all devices
+    wall_s: float | None = None  # the traced run as its caller timed it
+
+    @property
+    def overhead_s(self) -> float | None:
+        """What the step took beyond its kernels' span: the call, feeds and fetches, the
+        executors' start and end (None unless the caller timed the run)."""
+        if self.wall_s is None or self.span_s <= 0:
+            return None
+        return max(self.wall_s - self.span_s, 0.0)
+
+    @property
+    def concurrency(self) -> dict[str, float]:
+        """Per device, kernel time over busy time: how many kernels ran at once on average."""
+        return {d: k / self.busy_s[d] for d, k in self.kernel_s.items() if self.busy_s.get(d)}
 
     @property
     def attributed_s(self) -> float:
@@ -137,19 +160,22 @@ def _output_bytes(ns: Any) -> int:
     return sum(o.tensor_description.allocation_description.requested_bytes for o in ns.output)
 
 
-def profile(run_metadata: Any, graph: Graph) -> Profile:
-    """Read one step's ``RunMetadata`` (a protobuf, read by attribute) against ``graph``."""
+def profile(run_metadata: Any, graph: Graph, wall_s: float | None = None) -> Profile:
+    """Read one step's ``RunMetadata`` (a protobuf, read by attribute) against ``graph``;
+    ``wall_s``: how long the traced run took, as its caller timed it."""
     step_stats = getattr(run_metadata, "step_stats", None)
     if step_stats is None or not hasattr(step_stats, "dev_stats"):
         raise ProfileError("not a RunMetadata: it has no step_stats.dev_stats "
                            "(was the step run with RunOptions(trace_level=FULL_TRACE)?)")
     mapper = _NameMapper(graph)
-    out = Profile()
+    out = Profile(wall_s=wall_s)
     kernel_time: dict[tuple[str, str], float] = defaultdict(float)
     kernel_type: dict[str, str] = {}
     pending_transfers: list[tuple[str, str, Any]] = []  # (user op, dst device, node stats)
     produced: dict[tuple[str, str], float | None] = {}  # (device, node) -> its end (epoch s)
     recvs: list[Any] = []
+    kernels: list[tuple[str, str, str | None, Any]] = []  # (device, node, user op, stats)
+    ktypes: list[str] = []
 
     for dev in step_stats.dev_stats:
         device = devices.canonical(dev.device)
@@ -171,18 +197,21 @@ def profile(run_metadata: Any, graph: Graph) -> Profile:
                 if user is not None:
                     pending_transfers.append((user, device, ns))
                 continue
-            seconds = _seconds(ns)
-            out.total_compute_s += seconds
-            if user is None:
-                out.unmapped[name] = out.unmapped.get(name, 0.0) + seconds
-                continue
-            kernel_time[(user, device)] += seconds
-            if name == user:
-                out.placement[user] = device
-                kernel_type[user] = ktype
-                _record_outputs(out, graph, user, ns)
-            else:
-                out.placement.setdefault(user, device)
+            kernels.append((device, name, user, ns))
+            ktypes.append(ktype)
+    shares = _device_shares(kernels, out)
+    for (device, name, user, ns), ktype, seconds in zip(kernels, ktypes, shares):
+        out.total_compute_s += seconds
+        if user is None:
+            out.unmapped[name] = out.unmapped.get(name, 0.0) + seconds
+            continue
+        kernel_time[(user, device)] += seconds
+        if name == user:
+            out.placement[user] = device
+            kernel_type[user] = ktype
+            _record_outputs(out, graph, user, ns)
+        else:
+            out.placement.setdefault(user, device)
 
     absorbed = _absorbed_ops(graph, kernel_type, out.placement)
     for (user, device), seconds in kernel_time.items():
@@ -256,6 +285,70 @@ def _absorbed_ops(graph: Graph, kernel_type: dict[str, str],
         if members:
             result[user] = members
     return result
+
+
+def _kernel_span(ns: Any) -> tuple[int, int] | None:
+    """A kernel's (start, end) in nanoseconds since the epoch; None without absolute times."""
+    base = getattr(ns, "all_start_nanos", 0) or 1000 * getattr(ns, "all_start_micros", 0)
+    if not base:
+        return None
+    if getattr(ns, "op_end_rel_nanos", 0) > 0:
+        return base + ns.op_start_rel_nanos, base + max(ns.op_end_rel_nanos,
+                                                         ns.op_start_rel_nanos)
+    return base, base + int(1e9 * _seconds(ns))
+
+
+def _device_shares(kernels: list[tuple[str, str, str | None, Any]], out: Profile
+                   ) -> list[float]:
+    """Each kernel's share of its device, in seconds (its own time where the stats carry no
+    absolute times); fills ``out``'s kernel, busy and span times."""
+    spans = [_kernel_span(ns) for _, _, _, ns in kernels]
+    raw = [_seconds(ns) for _, _, _, ns in kernels]
+    shares = list(raw)
+    by_device: dict[str, list[int]] = defaultdict(list)
+    for k, (device, _, _, _) in enumerate(kernels):
+        by_device[device].append(k)
+    for device, ks in by_device.items():
+        out.kernel_s[device] = sum(raw[k] for k in ks)
+        timed = [k for k in ks if spans[k] is not None]
+        if len(timed) < len(ks):
+            out.busy_s[device] = out.kernel_s[device]
+            continue
+        share_at, busy = processor_sharing([spans[k] for k in timed])  # type: ignore[misc]
+        for k, v in zip(timed, share_at):
+            shares[k] = v
+        out.busy_s[device] = busy
+    known = [sp for sp in spans if sp is not None]
+    if known:
+        out.span_s = (max(e for _, e in known) - min(b for b, _ in known)) / 1e9
+    return shares
+
+
+def processor_sharing(spans: list[tuple[int, int]]) -> tuple[list[float], float]:
+    """Each interval's share of one server that the overlapping intervals share equally
+    (``dt / n`` while ``n`` are open), in seconds, and the time the server was busy; spans in
+    nanoseconds. The shares add up to the busy time. O(k log k) for k intervals: the
+    cumulative share ``S(t)`` is tabulated at every boundary and an interval gets
+    ``S(end) - S(start)``."""
+    points = sorted({t for sp in spans for t in sp})
+    delta: dict[int, int] = defaultdict(int)
+    for b, e in spans:
+        if e > b:
+            delta[b] += 1
+            delta[e] -= 1
+    cumulative: dict[int, float] = {}
+    acc = busy = 0.0
+    running = 0
+    prev = points[0] if points else 0
+    for t in points:
+        if running:
+            acc += (t - prev) / running
+            busy += t - prev
+        cumulative[t] = acc
+        running += delta[t]
+        prev = t
+    return [(cumulative[e] - cumulative[b]) / 1e9 if e > b else 0.0 for b, e in spans], \
+        busy / 1e9
 
 
 def _absolute_end(ns: Any) -> float | None:

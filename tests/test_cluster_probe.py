@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from fastt.adapters.probe import probe_pair  # noqa: E402
+from fastt.adapters.probe import probe_cpu_share, probe_link, probe_pair  # noqa: E402
 from fastt.cluster import LocalCluster, parse_cluster_spec  # noqa: E402
 from fastt.cluster.local import port_is_free  # noqa: E402
 from fastt.costs import CommCostModel  # noqa: E402
@@ -29,14 +29,16 @@ def test_probe_fits_a_positive_slope_with_high_r2_both_ways():
         pids = [p.pid for p in cluster.procs]
         assert all(a.startswith("127.0.0.1:") for a in cluster.addresses)
         model = CommCostModel()
-        for src, dst in ((1, 0), (0, 1)):
-            model.update(probe_pair(cluster.device(src), cluster.device(dst),
-                                    target=cluster.target))
+        model.update(probe_pair(cluster.device(1), cluster.device(0), target=cluster.target))
+        probe_link(model, cluster.device(0), cluster.device(1), target=cluster.target)
         for src, dst in ((1, 0), (0, 1)):
             fit = model.fit(cluster.device(src), cluster.device(dst))
             assert fit is not None and fit.samples == 8
             assert fit.slope > 0, fit
             assert fit.r2 >= 0.9, fit
+        # one core per worker: gRPC's copies take the cores' time (measured 0.8-1.0 each)
+        shares = model.cpu_share(cluster.device(0), cluster.device(1))
+        assert all(0.0 <= v <= 1.0 for v in shares) and sum(shares) > 0.3, shares
     finally:
         cluster.stop()
     assert pids and all(_gone(p) for p in pids)
@@ -81,3 +83,10 @@ def test_a_worker_that_stops_answering_is_named_within_the_deadline():
             assert time.monotonic() - t0 < 10
         finally:
             os.kill(cluster.procs[1].pid, signal.SIGCONT)
+
+
+def test_devices_of_one_process_have_no_cpu_share_to_probe():
+    import tensorflow as tf
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
+    cpu = "/job:localhost/replica:0/task:0/device:CPU:{}".format
+    assert probe_cpu_share(cpu(0), cpu(1), 1e-3, config=config) is None

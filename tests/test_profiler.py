@@ -102,3 +102,29 @@ def test_a_join_fastt_added_is_not_timed_as_the_op_it_joins():
 def test_not_a_run_metadata():
     with pytest.raises(ProfileError, match="FULL_TRACE"):
         profile(object(), graph())
+
+
+def test_processor_sharing_charges_overlapping_kernels_their_share():
+    from fastt.profiler import processor_sharing
+    # [0, 10) and [5, 15) ns: alone 5 ns each, together 5 ns shared; a gap; [20, 24) alone
+    shares, busy = processor_sharing([(0, 10), (5, 15), (20, 24), (3, 3)])
+    assert [round(s * 1e9, 6) for s in shares] == [7.5, 7.5, 4.0, 0.0]
+    assert busy * 1e9 == pytest.approx(19.0) and sum(shares) == pytest.approx(busy)
+
+
+def test_kernels_overlapping_on_one_device_share_it():
+    def timed(name, typ, start_ns, dur_ns, inputs=()):
+        stats = ns(name, typ, start_ns=0, dur_ns=dur_ns, inputs=inputs)
+        stats.all_start_micros, stats.all_start_nanos = start_ns // 1000, start_ns
+        return stats
+
+    g = Graph([op("x", "Placeholder"), op("a", "Relu", ["x"]), op("b", "Relu", ["x"])])
+    base = 1_000_000_000
+    p = profile(run_metadata({D0: [timed("a", "Relu", base, 40_000, ["x"]),
+                                   timed("b", "Relu", base + 20_000, 40_000, ["x"])]}), g,
+                wall_s=100e-6)
+    seconds = {s.op: s.seconds for s in p.compute}
+    assert seconds["a"] == pytest.approx(30e-6) and seconds["b"] == pytest.approx(30e-6)
+    assert p.busy_s[D0] == pytest.approx(60e-6) and p.kernel_s[D0] == pytest.approx(80e-6)
+    assert p.concurrency[D0] == pytest.approx(80 / 60)
+    assert p.span_s == pytest.approx(60e-6) and p.overhead_s == pytest.approx(40e-6)

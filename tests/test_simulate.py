@@ -82,3 +82,22 @@ def test_fifo_agrees_with_replaying_its_own_order():
         for d in range(p.num_devices):  # one op at a time per device
             spans = sorted((fifo.start[i], fifo.finish[i]) for i in range(p.n) if device[i] == d)
             assert all(b[0] >= a[1] - 1e-12 for a, b in zip(spans, spans[1:]))
+
+
+def test_a_transfer_takes_its_share_of_both_ends_compute():
+    # a (dev0, 0..1) sends 2 s of tensor to b (dev1); c (dev0) and d (dev1) are independent
+    # 1 s ops, c ordered after a, d before b. Cores that copy the bytes (shares 1) lose the
+    # transfer's 2 s: c runs after it (3..4) and d, idle at 0, runs first then gives up 2 s
+    # from the transfer's start, so b waits for both the tensor (3) and the copy.
+    edges = [(0, 1, 2.0)]
+    w = [[1, 1]] * 4
+    for sim in (lambda p: simulate(p, [0, 1, 0, 1], [[0, 2], [3, 1]]),
+                lambda p: simulate_fifo(p, [0, 1, 0, 1])):
+        free = sim(Problem.build(4, edges, w, devs(2), slope=1.0))
+        assert free.start[2] == 1 and free.makespan == 4
+        shared = sim(Problem.build(4, edges, w, devs(2), slope=1.0, send_cpu=1.0,
+                                   recv_cpu=0.5))
+        assert shared.start[2] == 3  # dev0 copies 1..3
+        assert shared.start[1] == 3 and shared.finish[1] == 4  # dev1: d 0..1, copy 1..2
+        half = sim(Problem.build(4, edges, w, devs(2), slope=1.0, send_cpu=0.5))
+        assert half.start[2] == 2

@@ -19,6 +19,8 @@ import tensorflow as tf
 
 from fastt.adapters.runner import traced_run
 from fastt.adapters.tf_import import from_tf_graph
+from fastt.costs import CommCostModel
+from fastt.devices import canonical
 from fastt.errors import CostModelError
 from fastt.profiler import TransferSample, profile
 
@@ -64,6 +66,98 @@ def probe_pair(src: str, dst: str, target: str = "", config: Any = None,
             samples.append(TransferSample(src, dst, nbytes, seconds, "probe"))
     log.debug("probed %s -> %s: %d sizes", src, dst, len(samples))
     return samples
+
+
+SHARE_BYTES = 16 * 2 ** 20
+
+
+def probe_link(comm: CommCostModel, src: str, dst: str, target: str = "",
+               config: Any = None) -> None:
+    """Probe the ``src -> dst`` link into ``comm``: its transfer samples, then (between
+    processes) the share of a transfer's time its two ends' compute gives up."""
+    comm.update(probe_pair(src, dst, target, config))
+    fit = comm.link(src, dst)
+    if fit is None:
+        return
+    shares = probe_cpu_share(src, dst, fit.predict(SHARE_BYTES), target, config)
+    if shares is not None:
+        comm.set_cpu_share(src, dst, *shares)
+
+
+def probe_cpu_share(src: str, dst: str, transfer_s: float, target: str = "",
+                    config: Any = None, nbytes: int = SHARE_BYTES, repeats: int = 9
+                    ) -> tuple[float, float] | None:
+    """How much of a ``src -> dst`` transfer's time each end's compute gives up to it, as
+    (sender, receiver) shares between 0 and 1; ``transfer_s``: the time of ``nbytes`` on the
+    idle link (from its fit). None when the two devices share a process (TensorFlow hands the
+    tensor over: nothing to share).
+
+    A chain of matrix products runs on one end, alone and then beside a transfer of
+    ``nbytes`` (the chain about four times as long as the transfer, so that it covers it);
+    the chain's slowdown over the transfer's time is that end's share: 0 where a NIC or spare
+    cores move the bytes, 1 where the only core copies them."""
+    g = tf.Graph()
+    with g.as_default():
+        with tf.device(src):
+            var = _tf1.get_variable("share_probe", [max(nbytes // 4, 1)], tf.float32,
+                                    initializer=_tf1.zeros_initializer(), use_resource=True)
+            value = var.read_value()
+        with tf.device(dst):
+            moved = tf.reduce_sum(value, name="share_moved")
+        chains = {end: _chain(dev, f"chain_{end}") for end, dev in (("send", src),
+                                                                     ("recv", dst))}
+        init = _tf1.global_variables_initializer()
+    graph = from_tf_graph(g, name="share_probe")
+    with _tf1.Session(target, graph=g, config=config) as sess:
+        sess.run(init)
+        sess.run(moved)
+        if not [t for t in profile(traced_run(sess, moved)[1], graph).transfers
+                if t.src != t.dst]:
+            return None
+        shares = []
+        for end, dev in (("send", src), ("recv", dst)):
+            n, out = chains[end]
+            for _ in range(3):  # a cold chain or channel reads low
+                per_step = _chain_seconds(sess, out, {n: 10}, dev, f"chain_{end}/") / 10
+                sess.run(moved)
+            steps = int(min(max(4 * transfer_s / max(per_step, 1e-6), 10), 20000))
+            _chain_seconds(sess, [out, moved], {n: steps}, dev, f"chain_{end}/")  # warm
+            slowdown = []
+            for _ in range(repeats):
+                alone = _chain_seconds(sess, out, {n: steps}, dev, f"chain_{end}/")
+                beside = _chain_seconds(sess, [out, moved], {n: steps}, dev, f"chain_{end}/")
+                slowdown.append(beside - alone)
+            share = _median(slowdown) / transfer_s if transfer_s > 0 else 0.0
+            shares.append(min(max(share, 0.0), 1.0))
+    log.debug("CPU share of %s -> %s transfers: sender %.2f, receiver %.2f", src, dst, *shares)
+    return shares[0], shares[1]
+
+
+def _chain(device: str, scope: str) -> tuple[Any, Any]:
+    """A loop of ``n`` (fed) dependent 256x256 matrix products on ``device``."""
+    with tf.device(device), tf.name_scope(scope):
+        n = _tf1.placeholder(tf.int32, [], name="n")
+        w = tf.random.stateless_normal([256, 256], seed=[1, 2]) / 16.0
+        a0 = tf.random.stateless_normal([256, 256], seed=[3, 4])
+        _, a = tf.while_loop(lambda i, a: i < n, lambda i, a: (i + 1, tf.tanh(tf.matmul(a, w))),
+                             [tf.constant(0), a0])
+        return n, tf.reduce_sum(a)
+
+
+def _chain_seconds(sess: Any, fetches: Any, feed: dict[Any, Any], device: str,
+                   prefix: str) -> float:
+    """First start to last end of the nodes under ``prefix`` on ``device`` in a traced run."""
+    meta = traced_run(sess, fetches, feed)[1]
+    spans = [(ns.all_start_micros, ns.all_start_micros + ns.all_end_rel_micros)
+             for dev in meta.step_stats.dev_stats if canonical(dev.device) == canonical(device)
+             for ns in dev.node_stats if ns.node_name.startswith(prefix)]
+    if not spans:
+        raise CostModelError(f"the CPU-share probe's chain left no trace on {device}")
+    return (max(e for _, e in spans) - min(b for b, _ in spans)) / 1e6
+
+
+def _median(values: Sequence[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def _lower_quartile(values: Sequence[float]) -> float:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,16 +26,26 @@ class CostModels:
     compute: ComputeCostModel = field(default_factory=ComputeCostModel)
     comm: CommCostModel = field(default_factory=CommCostModel)
     memory: MemoryModel = field(default_factory=MemoryModel)
+    overhead: deque[float] = field(default_factory=lambda: deque(maxlen=10))
 
     def update(self, profile: Profile) -> None:
-        """Feed one profiled step: compute samples, transfer samples, measured output sizes."""
+        """Feed one profiled step: compute samples, transfer samples, measured output sizes,
+        and the step's time beyond its kernels (when the run was timed)."""
         self.compute.update(profile.compute)
         self.comm.update(profile.transfers)
         self.memory.refine(profile.output_bytes)
+        if profile.overhead_s is not None:
+            self.overhead.append(profile.overhead_s)
+
+    def step_overhead(self) -> float:
+        """Seconds a step takes beyond what its ops and transfers take (the median of the
+        last timed profiles; 0 before one)."""
+        return float(statistics.median(self.overhead)) if self.overhead else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "compute": self.compute.to_dict(),
-                "comm": self.comm.to_dict(), "memory": self.memory.to_dict()}
+                "comm": self.comm.to_dict(), "memory": self.memory.to_dict(),
+                "step_overhead_s": list(self.overhead)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CostModels":
@@ -44,7 +56,8 @@ class CostModels:
                 f"expected {SCHEMA_VERSION})")
         return cls(ComputeCostModel.from_dict(data.get("compute", {})),
                    CommCostModel.from_dict(data.get("comm", {})),
-                   MemoryModel.from_dict(data.get("memory", {})))
+                   MemoryModel.from_dict(data.get("memory", {})),
+                   deque((float(v) for v in data.get("step_overhead_s", [])), maxlen=10))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         with open(path, "w", encoding="utf-8") as f:

@@ -99,3 +99,7 @@ class DerivedCosts:
 
     def link(self, src: str, dst: str) -> tuple[float, float]:
         return self.base.link(src, dst)
+
+    def transfer_cpu(self, src: str, dst: str) -> tuple[float, float]:
+        share = getattr(self.base, "transfer_cpu", None)
+        return share(src, dst) if share else (0.0, 0.0)

@@ -40,6 +40,10 @@ class CostSource(Protocol):
         """(intercept seconds, slope seconds per byte) of the src -> dst path."""
         ...
 
+    # Optional: ``transfer_cpu(src, dst) -> (sender share, receiver share)`` of a transfer's
+    # time spent by the two devices' compute streams (default none); ``step_overhead() ->
+    # seconds`` a step takes beyond its ops and transfers (default 0).
+
 
 class ModelCosts:
     """``CostSource`` over measured ``CostModels`` (unknown links cost 0: explore them)."""
@@ -53,6 +57,12 @@ class ModelCosts:
     def link(self, src: str, dst: str) -> tuple[float, float]:
         fit = self.models.comm.link(src, dst)
         return (0.0, 0.0) if fit is None else (max(fit.intercept, 0.0), max(fit.slope, 0.0))
+
+    def transfer_cpu(self, src: str, dst: str) -> tuple[float, float]:
+        return self.models.comm.cpu_share(src, dst)
+
+    def step_overhead(self) -> float:
+        return self.models.step_overhead()
 
 
 @dataclass
@@ -71,6 +81,10 @@ class Problem:
     # Per edge, the tensors it carries as (key, bytes): a tensor moves once to each device.
     edge_tensors: list[list[tuple[object, float]]] = field(default_factory=list)
     persistent: list[float] = field(default_factory=list)  # variables' bytes, per op
+    # [d1][d2]: share of a d1 -> d2 transfer's time the sender's (receiver's) compute stream
+    # spends on it (0: a DMA engine or a NIC does the work; 1: the cores copy every byte).
+    send_cpu: list[list[float]] = field(default_factory=list)
+    recv_cpu: list[list[float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n, D = len(self.names), len(self.devices)
@@ -84,6 +98,10 @@ class Problem:
             self.edge_tensors = [[(("edge", e), b)] for e, b in enumerate(self.edge_bytes)]
         if not self.persistent:
             self.persistent = [0.0] * n
+        if not self.send_cpu:
+            self.send_cpu = [[0.0] * D for _ in range(D)]
+        if not self.recv_cpu:
+            self.recv_cpu = [[0.0] * D for _ in range(D)]
         self.index = {name: i for i, name in enumerate(self.names)}
 
     @property
@@ -132,7 +150,9 @@ class Problem:
               slope: Sequence[Sequence[float]] | float = 0.0, mem: Sequence[float] | None = None,
               group: Sequence[int] | None = None, names: Sequence[str] | None = None,
               persistent: Sequence[float] | None = None,
-              topo: Sequence[int] | None = None) -> "Problem":
+              topo: Sequence[int] | None = None,
+              send_cpu: Sequence[Sequence[float]] | float = 0.0,
+              recv_cpu: Sequence[Sequence[float]] | float = 0.0) -> "Problem":
         """A problem from plain arrays: ``edges`` as (src, dst, bytes[, tensor key]); links as
         matrices or one value for every pair. Edges between the same two ops are merged; an
         edge without a key carries a tensor of its own, a key of None carries none (control)."""
@@ -169,7 +189,8 @@ class Problem:
                    group=list(group) if group is not None else list(range(n)),
                    edge_tensors=edge_tensors,
                    persistent=list(persistent) if persistent is not None else [0.0] * n,
-                   topo=list(topo) if topo is not None else [])
+                   topo=list(topo) if topo is not None else [],
+                   send_cpu=square(send_cpu), recv_cpu=square(recv_cpu))
 
     @classmethod
     def from_graph(cls, graph: Graph, devices: Sequence[Device], costs: CostSource,
@@ -194,6 +215,8 @@ class Problem:
         w = [row(n, devs) for n in names] if row else \
             [[costs.compute(n, d) for d in devs] for n in names]
         links = [[costs.link(a, b) if a != b else (0.0, 0.0) for b in devs] for a in devs]
+        share = getattr(costs, "transfer_cpu", None)
+        cpu = [[share(a, b) if share and a != b else (0.0, 0.0) for b in devs] for a in devs]
         rep = graph.colocation_groups()
         joined: dict[str, str] = {}  # colocation group -> the group of its while frame
 
@@ -215,7 +238,9 @@ class Problem:
                          slope=[[lk[1] for lk in row] for row in links],
                          mem=[float(mem.get(n, 0.0)) for n in names], group=group, names=names,
                          persistent=[float((persistent or {}).get(n, 0.0)) for n in names],
-                         topo=list(range(len(names))))
+                         topo=list(range(len(names))),
+                         send_cpu=[[c[0] for c in row] for row in cpu],
+                         recv_cpu=[[c[1] for c in row] for row in cpu])
 
 
 def _topological(preds: list[list[tuple[int, int]]],

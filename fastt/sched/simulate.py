@@ -4,7 +4,10 @@ One compute stream per device runs its ops in the given order, each as soon as i
 there. A tensor needed on another device is sent once per device when its producer finishes
 (tensors are cached on the receiver) over the pair's link: ``intercept + slope * bytes``,
 one transfer at a time per direction by default (``link_concurrency=None``: unlimited, DPOS's
-own assumption, so replaying a DPOS schedule reproduces its predicted finish time).
+own assumption, so replaying a DPOS schedule reproduces its predicted finish time). Where the
+cores move the bytes themselves (gRPC between processes), a transfer also takes its share of
+the time of the sender's and the receiver's compute streams (``Problem.send_cpu``/``recv_cpu``):
+an idle device spends it from the transfer's start, a busy one after the op it is running.
 
 Memory per device: persistent bytes for the whole step; an output from its producer's start
 until its last consumer on that device has finished and its sends are done; a received tensor
@@ -75,6 +78,7 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
                 if a is None:
                     return
                 t = max(t, a)
+            t = links.absorb(d, t, dev_free)
             start[j], finish[j] = t, t + p.w[j][d]
             dev_free[d] = finish[j]
             pos[d] += 1
@@ -127,6 +131,9 @@ def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 
             d = x
             if busy_until[d] > t or not ready[d] or ready[d][0][0] > t:
                 continue  # busy (it looks again when its op finishes) or nothing ready yet
+            if links.absorb(d, t, busy_until) > t:
+                heapq.heappush(events, (busy_until[d], 1, d))  # moving bytes first
+                continue
             _, _, j = heapq.heappop(ready[d])
             start[j], finish[j] = t, t + p.w[j][d]
             busy_until[d] = finish[j]
@@ -168,6 +175,17 @@ class _Links:
         self.arrival: dict[tuple[object, int], float] = {}
         self.transfers: list[Transfer] = []
         self._free: dict[tuple[int, int], list[float]] = {}
+        self._charges: list[list[tuple[float, float]]] = [[] for _ in range(p.num_devices)]
+
+    def absorb(self, d: int, t: float, free: list[float]) -> float:
+        """When device ``d`` can start an op ready at ``t``, once it has done its share of the
+        transfers that started by then (``free[d]``: when it is done with what it ran)."""
+        q = self._charges[d]
+        while q and q[0][0] <= t:
+            begin, seconds = heapq.heappop(q)
+            free[d] = max(free[d], begin) + seconds
+            t = max(t, free[d])
+        return t
 
     def send(self, m: int, src: int, t: float, wanted: dict[tuple[object, int], float]) -> None:
         """Send what producer ``m`` (on ``src``, finished at ``t``) owes other devices."""
@@ -181,6 +199,9 @@ class _Links:
                 begin = max(t, lanes[k])
                 lanes[k] = begin + cost
             self.arrival[(key, dst)] = begin + cost
+            for d, share in ((src, p.send_cpu[src][dst]), (dst, p.recv_cpu[src][dst])):
+                if share > 0:
+                    heapq.heappush(self._charges[d], (begin, share * cost))
             self.transfers.append(Transfer(key, src, dst, nbytes, begin, begin + cost))
 
 

@@ -252,7 +252,7 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
     g, p, s, splits, replicas = best
     splits = forced + splits
     plan_time = time.perf_counter() - t0
-    predicted, simulated = _replay(p, s)
+    predicted, simulated = (t + step_overhead(costs) for t in _replay(p, s))
     names = [d.name for d in devices]
     return Strategy(name=name, devices=names, graph=g,
                     placement={p.names[i]: names[s.device[i]] for i in range(p.n)},
@@ -284,5 +284,12 @@ def predict(strategy: Strategy, devices: Sequence[Device], costs: CostSource,
             original: Graph, copy_bytes_per_s: float = 10e9, fifo: bool = False) -> float:
     """``strategy``'s step time under ``costs`` (e.g. cost models updated since it was
     planned): its placement and order (with ``fifo``, TensorFlow's own first-come order)
-    replayed with contention-free links."""
-    return replay(strategy, devices, costs, original, copy_bytes_per_s, fifo=fifo)[1].makespan
+    replayed with contention-free links, plus the step's overhead."""
+    return replay(strategy, devices, costs, original, copy_bytes_per_s,
+                  fifo=fifo)[1].makespan + step_overhead(costs)
+
+
+def step_overhead(costs: CostSource) -> float:
+    """What a step takes beyond its ops and transfers, when ``costs`` knows it (else 0)."""
+    known = getattr(costs, "step_overhead", None)
+    return float(known()) if known else 0.0
