@@ -15,7 +15,9 @@ repeats; the median step time of each is reported as samples/second:
 - ``fastt, no order``: the same placement and splits, TensorFlow's own order;
 - ``fastt, no splits``: OS-DPOS without splitting, order enforced;
 - ``fastt, replanned``: OS-DPOS again once the ``fastt`` plan ran and was profiled (the
-  session plugin's second round: split ops' own times measured).
+  session plugin's second round: split ops' own times measured);
+- ``m-topo``: FastT's model-parallel baseline, the ops spread over both workers in
+  topological order (a plan of its own for the ranking).
 
 ``fastt, adaptive`` is where the session plugin would end: of the original graph, data
 parallelism and both OS-DPOS rounds, the one measured fastest while adapting (it rolls back
@@ -28,6 +30,8 @@ replayed first come, first served) next to the measured one. Writes real.json; w
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import platform
@@ -57,7 +61,7 @@ from fastt.sched.strategy import plan, predict, replay, step_overhead  # noqa: E
 
 tf1 = tf.compat.v1
 VARIANTS = ("one worker", "data-parallel", "fastt", "fastt, no order", "fastt, no splits",
-            "fastt, replanned")
+            "fastt, replanned", "m-topo")
 TRIED = ("one worker", "data-parallel", "fastt", "fastt, replanned")  # the plugin's rounds
 
 
@@ -71,31 +75,36 @@ class Run:
     def step(self) -> None:
         self.sess.run(self.fetches, self.feed)
 
-    def traced(self) -> tuple[object, float]:
-        """A traced step's RunMetadata and how long the run took."""
-        t = time.perf_counter()
-        meta = traced_run(self.sess, self.fetches, self.feed)[1]
-        return meta, time.perf_counter() - t
+    def traced(self):
+        return traced_run(self.sess, self.fetches, self.feed)[1]
 
 
-def warm_up(run: Run, cap: int = 80) -> int:
+def warm_up(run: Run, cap: int = 80) -> float:
     """Steps of ``run`` until its step times settle (as the plugin waits: MSER-5), at most
-    ``cap``; returns how many ran."""
+    ``cap``; returns the median settled step time."""
     times: list[float] = []
-    while len(times) < cap and (len(times) < 10 or settled(times, 5) is None):
+    start = None
+    while len(times) < cap and (len(times) < 10 or start is None):
         t = time.perf_counter()
         run.step()
         times.append(time.perf_counter() - t)
-    return len(times)
+        start = settled(times, 5) if len(times) >= 10 else None
+    return statistics.median(times[start or len(times) // 2:])
 
 
 def profile_into(models: CostModels, run: Run, graph, steps: int) -> None:
     """``steps`` traced steps of ``run``, once warm, into ``models``, attributed to
     ``graph``'s ops."""
-    warm_up(run)
+    untraced = warm_up(run)
     for _ in range(steps):
-        meta, wall = run.traced()
-        models.update(profile(meta, graph, wall_s=wall))
+        models.update(profile(run.traced(), graph, untraced))
+
+
+def plan_key(s) -> str:
+    """What makes two variants one plan: the same placement, splits and replicas."""
+    doc = json.dumps([sorted(s.placement.items()), [(x.op, x.dim, x.n) for x in s.splits],
+                      s.replicas])
+    return hashlib.sha1(doc.encode()).hexdigest()[:12]
 
 
 def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: int) -> dict:
@@ -121,7 +130,8 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
         "fastt": plan(ir, devices, costs, "os-dpos", fetches=fetches, workers=2),
         "fastt, no splits": plan(ir, devices, costs, "os-dpos", fetches=fetches, split=False)}
     strategies["fastt, no order"] = strategies["fastt"]
-    for name in ("fastt", "fastt, no order", "fastt, no splits"):
+    strategies["m-topo"] = plan(ir, devices, costs, "m-topo", fetches=fetches)
+    for name in ("fastt", "fastt, no order", "fastt, no splits", "m-topo"):
         runs[name] = Run(cluster.target, rewrite(ir, strategies[name],
                                                  enforce_order=name != "fastt, no order"), m)
     profile_into(models, runs["fastt"], merged_graph(ir, strategies["fastt"]), 3)
@@ -163,6 +173,7 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
            "links": {f"{a} -> {b}": [f.intercept, f.slope, f.samples, f.r2]
                      for (a, b), f in models.comm.fits().items()},
            "fidelity_error": {v: (predicted[v] - step[v]) / step[v] for v in VARIANTS},
+           "plan": {v: plan_key(strategies[v]) for v in VARIANTS},
            "adaptive": {"choice": adaptive, "measured_while_adapting_s": adapting,
                         "step_s": step[adaptive],
                         "speedup_over_one_worker": step["one worker"] / step[adaptive],

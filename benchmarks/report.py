@@ -230,28 +230,42 @@ def real_section(real: dict, out: str) -> list[str]:
     return lines
 
 
+def _plans(r: dict, variants: list[str]) -> list[tuple[str, float]]:
+    """A row's distinct plans: (first variant, measured step time). Variants with the same
+    placement, splits and replicas (``plan`` in the row) are one plan, measured by the median
+    of all their blocks; rows without ``plan`` count every variant."""
+    shown = [v for v in variants if v in r.get("predicted_s", {})]
+    keys = r.get("plan") or {v: v for v in shown}
+    groups: dict[str, list[str]] = {}
+    for v in shown:
+        groups.setdefault(keys.get(v, v), []).append(v)
+    return [(vs[0], statistics.median([t for v in vs for t in r["times_s"][v]])
+             if "times_s" in r else r["step_s"][vs[0]]) for vs in groups.values()]
+
+
 def ranking_section(real: dict, variants: list[str]) -> list[str]:
-    """Per model, whether the simulator ranks the variants as they measure: Kendall's tau-b
+    """Per model, whether the simulator ranks its plans as they measure: Kendall's tau-b
     (ties counted) between predicted and measured step times; 1 is the same order."""
     from scipy.stats import kendalltau
     lines = ["### Ranking", "",
              "Kendall's tau-b between the predicted (contention-free and contended) and the "
-             "measured step times of each model's variants (1: the same order, 0: none; "
-             "undefined when every prediction is equal).", "",
-             "| model | variants | tau (predicted) | tau (contended) |", "|---|---:|---:|---:|"]
+             "measured step times of each model's distinct plans (1: the same order, 0: none; "
+             "undefined when every prediction is equal). Variants that place and split every "
+             "op the same way are one plan, measured over all their blocks.", "",
+             "| model | plans | tau (predicted) | tau (contended) |", "|---|---:|---:|---:|"]
     taus: dict[str, list[float]] = {"predicted_s": [], "predicted_contended_s": []}
     for r in real["rows"]:
         cells = []
-        shown = [v for v in variants if v in r.get("predicted_s", {})]
+        plans = _plans(r, variants)
         for key, found in taus.items():
-            pred = [r.get(key, {}).get(v) for v in shown]
-            if len(shown) < 2 or None in pred or len(set(pred)) < 2:
+            pred = [r.get(key, {}).get(v) for v, _ in plans]
+            if len(plans) < 2 or None in pred or len(set(pred)) < 2:
                 cells.append("n/a")
                 continue
-            tau = float(kendalltau(pred, [r["step_s"][v] for v in shown]).statistic)
+            tau = float(kendalltau(pred, [t for _, t in plans]).statistic)
             found.append(tau)
             cells.append(f"{tau:+.2f}")
-        lines.append(f"| {r['model']} | {len(shown)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {r['model']} | {len(plans)} | " + " | ".join(cells) + " |")
     if taus["predicted_s"]:
         lines += ["", "Median tau: " + ", ".join(
             f"{label} {statistics.median(t):+.2f}" for label, t in

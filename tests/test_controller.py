@@ -39,8 +39,9 @@ class FakeBackend:
     def starting_strategy(self):
         return "data-parallel"
 
-    def profile(self, meta):
+    def profile(self, meta, untraced_s=None):
         assert meta == "trace"
+        assert untraced_s is not None and untraced_s > 0  # the running graph was measured
         self.profiles += 1
 
     def cost_change(self):

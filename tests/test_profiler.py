@@ -120,11 +120,17 @@ def test_kernels_overlapping_on_one_device_share_it():
 
     g = Graph([op("x", "Placeholder"), op("a", "Relu", ["x"]), op("b", "Relu", ["x"])])
     base = 1_000_000_000
-    p = profile(run_metadata({D0: [timed("a", "Relu", base, 40_000, ["x"]),
-                                   timed("b", "Relu", base + 20_000, 40_000, ["x"])]}), g,
-                wall_s=100e-6)
+    meta = run_metadata({D0: [timed("a", "Relu", base, 40_000, ["x"]),
+                              timed("b", "Relu", base + 20_000, 40_000, ["x"])]})
+    p = profile(meta, g, untraced_s=100e-6)
     seconds = {s.op: s.seconds for s in p.compute}
     assert seconds["a"] == pytest.approx(30e-6) and seconds["b"] == pytest.approx(30e-6)
     assert p.busy_s[D0] == pytest.approx(60e-6) and p.kernel_s[D0] == pytest.approx(80e-6)
     assert p.concurrency[D0] == pytest.approx(80 / 60)
     assert p.span_s == pytest.approx(60e-6) and p.overhead_s == pytest.approx(40e-6)
+    assert p.scale == 1.0
+    # untraced, the step is shorter than the traced kernels' span: tracing's own work
+    fast = profile(meta, g, untraced_s=45e-6)
+    assert fast.scale == pytest.approx(0.75) and fast.overhead_s == 0.0
+    assert [s.seconds for s in fast.compute] == pytest.approx([22.5e-6, 22.5e-6])
+    assert profile(meta, g).overhead_s is None

@@ -61,7 +61,6 @@ class SessionPlugin:
         self.step_names: list[str] = []
         self.ir: Graph | None = None
         self.models: CostModels | None = None
-        self._wall: float | None = None  # the last run, as timed around the call
         self.finder = StepFinder(self._updates_trainables)
         self.session = session_id()
         self._off = False
@@ -100,14 +99,12 @@ class SessionPlugin:
             return self._dispatch(req, fetches, feed_dict, options, run_metadata)
         if self.models is None:
             self._feed_shapes = {n: v.shape for n, v in req.feeds.items()}
-        t0 = time.perf_counter()
-        ctl.step_started(t0)
+        ctl.step_started(time.perf_counter())
         trace = ctl.before_step()
         meta = _tf1.RunMetadata() if trace else run_metadata
         opts = _with(options, trace_level=_tf1.RunOptions.FULL_TRACE) if trace else options
         with profiler_chatter_dropped() if trace else contextlib.nullcontext():
             out = self._dispatch(req, fetches, feed_dict, opts, meta)
-        self._wall = time.perf_counter() - t0
         if trace and run_metadata is not None:
             run_metadata.MergeFrom(meta)
         ctl.after_step(meta if trace else None)
@@ -201,9 +198,8 @@ class SessionPlugin:
         if self.watch is not None:
             self.watch.check()
         ctl = self._controller_for(c.signature, c.names) if not self._off else None
-        t0 = time.perf_counter()
         if ctl is not None:
-            ctl.step_started(t0)
+            ctl.step_started(time.perf_counter())
         trace = ctl.before_step() if ctl else False
         if ctl is not None and self.models is None:
             self._feed_shapes = {n: np.shape(a) for n, a in zip(c.options.feed, args)}
@@ -238,7 +234,6 @@ class SessionPlugin:
             if not self._recovered(cur, e):
                 raise
             return self.call(c, args, run_metadata)
-        self._wall = time.perf_counter() - t0
         if skey is not None:
             self.streams.count(skey, out[len(out) - len(extra):])
             out = out[:len(out) - len(extra)]
@@ -360,10 +355,10 @@ class SessionPlugin:
         fits = data_parallel_fitting(step, self.devices) is not None
         return "data-parallel" if fits else "m-topo"
 
-    def profile(self, run_metadata: Any) -> None:
+    def profile(self, run_metadata: Any, untraced_s: float | None = None) -> None:
         cur = self.current
         graph = self._user_ir() if cur.strategy is None else cur.profile_graph
-        p = profile(run_metadata, graph, wall_s=self._wall)
+        p = profile(run_metadata, graph, untraced_s)
         if self.models is None:
             fed = {TensorRef(*_split_name(n)): tuple(s) for n, s in self._feed_shapes.items()}
             measured = {**p.output_shapes, **fed}
