@@ -205,7 +205,13 @@ def real_section(real: dict, out: str) -> list[str]:
               "Predicted: the simulator's step time from the profiled cost models, links "
               "contention-free (DPOS's model); contended: one transfer at a time per link "
               "direction (how OS-DPOS picks its final plan). Error = (predicted - measured) / "
-              "measured.", "",
+              "measured. The cost models charge kernels that overlap on a device their share "
+              "of it, are calibrated against untraced steps (tracing's own work out, the "
+              "step's overhead in), fit each link on the lower decile of its transfers, and "
+              "charge gRPC transfers to the cores of both ends (probed share). The profiled "
+              "plans (one worker, data-parallel, fastt) were calibrated on their own untraced "
+              "steps; m-topo and the replanned plan were not profiled before being predicted.",
+              "",
               "| model | variant | measured (ms) | predicted (ms) | error | contended (ms) | "
               "error |", "|---|---|---:|---:|---:|---:|---:|"]
     errors: dict[str, list[float]] = {"predicted_s": [], "predicted_contended_s": []}
