@@ -42,6 +42,37 @@ def block(fn: Callable[[], object], steps: int) -> float:
     return (time.perf_counter() - t) / steps
 
 
+def step_times(fn: Callable[[], object], steps: int) -> list[float]:
+    """Seconds of each of ``steps`` calls of ``fn`` in a row."""
+    times = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def keeps_candidate(kept: Callable[[], object], candidate: Callable[[], object], steps: int,
+                    looks: int = 3) -> dict[str, Any]:
+    """The session plugin's decision between the graph it runs (``kept``) and a candidate:
+    per-step times of each (in alternating halves, so that a drift of the machine hits both),
+    compared with its rule (``fastt.plugin.measure.compare``), ``steps`` more on each side
+    while undecided, at most ``looks`` times. The verdict as a dict; "keep" is whether the
+    candidate replaces the kept graph (only when significantly faster)."""
+    from fastt.plugin.measure import CONFIDENCE, compare
+
+    a: list[float] = []
+    b: list[float] = []
+    for look in range(looks):
+        for _ in range(2):
+            a += step_times(kept, max(steps // 2, 2))
+            b += step_times(candidate, max(steps // 2, 2))
+        v = compare(a, b, seed=look, confidence=1 - (1 - CONFIDENCE) / looks)
+        if v.verdict != "undecided":
+            break
+    return {**v.as_dict(), "keep": v.verdict == "faster", "steps": len(a)}
+
+
 def previous_full_run(path: str) -> dict | None:
     """The results of an earlier full (not ``--quick``) run at ``path``, to update model by
     model; None when there is none."""

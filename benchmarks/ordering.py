@@ -7,7 +7,13 @@ For each model: profile the original training step over 2 logical CPU devices, p
 placement: TensorFlow's own FIFO order (no enforcement), the order enforced with control
 dependencies, and the order written as priorities for fastt's priority executor. Blocks of
 steps alternate between the three sessions; per repeat each time is divided by FIFO's, and
-the median ratio is reported (below 1: faster than FIFO). Writes ordering.json and ordering.md.
+the median ratio is reported (below 1: faster than FIFO).
+
+fastt's choice: what the session plugin would run in the end. In-process it enforces the
+order with the priority executor, then tries the same placement in FIFO order and keeps that
+when its decision rule finds it significantly faster (``benchmarks.common.keeps_candidate``).
+The decision is taken on its own steps, before the timed blocks, and the chosen mode's ratio
+to FIFO is read from the timed blocks. Writes ordering.json and ordering.md.
 """
 from __future__ import annotations
 
@@ -21,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tensorflow as tf  # noqa: E402
 
-from benchmarks.common import arguments, block, training_session  # noqa: E402
+from benchmarks.common import arguments, block, keeps_candidate, training_session  # noqa: E402
 
 from fastt import zoo  # noqa: E402
 from fastt.adapters.probe import probe_pair  # noqa: E402
@@ -77,6 +83,8 @@ def bench(name: str, kwargs: dict, steps: int, repeats: int) -> dict:
         runs[mode] = (sess, lambda s=sess, f=fetches, d=feed: s.run(f, d))
     for _, fn in runs.values():
         block(fn, max(steps // 3, 2))  # warm every session up
+    decision = keeps_candidate(runs["priority-executor"][1], runs["fifo"][1], steps)
+    choice = "fifo" if decision["keep"] else "priority-executor"
     times = {mode: [] for mode in MODES}
     for r in range(repeats):
         order = MODES[r % 3:] + MODES[:r % 3]  # rotate who goes first
@@ -85,14 +93,16 @@ def bench(name: str, kwargs: dict, steps: int, repeats: int) -> dict:
     for sess, _ in runs.values():
         sess.close()
     ratios = {mode: statistics.median(t / f for t, f in zip(times[mode], times["fifo"]))
-              for mode in MODES[1:]}
+              for mode in MODES}
     row = {"model": name, "ops": len(strategy.graph), "predicted_s":
            strategy.predicted_step_time_s,
            "step_s": {mode: statistics.median(t) for mode, t in times.items()},
-           "ratio_to_fifo": ratios, "times_s": times}
+           "ratio_to_fifo": ratios, "times_s": times, "choice": choice,
+           "decision": decision, "choice_ratio_to_fifo": ratios[choice]}
     print(f"{name:>12}: FIFO {1e3 * row['step_s']['fifo']:.2f} ms; control deps "
           f"{ratios['control-dependencies']:.3f}x; priority executor "
-          f"{ratios['priority-executor']:.3f}x", flush=True)
+          f"{ratios['priority-executor']:.3f}x; fastt keeps {choice} "
+          f"({ratios[choice]:.3f}x)", flush=True)
     return row
 
 
@@ -121,11 +131,18 @@ def write(out: str, rows: list, steps: int, repeats: int) -> None:
              f"rotating blocks of {steps} steps; ratio = step time / FIFO step time in the "
              f"same repeat (below 1 is faster). TensorFlow {tf.__version__}, "
              f"{os.cpu_count()} cores. Logical CPU devices share one thread pool.", "",
-             "| model | ops | FIFO (ms) | control deps (ratio) | priority executor (ratio) |",
-             "|---|---|---|---|---|"]
+             "fastt's choice: the session plugin's rule (priority executor, replaced by FIFO "
+             "only when significantly faster), decided on separate steps before the timed "
+             "blocks.", "",
+             "| model | ops | FIFO (ms) | control deps (ratio) | priority executor (ratio) | "
+             "fastt's choice | its ratio | decision (ratio, CI) |",
+             "|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['model']} | {r['ops']} | {1e3 * r['step_s']['fifo']:.2f} | "
               f"{r['ratio_to_fifo']['control-dependencies']:.3f} | "
-              f"{r['ratio_to_fifo']['priority-executor']:.3f} |" for r in rows]
+              f"{r['ratio_to_fifo']['priority-executor']:.3f} | {r['choice']} | "
+              f"{r['choice_ratio_to_fifo']:.3f} | {r['decision']['verdict']} "
+              f"({r['decision']['ratio']:.3f}, {r['decision']['ci_low']:.3f}-"
+              f"{r['decision']['ci_high']:.3f}) |" for r in rows]
     with open(os.path.join(out, "ordering.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -16,12 +16,16 @@ repeats; the median step time of each is reported as samples/second:
 - ``fastt, no splits``: OS-DPOS without splitting, order enforced;
 - ``fastt, replanned``: OS-DPOS again once the ``fastt`` plan ran and was profiled (the
   session plugin's second round: split ops' own times measured);
+- ``fastt, replanned, no order``: the same, in TensorFlow's own order;
 - ``m-topo``: FastT's model-parallel baseline, the ops spread over both workers in
   topological order (a plan of its own for the ranking).
 
-``fastt, adaptive`` is where the session plugin would end: of the original graph, data
-parallelism and both OS-DPOS rounds, the one measured fastest while adapting (it rolls back
-whatever is slower); its figure is that variant's.
+``fastt, adaptive`` is where the session plugin would end, decided as it decides, on steps of
+their own before the timed blocks: from the original graph, each round (data parallelism,
+OS-DPOS, OS-DPOS replanned) replaces the graph kept so far only when the plugin's rule finds
+it significantly faster, and a plan kept with its order enforced is then tried in
+TensorFlow's own order, kept only when that is significantly faster. Its figure is the
+chosen variant's in the timed blocks.
 
 Fidelity: each variant's step time as the simulator predicts it from the same cost models
 (placement and order replayed, one transfer at a time per link direction; ``no order``
@@ -44,8 +48,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import models as zoo_models  # noqa: E402
-from benchmarks.common import block, previous_full_run, training_session, with_row, \
-    write_json  # noqa: E402
+from benchmarks.common import block, keeps_candidate, previous_full_run, training_session, \
+    with_row, write_json  # noqa: E402
 
 from fastt.adapters.probe import probe_link  # noqa: E402
 from fastt.adapters.rewrite import merged_graph, rewrite  # noqa: E402
@@ -61,8 +65,10 @@ from fastt.sched.strategy import plan, predict, replay, step_overhead  # noqa: E
 
 tf1 = tf.compat.v1
 VARIANTS = ("one worker", "data-parallel", "fastt", "fastt, no order", "fastt, no splits",
-            "fastt, replanned", "m-topo")
-TRIED = ("one worker", "data-parallel", "fastt", "fastt, replanned")  # the plugin's rounds
+            "fastt, replanned", "fastt, replanned, no order", "m-topo")
+ROUNDS = ("data-parallel", "fastt", "fastt, replanned")  # the plugin's, after the original
+FIFO_OF = {"fastt": "fastt, no order", "fastt, replanned": "fastt, replanned, no order"}
+FIFO = ("one worker", "data-parallel", *FIFO_OF.values())  # run in TensorFlow's own order
 
 
 class Run:
@@ -107,6 +113,21 @@ def plan_key(s) -> str:
     return hashlib.sha1(doc.encode()).hexdigest()[:12]
 
 
+def adapt(runs: dict[str, Run], steps: int) -> tuple[str, list[dict]]:
+    """Where the session plugin would end, and each decision on the way (see the module
+    docstring)."""
+    kept, decisions = "one worker", []
+    for name in ROUNDS:
+        for candidate in (name, FIFO_OF.get(name)):
+            if candidate is None or (candidate != name and kept != name):
+                continue  # a plan's own order is tried only once the plan is kept
+            v = keeps_candidate(runs[kept].step, runs[candidate].step, steps)
+            decisions.append({"kept": kept, "candidate": candidate, **v})
+            if v["keep"]:
+                kept = candidate
+    return kept, decisions
+
+
 def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: int) -> dict:
     m = model.build()
     ir = from_tf_graph(m.graph, name=model.name)
@@ -133,25 +154,25 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
     strategies["m-topo"] = plan(ir, devices, costs, "m-topo", fetches=fetches)
     for name in ("fastt", "fastt, no order", "fastt, no splits", "m-topo"):
         runs[name] = Run(cluster.target, rewrite(ir, strategies[name],
-                                                 enforce_order=name != "fastt, no order"), m)
+                                                 enforce_order=name not in FIFO), m)
     profile_into(models, runs["fastt"], merged_graph(ir, strategies["fastt"]), 3)
     costs = ModelCosts(models)
     strategies["fastt, replanned"] = plan(ir, devices, costs, "os-dpos", fetches=fetches,
                                           workers=2)
-    runs["fastt, replanned"] = Run(cluster.target, rewrite(ir, strategies["fastt, replanned"]),
-                                   m)
+    strategies["fastt, replanned, no order"] = strategies["fastt, replanned"]
+    for name in ("fastt, replanned", "fastt, replanned, no order"):
+        runs[name] = Run(cluster.target, rewrite(ir, strategies[name],
+                                                 enforce_order=name not in FIFO), m)
     prep_s = time.perf_counter() - t0
     for r in runs.values():
         block(r.step, max(steps // 2, 2))  # warm up
-    # adapting, as the plugin does: one measured block each, the fastest kept
-    adapting = {name: block(runs[name].step, steps) for name in TRIED}
-    adaptive = min(adapting, key=adapting.get)
-    # The original graph and "no order" run in TensorFlow's own order: replayed first come,
-    # first served. "predicted": links without contention (what the planner assumes);
-    # "contended": one transfer at a time per link direction.
+    adaptive, decisions = adapt(runs, steps)
+    # The FIFO variants are replayed first come, first served. "predicted": links without
+    # contention (what the planner assumes); "contended": one transfer at a time per link
+    # direction.
     predicted, contended = {}, {}
     for name, s in strategies.items():
-        fifo = name in ("one worker", "fastt, no order")
+        fifo = name in FIFO
         predicted[name] = predict(s, devices, costs, ir, fifo=fifo)
         contended[name] = replay(s, devices, costs, ir, link_concurrency=1,
                                  fifo=fifo)[1].makespan + step_overhead(costs)
@@ -174,8 +195,10 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
                      for (a, b), f in models.comm.fits().items()},
            "fidelity_error": {v: (predicted[v] - step[v]) / step[v] for v in VARIANTS},
            "plan": {v: plan_key(strategies[v]) for v in VARIANTS},
-           "adaptive": {"choice": adaptive, "measured_while_adapting_s": adapting,
+           "adaptive": {"choice": adaptive, "decisions": decisions,
                         "step_s": step[adaptive],
+                        "ratio_to_its_fifo": step[adaptive] / step[FIFO_OF.get(adaptive,
+                                                                                adaptive)],
                         "speedup_over_one_worker": step["one worker"] / step[adaptive],
                         "speedup_over_dp": step["data-parallel"] / step[adaptive]},
            "splits_replanned": [s.details() for s in strategies["fastt, replanned"].splits],

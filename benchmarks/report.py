@@ -175,12 +175,16 @@ def real_section(real: dict, out: str) -> list[str]:
              "`one worker` is the original graph as the "
              "user's script runs it; `fastt` is OS-DPOS planned from profiled costs, its order "
              "enforced with control dependencies; `fastt, replanned` its second round, once the "
-             "first ran and was profiled. `adaptive` is where the session plugin would end: "
-             "of one worker, data-parallel, fastt and fastt replanned, the one measured fastest "
-             "while adapting (slower ones are rolled back).", "",
+             "first ran and was profiled; `no order`: the same plan in TensorFlow's own order. "
+             "`adaptive` is where the session plugin would end, decided by its rule on steps of "
+             "their own before the timed blocks: each round (data-parallel, fastt, fastt "
+             "replanned) replaces the graph kept so far only when significantly faster, and a "
+             "plan kept with its order enforced is then tried without, kept only when that is "
+             "significantly faster. `adaptive / FIFO`: its step time over the same placement's "
+             "in TensorFlow's own order (above 1: the enforced order costs).", "",
              "| model | batch | " + " | ".join(variants) + " | fastt / DP | fastt / one worker "
-             "| adaptive: choice | adaptive / DP | adaptive / one worker |",
-             "|---|---:|" + "---:|" * (len(variants) + 2) + "---|---:|---:|"]
+             "| adaptive: choice | adaptive / DP | adaptive / one worker | adaptive / FIFO |",
+             "|---|---:|" + "---:|" * (len(variants) + 2) + "---|---:|---:|---:|"]
     for r in real["rows"]:
         sps = r["samples_per_s"]
         a = r.get("adaptive", {})
@@ -189,7 +193,8 @@ def real_section(real: dict, out: str) -> list[str]:
                      f" | {r['speedup_over_dp']['fastt']:.2f} | "
                      f"{r['speedup_over_one_worker']['fastt']:.2f} | "
                      f"{a.get('choice', 'n/a')} | {_fmt(a.get('speedup_over_dp'))} | "
-                     f"{_fmt(a.get('speedup_over_one_worker'))} |")
+                     f"{_fmt(a.get('speedup_over_one_worker'))} | "
+                     f"{_fmt(a.get('ratio_to_its_fifo'))} |")
     lines += ["", "![real testbed](real_samples.png)", "",
               "### What fastt planned", "",
               "| model | ops | replicas | ops per device | splits | plan time (s) | "

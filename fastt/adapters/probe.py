@@ -51,19 +51,26 @@ def probe_pair(src: str, dst: str, target: str = "", config: Any = None,
             probes.append((elements * 4, remote, local))
         init = _tf1.global_variables_initializer()
     graph = from_tf_graph(g, name="probe")
-    samples: list[TransferSample] = []
-    traces = True  # until a traced step shows no transfer (devices of one process)
+
+    def transfers(remote: Any, nbytes: int) -> list[float]:
+        return [s.seconds for s in profile(traced_run(sess, remote)[1], graph).transfers
+                if s.nbytes == nbytes and s.src != s.dst]
+
+    traced: dict[int, list[float]] = {nbytes: [] for nbytes, _, _ in probes}
     with _tf1.Session(target, graph=g, config=config) as sess:
         sess.run(init)
-        for nbytes, remote, local in probes:
+        for _, remote, local in probes:
             sess.run([remote, local])  # warm the path up once
-            traced = [s.seconds for _ in range(repeats if traces else 0)
-                      for s in profile(traced_run(sess, remote)[1], graph).transfers
-                      if s.nbytes == nbytes and s.src != s.dst]
-            traces = bool(traced)
-            seconds = _lower_quartile(traced) if traced else \
-                _timed_difference(sess, remote, local, repeats)
-            samples.append(TransferSample(src, dst, nbytes, seconds, "probe"))
+        nbytes, remote, _ = probes[0]
+        if transfers(remote, nbytes):  # else devices of one process: nothing is traced
+            # round-robin over the sizes: a burst of load spreads over them, not onto one
+            for _ in range(repeats):
+                for nbytes, remote, _ in probes:
+                    traced[nbytes] += transfers(remote, nbytes)
+        samples = [TransferSample(src, dst, nbytes, _lower_quartile(traced[nbytes])
+                                  if traced[nbytes] else
+                                  _timed_difference(sess, remote, local, repeats), "probe")
+                   for nbytes, remote, local in probes]
     log.debug("probed %s -> %s: %d sizes", src, dst, len(samples))
     return samples
 

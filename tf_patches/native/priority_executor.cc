@@ -9,6 +9,13 @@
 // are cheap and unblock others.
 //
 // A session uses it when ConfigProto.experimental.executor_type is "FASTT_PRIORITY".
+//
+// What it costs per node is kept low the way TensorFlow's executor keeps it low: a partition
+// without control flow runs with SimplePropagatorState (atomic pending counts, no frames),
+// and a worker that finishes a node making one node ready, more urgent than any queued,
+// runs it next without taking the lock (in a chain of ops: no lock at all); otherwise it
+// queues what it made ready, counts the node out and takes its next node under one lock.
+// benchmarks/executor_overhead.py measures what is left.
 #include <algorithm>
 #include <atomic>
 #include <limits>
@@ -25,6 +32,7 @@
 #include "tensorflow/core/common_runtime/immutable_executor_state.h"
 #include "tensorflow/core/common_runtime/local_executor_params.h"
 #include "tensorflow/core/common_runtime/propagator_state.h"
+#include "tensorflow/core/common_runtime/simple_propagator_state.h"
 #include "tensorflow/core/common_runtime/step_stats_collector.h"
 #include "tensorflow/core/framework/cancellation.h"
 #include "tensorflow/core/framework/collective.h"
@@ -43,8 +51,6 @@ namespace {
 
 namespace tf = ::tensorflow;
 using tf::Entry;
-using TaggedNode = tf::PropagatorState::TaggedNode;
-using TaggedNodeSeq = tf::PropagatorState::TaggedNodeSeq;
 using Inputs = absl::InlinedVector<tf::TensorValue, 4>;
 using InputAttrs = absl::InlinedVector<tf::AllocatorAttributes, 4>;
 
@@ -76,20 +82,39 @@ class PriorityExecutor : public tf::Executor {
   std::vector<int64_t> priority_;
 };
 
+// The propagators' "no node".
+template <class P>
+typename P::TaggedNode NoNode();
+template <>
+tf::PropagatorState::TaggedNode NoNode<tf::PropagatorState>() {
+  return tf::PropagatorState::TaggedNode(nullptr, nullptr, nullptr, false);
+}
+template <>
+tf::SimplePropagatorState::TaggedNode NoNode<tf::SimplePropagatorState>() {
+  return tf::SimplePropagatorState::TaggedNode(nullptr);
+}
+
 // A ready node in the queue: highest priority first, then first come, first served.
+template <class P>
 struct Ready {
   int64_t priority = 0;
   uint64_t seq = 0;
   int64_t scheduled_ns = 0;
-  TaggedNode node{nullptr, nullptr, nullptr, false};
+  typename P::TaggedNode node = NoNode<P>();
   bool operator<(const Ready& o) const {
     return priority != o.priority ? priority < o.priority : seq > o.seq;
   }
 };
 
 // One run of the graph (a step). Deletes itself when the last node is done and no worker,
-// async kernel or deferred op still refers to it.
+// async kernel or deferred op still refers to it. P: TensorFlow's PropagatorState where the
+// partition has control flow (frames, dead tensors), its SimplePropagatorState where not.
+template <class P>
 class Step {
+  using TaggedNode = typename P::TaggedNode;
+  using TaggedNodeSeq = typename P::TaggedNodeSeq;
+  using Ready = fastt::Ready<P>;
+
  public:
   Step(const PriorityExecutor& executor, const tf::Executor::Args& args,
        tf::Executor::DoneCallback done)
@@ -130,10 +155,14 @@ class Step {
   }
 
  private:
-  struct AsyncRun {
+  // A kernel's inputs and context parameters: one per worker, reused node after node (what
+  // is the same for the whole step is filled once), and one per async kernel run.
+  struct Scratch {
     Inputs inputs;
     InputAttrs attrs;
     tf::OpKernelContext::Params params;
+  };
+  struct AsyncRun : Scratch {
     std::unique_ptr<tf::OpKernelContext> ctx;
   };
 
@@ -143,10 +172,17 @@ class Step {
     for (const TaggedNode& n : nodes) {
       queue_.push(Ready{executor_.priority(n.node_item->node_id), seq_++, now, n});
     }
+    UpdateTopLocked();
     const int want = std::min<int>(queue_.size(), max_workers_) - workers_;
     if (want <= 0) return 0;
     workers_ += want;
     return want;
+  }
+
+  // What Inline compares with: the best queued priority.
+  void UpdateTopLocked() TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    top_.store(queue_.empty() ? std::numeric_limits<int64_t>::min() : queue_.top().priority,
+               std::memory_order_release);
   }
 
   // Each started worker is already counted, so the step outlives these calls.
@@ -161,34 +197,74 @@ class Step {
   // A worker: run the best ready node until none is left. Once it has counted itself out
   // it touches nothing: another thread may finish the step.
   void Work() {
-    for (;;) {
-      Ready r;
-      bool aborted;
-      bool finish = false;
-      {
-        tf::mutex_lock l(mu_);
-        if (queue_.empty()) {
-          --workers_;
-          finish = DoneLocked();
-        } else {
-          r = queue_.top();
-          queue_.pop();
-          aborted = !status_.ok();
-        }
-      }
-      if (r.node.node_item == nullptr) {
-        if (finish) Finish();
-        return;
-      }
-      if (aborted) {  // the step failed: drop what is left
-        NodeDone(absl::OkStatus(), TaggedNodeSeq());
-      } else {
-        Process(r);
-      }
+    Scratch scratch;
+    FillStepParams(&scratch.params);
+    Ready r;
+    bool finish;
+    {
+      tf::mutex_lock l(mu_);
+      finish = NextLocked(&r);
     }
+    while (r.node.node_item != nullptr) {
+      TaggedNodeSeq ready;
+      absl::Status s;
+      int start = 0;
+      if (!Process(r, &scratch, &ready, &s)) {  // an async kernel: its callback counts it out
+        tf::mutex_lock l(mu_);
+        finish = NextLocked(&r);
+      } else if (!s.ok()) {
+        NodeDone(s, ready);
+        tf::mutex_lock l(mu_);
+        finish = NextLocked(&r);
+      } else if (ready.size() == 1 && Inline(ready[0], &r)) {  // no lock: the next is ready
+        continue;
+      } else {  // one lock per node
+        tf::mutex_lock l(mu_);
+        if (status_.ok() && !ready.empty()) {
+          pending_ += ready.size();
+          start = EnqueueLocked(ready);
+        }
+        --pending_;
+        finish = NextLocked(&r);
+      }
+      StartWorkers(start);  // this worker or the started ones keep the step alive
+    }
+    if (finish) Finish();
   }
 
-  void Process(const Ready& r) {
+  // Whether `next` is more urgent than every queued node (and the step has not failed; a
+  // tie goes to the queue, first come, first served); then it becomes `r`, the node the calling worker runs next. `pending_` is
+  // unchanged: one node done, one made ready.
+  bool Inline(const TaggedNode& next, Ready* r) {
+    const int64_t p = executor_.priority(next.node_item->node_id);
+    if (p <= top_.load(std::memory_order_acquire) || failed_.load(std::memory_order_acquire)) {
+      return false;
+    }
+    r->priority = p;
+    r->scheduled_ns = args_.stats_collector ? tf::Env::Default()->NowNanos() : 0;
+    r->node = next;
+    return true;
+  }
+
+  // The calling worker's next node into `r`; where none is left the worker counts itself
+  // out (r's node is null) and the result says whether the step just ended. Once the step
+  // has failed, queued nodes are dropped.
+  bool NextLocked(Ready* r) TF_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (!queue_.empty()) {
+      *r = queue_.top();
+      queue_.pop();
+      UpdateTopLocked();
+      if (status_.ok()) return false;
+      --pending_;
+    }
+    *r = Ready();
+    --workers_;
+    return DoneLocked();
+  }
+
+  // Run one node. True when it is done, its status in `s` and the nodes it made ready in
+  // `ready`; false when an async kernel took it (its callback finishes it).
+  bool Process(const Ready& r, Scratch* scratch, TaggedNodeSeq* ready, absl::Status* s) {
     const TaggedNode& tn = r.node;
     const tf::NodeItem& item = *tn.node_item;
     tf::NodeExecStatsInterface* stats = nullptr;
@@ -201,38 +277,36 @@ class Step {
     }
     propagator_.MaybeMarkStarted(tn);
     tf::EntryVector outputs;
-    absl::Status s;
     if (tn.get_is_dead() && !item.is_transfer_node) {
       outputs.resize(item.num_outputs);  // a dead node's outputs are dead
     } else {
       Entry* first = propagator_.GetInputTensors(tn);  // this node's inputs
       if (item.kernel_is_async) {
         auto* run = new AsyncRun;
-        s = PrepareInputs(item, first, &run->inputs, &run->attrs);
-        if (s.ok()) {
-          FillParams(&run->params, tn, run->inputs, run->attrs, stats);
+        *s = PrepareInputs(item, first, &run->inputs, &run->attrs);
+        if (s->ok()) {
+          FillStepParams(&run->params);
+          FillNodeParams(&run->params, tn, run->inputs, run->attrs, stats);
           run->ctx = std::make_unique<tf::OpKernelContext>(&run->params, item.num_outputs);
           ComputeAsync(tn, first, stats, run);
-          return;
+          return false;
         }
         delete run;
       } else {
-        Inputs inputs;
-        InputAttrs attrs;
-        s = PrepareInputs(item, first, &inputs, &attrs);
-        if (s.ok()) {
-          tf::OpKernelContext::Params params;
-          FillParams(&params, tn, inputs, attrs, stats);
-          tf::OpKernelContext ctx(&params, item.num_outputs);
+        *s = PrepareInputs(item, first, &scratch->inputs, &scratch->attrs);
+        if (s->ok()) {
+          FillNodeParams(&scratch->params, tn, scratch->inputs, scratch->attrs, stats);
+          tf::OpKernelContext ctx(&scratch->params, item.num_outputs);
           if (stats != nullptr) stats->RecordComputeStarted();
           device_->Compute(item.kernel, &ctx);
           if (stats != nullptr) stats->RecordComputeEnded();
-          s = ProcessOutputs(item, &ctx, &outputs, stats);
+          *s = ProcessOutputs(item, &ctx, &outputs, stats);
         }
       }
       ClearInputs(first, item.num_inputs);
     }
-    Complete(tn, s, &outputs, stats);
+    Complete(tn, *s, &outputs, stats, ready);
+    return true;
   }
 
   void ComputeAsync(const TaggedNode& tn, Entry* first, tf::NodeExecStatsInterface* stats,
@@ -245,22 +319,23 @@ class Step {
       absl::Status s = ProcessOutputs(*tn.node_item, run->ctx.get(), &outputs, stats);
       delete run;
       ClearInputs(first, tn.node_item->num_inputs);
-      Complete(tn, s, &outputs, stats);
+      TaggedNodeSeq ready;
+      Complete(tn, s, &outputs, stats, &ready);
+      NodeDone(s, ready);
     });
   }
 
+  // Propagate a finished node's outputs; the nodes they make ready go to `ready`.
   void Complete(const TaggedNode& tn, const absl::Status& s, tf::EntryVector* outputs,
-                tf::NodeExecStatsInterface* stats) {
-    TaggedNodeSeq ready;
+                tf::NodeExecStatsInterface* stats, TaggedNodeSeq* ready) {
     if (s.ok()) {
       propagator_.MaybeMarkCompleted(tn);
-      propagator_.PropagateOutputs(tn, outputs, &ready);
+      propagator_.PropagateOutputs(tn, outputs, ready);
     }
     if (stats != nullptr) {
       stats->RecordExecutorEnded();
       stats->Done(device_->name());  // the collector takes it
     }
-    NodeDone(s, ready);
   }
 
   absl::Status PrepareInputs(const tf::NodeItem& item, Entry* first, Inputs* inputs,
@@ -271,6 +346,7 @@ class Step {
     for (int i = 0; i < item.num_inputs; ++i) {
       Entry* e = first + i;
       tf::TensorValue* in = &(*inputs)[i];
+      *in = tf::TensorValue();  // the vectors are reused: no tensor left from another node
       const bool expect_ref = tf::IsRefType(item.input_type(i));
       (*attrs)[i] = e->alloc_attr;
       switch (e->state) {
@@ -315,18 +391,12 @@ class Step {
     return absl::OkStatus();
   }
 
-  void FillParams(tf::OpKernelContext::Params* p, const TaggedNode& tn, const Inputs& inputs,
-                  const InputAttrs& attrs, tf::NodeExecStatsInterface* stats) {
-    const tf::NodeItem& item = *tn.node_item;
+  // The kernel context parameters that are the same for every node of the step.
+  void FillStepParams(tf::OpKernelContext::Params* p) {
     p->step_id = args_.step_id;
     p->start_time_usecs = args_.start_time_usecs;
     p->deadline = args_.deadline;
-    p->op_kernel = item.kernel;
     p->device = device_;
-    p->track_allocations = stats != nullptr && stats->TrackAllocations();
-    p->output_attr_array = item.output_attrs();
-    p->forward_from_array = item.forward_from();
-    p->outputs_required_array = item.outputs_required.get();
     p->resource_manager = device_->resource_manager();
     p->step_container = args_.step_container;
     p->rendezvous = args_.rendezvous;
@@ -337,11 +407,7 @@ class Step {
     p->session_metadata = immutable_.params().session_metadata;
     p->tensor_store = args_.tensor_store;
     p->cancellation_manager = args_.cancellation_manager;
-    p->inputs = absl::MakeConstSpan(inputs);
-    p->input_alloc_attrs = absl::MakeConstSpan(attrs);
-    p->is_input_dead = tn.get_is_dead();
     p->op_device_context = device_context_;
-    p->frame_iter = propagator_.GetFrameAndIter(tn);
     p->call_frame = args_.call_frame;
     p->function_library = immutable_.params().function_library;
     p->runner = &runner_;
@@ -363,6 +429,22 @@ class Step {
     };
     p->stack_trace = args_.stack_trace;
     p->coordination_service_agent = args_.coordination_service_agent;
+  }
+
+  // The kernel context parameters of one node.
+  void FillNodeParams(tf::OpKernelContext::Params* p, const TaggedNode& tn,
+                      const Inputs& inputs, const InputAttrs& attrs,
+                      tf::NodeExecStatsInterface* stats) {
+    const tf::NodeItem& item = *tn.node_item;
+    p->op_kernel = item.kernel;
+    p->track_allocations = stats != nullptr && stats->TrackAllocations();
+    p->output_attr_array = item.output_attrs();
+    p->forward_from_array = item.forward_from();
+    p->outputs_required_array = item.outputs_required.get();
+    p->inputs = absl::MakeConstSpan(inputs);
+    p->input_alloc_attrs = absl::MakeConstSpan(attrs);
+    p->is_input_dead = tn.get_is_dead();
+    p->frame_iter = propagator_.GetFrameAndIter(tn);
   }
 
   absl::Status ProcessOutputs(const tf::NodeItem& item, tf::OpKernelContext* ctx,
@@ -411,8 +493,9 @@ class Step {
     for (int i = 0; i < n; ++i) first[i].ClearVal();
   }
 
-  // A node finished with `s`; `ready` are the nodes it made ready. The node counts as
-  // pending until the end, which keeps the step alive while this runs.
+  // A node finished with `s` outside a worker's fast path (an async kernel's callback, a
+  // failure); `ready` are the nodes it made ready. The node counts as pending until the end,
+  // which keeps the step alive while this runs.
   void NodeDone(const absl::Status& s, const TaggedNodeSeq& ready) {
     bool abort = false;
     int start = 0;
@@ -421,6 +504,7 @@ class Step {
       if (!s.ok() && status_.ok()) {
         status_ = s;
         abort = true;
+        failed_.store(true, std::memory_order_release);
       }
       if (status_.ok() && !ready.empty()) {
         pending_ += ready.size();
@@ -470,7 +554,7 @@ class Step {
   tf::Device* const device_;
   tf::DeviceContext* device_context_ = nullptr;
   tf::Executor::Args::Runner runner_;
-  tf::PropagatorState propagator_;
+  P propagator_;
   tf::checkpoint::TensorSliceReaderCacheWrapper slice_reader_cache_;
   tf::Executor::DoneCallback done_;
   int max_workers_ = 1;
@@ -483,10 +567,16 @@ class Step {
   int deferred_ TF_GUARDED_BY(mu_) = 0;     // deferred ops of kernels not yet done
   bool finished_ TF_GUARDED_BY(mu_) = false;
   absl::Status status_ TF_GUARDED_BY(mu_);
+  std::atomic<int64_t> top_{std::numeric_limits<int64_t>::min()};  // see UpdateTopLocked
+  std::atomic<bool> failed_{false};  // status_ is not ok
 };
 
 void PriorityExecutor::RunAsyncInternal(const Args& args, DoneCallback done) {
-  (new Step(*this, args, std::move(done)))->Start();
+  if (immutable_.requires_control_flow_support()) {
+    (new Step<tf::PropagatorState>(*this, args, std::move(done)))->Start();
+  } else {
+    (new Step<tf::SimplePropagatorState>(*this, args, std::move(done)))->Start();
+  }
 }
 
 class PriorityExecutorFactory : public tf::ExecutorFactory {
