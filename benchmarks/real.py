@@ -51,7 +51,7 @@ from benchmarks import models as zoo_models  # noqa: E402
 from benchmarks.common import block, keeps_candidate, previous_full_run, training_session, \
     with_row, write_json  # noqa: E402
 
-from fastt.adapters.probe import probe_link  # noqa: E402
+from fastt.adapters.probe import probe_devices  # noqa: E402
 from fastt.adapters.rewrite import merged_graph, rewrite  # noqa: E402
 from fastt.adapters.runner import traced_run  # noqa: E402
 from fastt.adapters.tf_import import from_tf_graph  # noqa: E402
@@ -64,6 +64,7 @@ from fastt.sched.problem import Device, ModelCosts  # noqa: E402
 from fastt.sched.strategy import plan, predict, replay, step_overhead  # noqa: E402
 
 tf1 = tf.compat.v1
+COSTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "real_costs")
 VARIANTS = ("one worker", "data-parallel", "fastt", "fastt, no order", "fastt, no splits",
             "fastt, replanned", "fastt, replanned, no order", "m-topo")
 ROUNDS = ("data-parallel", "fastt", "fastt, replanned")  # the plugin's, after the original
@@ -137,9 +138,7 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
     models = CostModels(memory=MemoryModel.from_graph(ir))
     runs = {"one worker": Run(cluster.target, m.graph.as_graph_def(), m)}
     profile_into(models, runs["one worker"], ir, 3)
-    for src, dst in ((0, 1), (1, 0)):
-        probe_link(models.comm, cluster.device(src), cluster.device(dst), cluster.target,
-                   on_cluster(None))
+    probe_devices(models, [d.name for d in devices], cluster.target, on_cluster(None))
     costs = ModelCosts(models)
     dp = plan(ir, devices, costs, "data-parallel", fetches=fetches)
     runs["data-parallel"] = Run(cluster.target, rewrite(ir, dp, enforce_order=False), m)
@@ -182,6 +181,7 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
             times[name].append(block(runs[name].step, steps))
     for r in runs.values():
         r.sess.close()
+    models.save(os.path.join(COSTS, f"{model.name}.json"))  # to replay the predictions
     step = {v: statistics.median(t) for v, t in times.items()}
     row = {"model": model.name, "zoo": model.zoo_name, "kwargs": model.kwargs,
            "batch": model.batch, "ops": len(ir), "prepare_s": prep_s,
@@ -191,6 +191,7 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
            "speedup_over_one_worker": {v: step["one worker"] / t for v, t in step.items()},
            "speedup_over_dp": {v: step["data-parallel"] / t for v, t in step.items()},
            "predicted_s": predicted, "predicted_contended_s": contended,
+           "device_step_s": models.device_step,
            "links": {f"{a} -> {b}": [f.intercept, f.slope, f.samples, f.r2]
                      for (a, b), f in models.comm.fits().items()},
            "fidelity_error": {v: (predicted[v] - step[v]) / step[v] for v in VARIANTS},
@@ -231,6 +232,7 @@ def main() -> None:
                              args.models)
     steps, repeats = (3, 3) if args.quick else (args.steps, max(args.repeats, 3))
     os.makedirs(args.out, exist_ok=True)
+    os.makedirs(COSTS, exist_ok=True)
     path = os.path.join(args.out, "real.json")
     doc = previous_full_run(path) if args.models and not args.quick else None
     doc = doc or {"meta": {"python": platform.python_version(), "tensorflow": tf.__version__,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from fastt import zoo
-from fastt.adapters.probe import probe_link
+from fastt.adapters.probe import probe_devices
 from fastt.adapters.runner import cost_models_from, profile_steps
 from fastt.adapters.tf_import import from_tf_graph
 from fastt.costs import CostModels
@@ -42,10 +42,7 @@ def run(out_dir: str = "fastt-demo-out", steps: int = 5, devices: int = 2) -> De
         sess.run(model.init)
         profiles = profile_steps(sess, graph, model.train_op, model.feed_dict(), steps=steps)
     models = cost_models_from(graph, profiles)
-    for src in names:
-        for dst in names:
-            if src != dst and models.comm.fit(src, dst) is None:
-                probe_link(models.comm, src, dst, config=config)
+    probe_devices(models, names, config=config)
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "cost_models.json")
     models.save(path)

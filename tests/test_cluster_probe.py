@@ -5,7 +5,8 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from fastt.adapters.probe import probe_cpu_share, probe_link, probe_pair  # noqa: E402
+from fastt.adapters.probe import probe_cpu_share, probe_link, probe_pair, probe_reach  # noqa: E402
+from fastt.devices import canonical  # noqa: E402
 from fastt.cluster import LocalCluster, parse_cluster_spec  # noqa: E402
 from fastt.cluster.local import port_is_free  # noqa: E402
 from fastt.costs import CommCostModel  # noqa: E402
@@ -39,6 +40,11 @@ def test_probe_fits_a_positive_slope_with_high_r2_both_ways():
         # one core per worker: gRPC's copies take the cores' time (measured 0.8-1.0 each)
         shares = model.cpu_share(cluster.device(0), cluster.device(1))
         assert all(0.0 <= v <= 1.0 for v in shares) and sum(shares) > 0.3, shares
+        # the session's own worker is the cheapest to reach; the other costs the master's
+        # call to it (0.57 ms measured), far above a median's noise
+        reach = probe_reach([cluster.device(0), cluster.device(1)], cluster.target)
+        assert reach[canonical(cluster.device(0))] == 0.0, reach
+        assert reach[canonical(cluster.device(1))] > 1e-4, reach
     finally:
         cluster.stop()
     assert pids and all(_gone(p) for p in pids)

@@ -132,3 +132,15 @@ def test_cpu_shares_and_step_overhead_are_kept_and_saved():
     back = CostModels.from_dict(m.to_dict())
     assert back.comm.cpu_share(G0, G1) == (0.9, 1.0)
     assert back.step_overhead() == pytest.approx(2e-3)
+
+
+def test_what_reaching_a_device_costs_is_kept_apart_from_the_step_overhead():
+    from fastt.profiler import Profile
+    m = CostModels(device_step={G1: 1e-3})
+    assert m.reach(G0) == 0.0 and m.reach(G1.replace("/device:GPU:1", "/gpu:1")) == 1e-3
+    remote = [ComputeSample("a", G0, 1e-3), ComputeSample("b", G1, 1e-3)]
+    m.update(Profile(compute=remote, span_s=2e-3, untraced_s=3.5e-3))  # 1 ms is G1's call
+    m.update(Profile(compute=remote[:1], span_s=2e-3, untraced_s=2.5e-3))
+    m.update(Profile(compute=remote[1:], span_s=2e-3, untraced_s=2e-3))  # never below 0
+    assert list(m.overhead) == pytest.approx([0.5e-3, 0.5e-3, 0.0])
+    assert CostModels.from_dict(json.loads(json.dumps(m.to_dict()))).reach(G1) == 1e-3

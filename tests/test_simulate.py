@@ -101,3 +101,13 @@ def test_a_transfer_takes_its_share_of_both_ends_compute():
         assert shared.start[1] == 3 and shared.finish[1] == 4  # dev1: d 0..1, copy 1..2
         half = sim(Problem.build(4, edges, w, devs(2), slope=1.0, send_cpu=0.5))
         assert half.start[2] == 2
+
+
+def test_a_step_pays_once_to_reach_the_devices_it_uses():
+    # three independent 1 s ops; devices 1 and 2 cost 0.5 s and 0.25 s a step to reach (the
+    # master's calls to remote workers go out together: the dearest one counts, not the sum)
+    p = Problem.build(3, [], [[1, 1, 1]] * 3, devs(3), reach=[0.0, 0.5, 0.25])
+    assert simulate(p, [0, 0, 0], [[0, 1, 2], [], []]).makespan == 3
+    assert simulate(p, [0, 2, 0], [[0, 2], [], [1]]).makespan == 2.25
+    assert simulate(p, [0, 1, 2], [[0], [1], [2]]).makespan == 1.5
+    assert simulate_fifo(p, [1, 1, 2]).makespan == 2.5

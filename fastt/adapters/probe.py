@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from fastt.adapters.runner import traced_run
 from fastt.adapters.tf_import import from_tf_graph
-from fastt.costs import CommCostModel
+from fastt.costs import CommCostModel, CostModels
 from fastt.devices import canonical
 from fastt.errors import CostModelError
 from fastt.profiler import TransferSample, profile
@@ -149,6 +149,50 @@ def _chain(device: str, scope: str) -> tuple[Any, Any]:
         _, a = tf.while_loop(lambda i, a: i < n, lambda i, a: (i + 1, tf.tanh(tf.matmul(a, w))),
                              [tf.constant(0), a0])
         return n, tf.reduce_sum(a)
+
+
+def probe_devices(models: CostModels, names: Sequence[str], target: str = "",
+                  config: Any = None) -> None:
+    """Probe into ``models`` what they do not know yet about the devices ``names``: each
+    pair's link (``probe_link``) and what a step pays to reach each device
+    (``probe_reach``)."""
+    for src in names:
+        for dst in names:
+            if src != dst and models.comm.fit(src, dst) is None:
+                probe_link(models.comm, src, dst, target, config)
+    if len(names) > 1 and any(canonical(d) not in models.device_step for d in names):
+        models.device_step.update(probe_reach(names, target, config))
+
+
+def probe_reach(names: Sequence[str], target: str = "", config: Any = None,
+                repeats: int = 100) -> dict[str, float]:
+    """Seconds a step pays to run anything on each device of ``names`` beyond the cheapest of
+    them, by canonical name. A step that runs on a worker other than the session's own pays
+    the master's call to it (0.57 ms measured between two single-core gRPC workers here);
+    devices of one process cost the same. A tiny op per device, run alone, round-robin over
+    the devices ``repeats`` times; the median of each after the first fifth."""
+    g = tf.Graph()
+    ops = []
+    with g.as_default():
+        for k, name in enumerate(names):
+            with tf.device(name):
+                var = _tf1.get_variable(f"reach_probe_{k}", [4], tf.float32,
+                                        initializer=_tf1.zeros_initializer(), use_resource=True)
+                ops.append(tf.reduce_sum(var.read_value()))
+        init = _tf1.global_variables_initializer()
+    times: list[list[float]] = [[] for _ in names]
+    with _tf1.Session(target, graph=g, config=config) as sess:
+        sess.run(init)
+        for _ in range(repeats):
+            for op, seen in zip(ops, times):
+                t = time.perf_counter()
+                sess.run(op)
+                seen.append(time.perf_counter() - t)
+    steps = [_median(seen[repeats // 5:]) for seen in times]
+    reach = {canonical(n): s - min(steps) for n, s in zip(names, steps)}
+    log.debug("a step's cost to reach each device: %s",
+              ", ".join(f"{n} {1e3 * s:.3f} ms" for n, s in reach.items()))
+    return reach
 
 
 def _chain_seconds(sess: Any, fetches: Any, feed: dict[Any, Any], device: str,

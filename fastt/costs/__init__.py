@@ -8,6 +8,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from fastt import devices
 from fastt.costs.comm import CommCostModel, LinkFit
 from fastt.costs.compute import ComputeCostModel
 from fastt.costs.memory import MemoryModel
@@ -27,15 +28,25 @@ class CostModels:
     comm: CommCostModel = field(default_factory=CommCostModel)
     memory: MemoryModel = field(default_factory=MemoryModel)
     overhead: deque[float] = field(default_factory=lambda: deque(maxlen=10))
+    # device -> seconds a step pays to run anything there beyond the cheapest device (a
+    # remote worker's call; probed: fastt.adapters.probe.probe_reach)
+    device_step: dict[str, float] = field(default_factory=dict)
 
     def update(self, profile: Profile) -> None:
         """Feed one profiled step: compute samples, transfer samples, measured output sizes,
-        and the step's time beyond its kernels (when the run was timed)."""
+        and the step's time beyond its kernels (when the run was timed) less what reaching
+        its devices costs, which is counted apart."""
         self.compute.update(profile.compute)
         self.comm.update(profile.transfers)
         self.memory.refine(profile.output_bytes)
         if profile.overhead_s is not None:
-            self.overhead.append(profile.overhead_s)
+            used = {s.device for s in profile.compute}
+            self.overhead.append(max(profile.overhead_s - max(
+                (self.reach(d) for d in used), default=0.0), 0.0))
+
+    def reach(self, device: str) -> float:
+        """Seconds a step pays to run anything on ``device`` (0 where not probed)."""
+        return self.device_step.get(devices.canonical(device), 0.0)
 
     def step_overhead(self) -> float:
         """Seconds a step takes beyond what its ops and transfers take (the median of the
@@ -45,7 +56,7 @@ class CostModels:
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "compute": self.compute.to_dict(),
                 "comm": self.comm.to_dict(), "memory": self.memory.to_dict(),
-                "step_overhead_s": list(self.overhead)}
+                "step_overhead_s": list(self.overhead), "device_step_s": self.device_step}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CostModels":
@@ -57,7 +68,8 @@ class CostModels:
         return cls(ComputeCostModel.from_dict(data.get("compute", {})),
                    CommCostModel.from_dict(data.get("comm", {})),
                    MemoryModel.from_dict(data.get("memory", {})),
-                   deque((float(v) for v in data.get("step_overhead_s", [])), maxlen=10))
+                   deque((float(v) for v in data.get("step_overhead_s", [])), maxlen=10),
+                   {str(k): float(v) for k, v in data.get("device_step_s", {}).items()})
 
     def save(self, path: str | os.PathLike[str]) -> None:
         with open(path, "w", encoding="utf-8") as f:

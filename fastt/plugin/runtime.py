@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from fastt.adapters.probe import probe_link
+from fastt.adapters.probe import probe_devices
 from fastt.adapters.rewrite import merged_graph, rewrite
 from fastt.adapters.tf_import import from_tf_graph, inferred_shapes
 from fastt.cluster.health import Watch
@@ -383,9 +383,8 @@ class SessionPlugin:
                   if src != dst and self.models.comm.fit(src, dst) is None]
         if unseen and self.watch is not None:
             self.watch.check(force=True)
-        for src, dst in unseen:
-            with hook.plain_sessions():
-                probe_link(self.models.comm, src, dst, self.target, self.inner_config())
+        with hook.plain_sessions():
+            probe_devices(self.models, names, self.target, self.inner_config())
         return ModelCosts(self.models)
 
     def plan(self, name: str) -> Any:

@@ -103,3 +103,7 @@ class DerivedCosts:
     def transfer_cpu(self, src: str, dst: str) -> tuple[float, float]:
         share = getattr(self.base, "transfer_cpu", None)
         return share(src, dst) if share else (0.0, 0.0)
+
+    def device_step(self, device: str) -> float:
+        reach = getattr(self.base, "device_step", None)
+        return reach(device) if reach else 0.0

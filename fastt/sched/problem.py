@@ -42,7 +42,9 @@ class CostSource(Protocol):
 
     # Optional: ``transfer_cpu(src, dst) -> (sender share, receiver share)`` of a transfer's
     # time spent by the two devices' compute streams (default none); ``step_overhead() ->
-    # seconds`` a step takes beyond its ops and transfers (default 0).
+    # seconds`` a step takes beyond its ops and transfers (default 0); ``device_step(device)
+    # -> seconds`` a step pays to run anything on ``device`` (a remote worker's call; default
+    # 0).
 
 
 class ModelCosts:
@@ -63,6 +65,9 @@ class ModelCosts:
 
     def step_overhead(self) -> float:
         return self.models.step_overhead()
+
+    def device_step(self, device: str) -> float:
+        return self.models.reach(device)
 
 
 @dataclass
@@ -85,6 +90,8 @@ class Problem:
     # spends on it (0: a DMA engine or a NIC does the work; 1: the cores copy every byte).
     send_cpu: list[list[float]] = field(default_factory=list)
     recv_cpu: list[list[float]] = field(default_factory=list)
+    # Per device: seconds a step pays to run anything there (a remote worker's call).
+    reach: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n, D = len(self.names), len(self.devices)
@@ -102,6 +109,8 @@ class Problem:
             self.send_cpu = [[0.0] * D for _ in range(D)]
         if not self.recv_cpu:
             self.recv_cpu = [[0.0] * D for _ in range(D)]
+        if not self.reach:
+            self.reach = [0.0] * D
         self.index = {name: i for i, name in enumerate(self.names)}
 
     @property
@@ -152,7 +161,8 @@ class Problem:
               persistent: Sequence[float] | None = None,
               topo: Sequence[int] | None = None,
               send_cpu: Sequence[Sequence[float]] | float = 0.0,
-              recv_cpu: Sequence[Sequence[float]] | float = 0.0) -> "Problem":
+              recv_cpu: Sequence[Sequence[float]] | float = 0.0,
+              reach: Sequence[float] | None = None) -> "Problem":
         """A problem from plain arrays: ``edges`` as (src, dst, bytes[, tensor key]); links as
         matrices or one value for every pair. Edges between the same two ops are merged; an
         edge without a key carries a tensor of its own, a key of None carries none (control)."""
@@ -190,7 +200,8 @@ class Problem:
                    edge_tensors=edge_tensors,
                    persistent=list(persistent) if persistent is not None else [0.0] * n,
                    topo=list(topo) if topo is not None else [],
-                   send_cpu=square(send_cpu), recv_cpu=square(recv_cpu))
+                   send_cpu=square(send_cpu), recv_cpu=square(recv_cpu),
+                   reach=list(map(float, reach)) if reach is not None else [])
 
     @classmethod
     def from_graph(cls, graph: Graph, devices: Sequence[Device], costs: CostSource,
@@ -217,6 +228,7 @@ class Problem:
         links = [[costs.link(a, b) if a != b else (0.0, 0.0) for b in devs] for a in devs]
         share = getattr(costs, "transfer_cpu", None)
         cpu = [[share(a, b) if share and a != b else (0.0, 0.0) for b in devs] for a in devs]
+        reach = getattr(costs, "device_step", None)
         rep = graph.colocation_groups()
         joined: dict[str, str] = {}  # colocation group -> the group of its while frame
 
@@ -240,7 +252,8 @@ class Problem:
                          persistent=[float((persistent or {}).get(n, 0.0)) for n in names],
                          topo=list(range(len(names))),
                          send_cpu=[[c[0] for c in row] for row in cpu],
-                         recv_cpu=[[c[1] for c in row] for row in cpu])
+                         recv_cpu=[[c[1] for c in row] for row in cpu],
+                         reach=[reach(d) if reach else 0.0 for d in devs])
 
 
 def _topological(preds: list[list[tuple[int, int]]],

@@ -43,10 +43,11 @@ class SimResult:
     transfers: list[Transfer] = field(default_factory=list)
     peak_memory: list[float] = field(default_factory=list)
     busy: list[float] = field(default_factory=list)
+    reach: float = 0.0  # what the step pays to run on the devices it uses (Problem.reach)
 
     @property
     def makespan(self) -> float:
-        return max(self.finish, default=0.0)
+        return max(self.finish, default=0.0) + self.reach
 
 
 def simulate(p: Problem, device: list[int], orders: list[list[int]],
@@ -210,7 +211,8 @@ def _result(p: Problem, device: list[int], start: list[float], finish: list[floa
     busy = [0.0] * p.num_devices
     for i in range(p.n):
         busy[device[i]] += p.w[i][device[i]]
-    result = SimResult(start, finish, list(device), transfers, busy=busy)
+    result = SimResult(start, finish, list(device), transfers, busy=busy,
+                       reach=max((p.reach[d] for d in set(device)), default=0.0))
     result.peak_memory = _peak_memory(p, result, needs)
     return result
 
