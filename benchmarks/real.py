@@ -29,7 +29,8 @@ chosen variant's in the timed blocks.
 
 Fidelity: each variant's step time as the simulator predicts it from the same cost models
 (placement and order replayed, one transfer at a time per link direction; ``no order``
-replayed first come, first served) next to the measured one. Writes real.json; with
+replayed first come, first served) next to the measured one. Writes real.json, and each
+model's cost models to results/real_costs/ (to replay the predictions; not kept in git); with
 ``--models`` (and not ``--quick``) those models' rows replace theirs in an existing full run's.
 """
 from __future__ import annotations
@@ -145,7 +146,7 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
     profile_into(models, runs["data-parallel"], merged_graph(ir, dp), 3)
     costs = ModelCosts(models)
     strategies = {
-        "one worker": plan(ir, devices, costs, "single", fetches=fetches),
+        "one worker": plan(ir, devices[:1], costs, "single", fetches=fetches),  # as it runs
         "data-parallel": plan(ir, devices, costs, "data-parallel", fetches=fetches),
         "fastt": plan(ir, devices, costs, "os-dpos", fetches=fetches, workers=2),
         "fastt, no splits": plan(ir, devices, costs, "os-dpos", fetches=fetches, split=False)}

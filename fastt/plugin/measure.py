@@ -17,7 +17,6 @@ also undecided when the machine's other load changed between the two samples.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,7 +101,3 @@ def compare(baseline: list[float], candidate: list[float], seed: int = 0,
                        f"the machine's other load moved by {load_change:+.2f} cores")
     verdict = "faster" if high < 1.0 else "slower" if low > 1.0 else "undecided"
     return Verdict(ratio, low, high, confidence, verdict)
-
-
-def median(times: list[float]) -> float:
-    return float(np.median(times)) if times else math.nan

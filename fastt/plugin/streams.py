@@ -16,7 +16,6 @@ they are.
 """
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Any
 
@@ -27,7 +26,6 @@ from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2, t
 from fastt.plugin.state import RunFanIn
 from tf_patches.control_flow import in_control_flow
 
-log = logging.getLogger("fastt")
 
 STATELESS = {"RandomUniform": "StatelessRandomUniformV2",
              "RandomStandardNormal": "StatelessRandomNormalV2",
