@@ -68,3 +68,18 @@ def test_the_ranking_is_kendalls_tau_of_predicted_against_measured():
     text = "\n".join(report.ranking_section({"rows": rows}, ["a", "b", "c"]))
     assert "| same | 3 | +1.00 | -1.00 |" in text
     assert "| flat | 3 | n/a | +0.82 |" in text  # tau-b with a tie: 2 / sqrt(3 * 2)
+
+
+def test_plans_the_measurements_cannot_tell_apart_tie_in_the_noise_aware_ranking():
+    # b and c measure within each other's noise (blocks interleave), a is clearly faster;
+    # the prediction orders b and c the other way round
+    times = {"a": [1.0, 1.01, 0.99, 1.0, 1.02], "b": [2.0, 2.1, 1.9, 2.05, 1.95],
+             "c": [2.03, 1.93, 2.09, 1.98, 2.01]}
+    row = {"model": "m", "times_s": times, "step_s": {v: sorted(t)[2] for v, t in times.items()},
+           "predicted_s": {"a": 1.0, "b": 2.2, "c": 2.1},
+           "predicted_contended_s": {"a": 1.0, "b": 2.2, "c": 2.1}}
+    text = "\n".join(report.ranking_section({"rows": [row]}, ["a", "b", "c"]))
+    assert "| m | 3 | +0.33 | +0.33 | +0.82 |" in text  # raw: b/c discordant; aware: a tie
+    far = {**row, "times_s": {**times, "c": [t + 0.5 for t in times["c"]]}}
+    text = "\n".join(report.ranking_section({"rows": [far]}, ["a", "b", "c"]))
+    assert "| m | 3 | +0.33 | +0.33 | +0.33 |" in text  # told apart: still discordant
