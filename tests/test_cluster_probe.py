@@ -41,7 +41,7 @@ def test_probe_fits_a_positive_slope_with_high_r2_both_ways():
         shares = model.cpu_share(cluster.device(0), cluster.device(1))
         assert all(0.0 <= v <= 1.0 for v in shares) and sum(shares) > 0.3, shares
         # the session's own worker is the cheapest to reach; the other costs the master's
-        # call to it (0.57 ms measured), far above a median's noise
+        # call to it (0.3-0.6 ms measured), far above a median's noise
         reach = probe_reach([cluster.device(0), cluster.device(1)], cluster.target)
         assert reach[canonical(cluster.device(0))] == 0.0, reach
         assert reach[canonical(cluster.device(1))] > 1e-4, reach

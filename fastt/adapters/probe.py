@@ -168,7 +168,7 @@ def probe_reach(names: Sequence[str], target: str = "", config: Any = None,
                 repeats: int = 100) -> dict[str, float]:
     """Seconds a step pays to run anything on each device of ``names`` beyond the cheapest of
     them, by canonical name. A step that runs on a worker other than the session's own pays
-    the master's call to it (0.57 ms measured between two single-core gRPC workers here);
+    the master's call to it (0.3-0.6 ms measured between two single-core gRPC workers here);
     devices of one process cost the same. A tiny op per device, run alone, round-robin over
     the devices ``repeats`` times; the median of each after the first fifth."""
     g = tf.Graph()
