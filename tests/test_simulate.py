@@ -4,6 +4,7 @@ import pytest
 
 from fastt.errors import FasttError
 from fastt.sched import Device, Problem, dpos
+from fastt.sched.problem import shared_cores
 from fastt.sched.simulate import simulate, simulate_fifo
 from tests.test_dpos import random_problem
 
@@ -111,3 +112,20 @@ def test_a_step_pays_once_to_reach_the_devices_it_uses():
     assert simulate(p, [0, 2, 0], [[0, 2], [], [1]]).makespan == 2.25
     assert simulate(p, [0, 1, 2], [[0], [1], [2]]).makespan == 1.5
     assert simulate_fifo(p, [1, 1, 2]).makespan == 2.5
+
+
+def test_devices_on_the_same_cores_cannot_finish_before_the_cores_did_all_their_work():
+    # two independent 1 s ops on two devices: 1 s apart, 2 s when the devices share cores
+    w = [[1, 1]] * 2
+    assert simulate_fifo(Problem.build(2, [], w, devs(2)), [0, 1]).makespan == 1
+    shared = Problem.build(2, [], w, devs(2), cores=[0, 0])
+    assert simulate_fifo(shared, [0, 1]).makespan == 2
+    assert simulate(shared, [0, 1], [[0], [1]]).makespan == 2
+    assert simulate_fifo(shared, [0, 0]).makespan == 2  # one device: its own order already
+
+
+def test_the_cpu_devices_of_one_process_share_its_cores():
+    names = ["/cpu:0", "/job:localhost/replica:0/task:0/device:CPU:1", "/gpu:0",
+             "/job:worker/task:1/cpu:0", "/job:worker/task:1/cpu:1", "/job:worker/task:2/cpu:0",
+             "not a device"]
+    assert shared_cores(names) == [0, 0, 2, 3, 3, 5, 6]

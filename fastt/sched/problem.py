@@ -92,6 +92,9 @@ class Problem:
     recv_cpu: list[list[float]] = field(default_factory=list)
     # Per device: seconds a step pays to run anything there (a remote worker's call).
     reach: list[float] = field(default_factory=list)
+    # Per device: the cores it computes on, as the index of the first device sharing them
+    # (``shared_cores``); default: each device its own.
+    cores: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n, D = len(self.names), len(self.devices)
@@ -111,6 +114,8 @@ class Problem:
             self.recv_cpu = [[0.0] * D for _ in range(D)]
         if not self.reach:
             self.reach = [0.0] * D
+        if not self.cores:
+            self.cores = list(range(D))
         self.index = {name: i for i, name in enumerate(self.names)}
 
     @property
@@ -162,7 +167,8 @@ class Problem:
               topo: Sequence[int] | None = None,
               send_cpu: Sequence[Sequence[float]] | float = 0.0,
               recv_cpu: Sequence[Sequence[float]] | float = 0.0,
-              reach: Sequence[float] | None = None) -> "Problem":
+              reach: Sequence[float] | None = None,
+              cores: Sequence[int] | None = None) -> "Problem":
         """A problem from plain arrays: ``edges`` as (src, dst, bytes[, tensor key]); links as
         matrices or one value for every pair. Edges between the same two ops are merged; an
         edge without a key carries a tensor of its own, a key of None carries none (control)."""
@@ -201,7 +207,8 @@ class Problem:
                    persistent=list(persistent) if persistent is not None else [0.0] * n,
                    topo=list(topo) if topo is not None else [],
                    send_cpu=square(send_cpu), recv_cpu=square(recv_cpu),
-                   reach=list(map(float, reach)) if reach is not None else [])
+                   reach=list(map(float, reach)) if reach is not None else [],
+                   cores=list(cores) if cores is not None else [])
 
     @classmethod
     def from_graph(cls, graph: Graph, devices: Sequence[Device], costs: CostSource,
@@ -253,7 +260,8 @@ class Problem:
                          topo=list(range(len(names))),
                          send_cpu=[[c[0] for c in row] for row in cpu],
                          recv_cpu=[[c[1] for c in row] for row in cpu],
-                         reach=[reach(d) if reach else 0.0 for d in devs])
+                         reach=[reach(d) if reach else 0.0 for d in devs],
+                         cores=shared_cores(devs))
 
 
 def _topological(preds: list[list[tuple[int, int]]],
@@ -271,3 +279,22 @@ def _topological(preds: list[list[tuple[int, int]]],
     if len(order) != len(preds):
         raise FasttError("the op graph has a cycle; cannot schedule it")
     return order
+
+
+def shared_cores(names: Sequence[str]) -> list[int]:
+    """Per device name, the index of the first device computing on the same cores: the CPU
+    devices of one process share its cores and its inter-op thread pool (logical CPU devices
+    give no parallelism of their own); GPUs and other processes' devices have their own.
+    Names that are not device names have their own."""
+    out = []
+    for k, name in enumerate(names):
+        first = k
+        try:
+            if devnames.device_type(name) == "CPU":
+                first = next(j for j, other in enumerate(names[:k])
+                             if devnames.device_type(other) == "CPU"
+                             and devnames.same_process(name, other))
+        except (StopIteration, FasttError):
+            first = k
+        out.append(first)
+    return out

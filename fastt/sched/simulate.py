@@ -8,6 +8,10 @@ own assumption, so replaying a DPOS schedule reproduces its predicted finish tim
 cores move the bytes themselves (gRPC between processes), a transfer also takes its share of
 the time of the sender's and the receiver's compute streams (``Problem.send_cpu``/``recv_cpu``):
 an idle device spends it from the transfer's start, a busy one after the op it is running.
+A step pays once to reach the devices it uses (``Problem.reach``: the master's calls to remote
+workers), for the dearest of them. Devices that compute on the same cores (``Problem.cores``:
+the CPU devices of one process) are replayed as devices of their own, but no step ends before
+those cores have done the work of all of them.
 
 Memory per device: persistent bytes for the whole step; an output from its producer's start
 until its last consumer on that device has finished and its sends are done; a received tensor
@@ -44,10 +48,11 @@ class SimResult:
     peak_memory: list[float] = field(default_factory=list)
     busy: list[float] = field(default_factory=list)
     reach: float = 0.0  # what the step pays to run on the devices it uses (Problem.reach)
+    shared_work: float = 0.0  # the busiest cores' work over the devices sharing them
 
     @property
     def makespan(self) -> float:
-        return max(self.finish, default=0.0) + self.reach
+        return max(max(self.finish, default=0.0), self.shared_work) + self.reach
 
 
 def simulate(p: Problem, device: list[int], orders: list[list[int]],
@@ -211,8 +216,12 @@ def _result(p: Problem, device: list[int], start: list[float], finish: list[floa
     busy = [0.0] * p.num_devices
     for i in range(p.n):
         busy[device[i]] += p.w[i][device[i]]
+    work: dict[int, float] = defaultdict(float)
+    for d, b in enumerate(busy):
+        work[p.cores[d]] += b
     result = SimResult(start, finish, list(device), transfers, busy=busy,
-                       reach=max((p.reach[d] for d in set(device)), default=0.0))
+                       reach=max((p.reach[d] for d in set(device)), default=0.0),
+                       shared_work=max(work.values(), default=0.0))
     result.peak_memory = _peak_memory(p, result, needs)
     return result
 
