@@ -74,10 +74,17 @@ class Profile:
 
     @property
     def overhead_s(self) -> float | None:
-        """What an untraced step takes beyond its kernels' span: the call, feeds and fetches,
-        the executors' start and end (None unless the untraced step time is known)."""
+        """What an untraced step takes beyond what a replay of its kernels covers: the call,
+        feeds and fetches, the executors' start and end, and where the step ran on one device
+        with nothing to wait for but its own executor, the idle gaps between its kernels
+        (dispatching each op: a replay runs an op as soon as its inputs are there). Elsewhere
+        idle time within the span is waiting for other devices, which the replay models. None
+        unless the untraced step time is known."""
         if self.untraced_s is None or self.span_s <= 0:
             return None
+        if len(self.busy_s) == 1 and not any(t.src != t.dst for t in self.transfers):
+            busy = next(iter(self.busy_s.values()))
+            return max(self.untraced_s - busy * self.scale, 0.0)
         return max(self.untraced_s - self.span_s, 0.0)
 
     @property

@@ -134,3 +134,16 @@ def test_kernels_overlapping_on_one_device_share_it():
     assert fast.scale == pytest.approx(0.75) and fast.overhead_s == 0.0
     assert [s.seconds for s in fast.compute] == pytest.approx([22.5e-6, 22.5e-6])
     assert profile(meta, g).overhead_s is None
+    # a 20 us gap between two kernels of one device waiting for nothing else is the
+    # executor's: it counts in the overhead (a replay runs b right after a)
+    gap = run_metadata({D0: [timed("a", "Relu", base, 40_000, ["x"]),
+                             timed("b", "Relu", base + 60_000, 40_000, ["x"])]})
+    p = profile(gap, g, untraced_s=110e-6)
+    assert p.span_s == pytest.approx(100e-6) and p.busy_s[D0] == pytest.approx(80e-6)
+    assert p.overhead_s == pytest.approx(30e-6)  # 110 - 80
+    assert profile(gap, g, untraced_s=50e-6).overhead_s == pytest.approx(10e-6)  # 50 - 80/2
+    # on two devices, idle time within the span may be waiting for the other one: only what
+    # lies beyond the span counts
+    two = run_metadata({D0: [timed("a", "Relu", base, 40_000, ["x"])],
+                        D1: [timed("b", "Relu", base + 60_000, 40_000, ["x"])]})
+    assert profile(two, g, untraced_s=110e-6).overhead_s == pytest.approx(10e-6)
