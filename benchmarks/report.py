@@ -215,8 +215,10 @@ def real_section(real: dict, out: str) -> list[str]:
               "direction (how OS-DPOS picks its final plan). Error = (predicted - measured) / "
               "measured. The cost models charge kernels that overlap on a device their share "
               "of it, are calibrated against untraced steps (tracing's own work out, the "
-              "step's overhead in), fit each link on the lower decile of its transfers, and "
-              "charge gRPC transfers to the cores of both ends (probed share). The profiled "
+              "step's overhead in, with a lone device's gaps between kernels), fit each link "
+              "on the lower decile of its transfers, charge gRPC transfers to the cores of "
+              "both ends (probed share), and add the master's call to a remote worker "
+              "(probed) to plans that use one. The profiled "
               "plans (one worker, data-parallel, fastt) were calibrated on their own untraced "
               "steps; m-topo and the replanned plan were not profiled before being predicted.",
               "",
