@@ -62,7 +62,7 @@ from fastt.plugin.measure import settled  # noqa: E402
 from fastt.plugin.remote import on_cluster  # noqa: E402
 from fastt.profiler import profile  # noqa: E402
 from fastt.sched.problem import Device, ModelCosts  # noqa: E402
-from fastt.sched.strategy import plan, predict, replay, step_overhead  # noqa: E402
+from fastt.sched.strategy import plan, predict  # noqa: E402
 
 tf1 = tf.compat.v1
 COSTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "real_costs")
@@ -174,8 +174,7 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
     for name, s in strategies.items():
         fifo = name in FIFO
         predicted[name] = predict(s, devices, costs, ir, fifo=fifo)
-        contended[name] = replay(s, devices, costs, ir, link_concurrency=1,
-                                 fifo=fifo)[1].makespan + step_overhead(costs)
+        contended[name] = predict(s, devices, costs, ir, fifo=fifo, link_concurrency=1)
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for k in range(repeats):
         for name in VARIANTS[k % len(VARIANTS):] + VARIANTS[:k % len(VARIANTS)]:

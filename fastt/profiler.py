@@ -174,8 +174,8 @@ def profile(run_metadata: Any, graph: Graph, untraced_s: float | None = None) ->
     ``untraced_s``, the same graph's step time when not traced (a median of steady steps),
     calibrates the profile: tracing adds its own work to a step (on a 1,600-op LSTM a traced
     step took 35 ms where an untraced one took 26, its kernels spanning 28), so where the
-    kernels' span exceeds the untraced step their times are scaled down to fit it, and
-    what the untraced step takes beyond the span is the step's overhead."""
+    kernels' span exceeds the untraced step their times are scaled down to fit it, and what
+    the untraced step takes beyond its kernels is the step's overhead (``Profile.overhead_s``)."""
     step_stats = getattr(run_metadata, "step_stats", None)
     if step_stats is None or not hasattr(step_stats, "dev_stats"):
         raise ProfileError("not a RunMetadata: it has no step_stats.dev_stats "

@@ -151,16 +151,24 @@ def _chain(device: str, scope: str) -> tuple[Any, Any]:
         return n, tf.reduce_sum(a)
 
 
+def unprobed(models: CostModels, names: Sequence[str]) -> tuple[list[tuple[str, str]], bool]:
+    """What ``models`` do not know yet about the devices ``names``: the pairs without a link
+    fit, and whether what a step pays to reach each device is missing."""
+    links = [(src, dst) for src in names for dst in names
+             if src != dst and models.comm.fit(src, dst) is None]
+    reach = len(names) > 1 and any(canonical(d) not in models.device_step for d in names)
+    return links, reach
+
+
 def probe_devices(models: CostModels, names: Sequence[str], target: str = "",
                   config: Any = None) -> None:
-    """Probe into ``models`` what they do not know yet about the devices ``names``: each
-    pair's link (``probe_link``) and what a step pays to reach each device
-    (``probe_reach``)."""
-    for src in names:
-        for dst in names:
-            if src != dst and models.comm.fit(src, dst) is None:
-                probe_link(models.comm, src, dst, target, config)
-    if len(names) > 1 and any(canonical(d) not in models.device_step for d in names):
+    """Probe into ``models`` what they do not know yet about the devices ``names``
+    (``unprobed``): each such pair's link (``probe_link``) and what a step pays to reach each
+    device (``probe_reach``)."""
+    links, reach = unprobed(models, names)
+    for src, dst in links:
+        probe_link(models.comm, src, dst, target, config)
+    if reach:
         models.device_step.update(probe_reach(names, target, config))
 
 

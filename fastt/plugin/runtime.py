@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from fastt.adapters.probe import probe_devices
+from fastt.adapters.probe import probe_devices, unprobed
 from fastt.adapters.rewrite import merged_graph, rewrite
 from fastt.adapters.tf_import import from_tf_graph, inferred_shapes
 from fastt.cluster.health import Watch
@@ -379,12 +379,12 @@ class SessionPlugin:
     def _costs(self) -> ModelCosts:
         assert self.models is not None
         names = [d.name for d in self.devices]
-        unseen = [(src, dst) for src in names for dst in names
-                  if src != dst and self.models.comm.fit(src, dst) is None]
-        if unseen and self.watch is not None:
-            self.watch.check(force=True)
-        with hook.plain_sessions():
-            probe_devices(self.models, names, self.target, self.inner_config())
+        links, reach = unprobed(self.models, names)
+        if links or reach:
+            if self.watch is not None:
+                self.watch.check(force=True)  # the probes run on every device
+            with hook.plain_sessions():
+                probe_devices(self.models, names, self.target, self.inner_config())
         return ModelCosts(self.models)
 
     def plan(self, name: str) -> Any:

@@ -281,12 +281,14 @@ def replay(strategy: Strategy, devices: Sequence[Device], costs: CostSource, ori
 
 
 def predict(strategy: Strategy, devices: Sequence[Device], costs: CostSource,
-            original: Graph, copy_bytes_per_s: float = 10e9, fifo: bool = False) -> float:
+            original: Graph, copy_bytes_per_s: float = 10e9, fifo: bool = False,
+            link_concurrency: int | None = None) -> float:
     """``strategy``'s step time under ``costs`` (e.g. cost models updated since it was
     planned): its placement and order (with ``fifo``, TensorFlow's own first-come order)
-    replayed with contention-free links, plus the step's overhead."""
+    replayed (contention-free links unless ``link_concurrency``), plus the step's
+    overhead."""
     return replay(strategy, devices, costs, original, copy_bytes_per_s,
-                  fifo=fifo)[1].makespan + step_overhead(costs)
+                  link_concurrency=link_concurrency, fifo=fifo)[1].makespan + step_overhead(costs)
 
 
 def step_overhead(costs: CostSource) -> float:
