@@ -105,7 +105,7 @@ def profile_into(models: CostModels, run: Run, graph, steps: int) -> None:
     ``graph``'s ops."""
     untraced = warm_up(run)
     for _ in range(steps):
-        models.update(profile(run.traced(), graph, untraced))
+        models.update(profile(run.traced(), graph, untraced, models.comm.cpu_share))
 
 
 def plan_key(s) -> str:

@@ -105,11 +105,46 @@ def test_not_a_run_metadata():
 
 
 def test_processor_sharing_charges_overlapping_kernels_their_share():
-    from fastt.profiler import processor_sharing
+    from fastt.sharing import processor_sharing
     # [0, 10) and [5, 15) ns: alone 5 ns each, together 5 ns shared; a gap; [20, 24) alone
     shares, busy = processor_sharing([(0, 10), (5, 15), (20, 24), (3, 3)])
     assert [round(s * 1e9, 6) for s in shares] == [7.5, 7.5, 4.0, 0.0]
     assert busy * 1e9 == pytest.approx(19.0) and sum(shares) == pytest.approx(busy)
+
+
+def test_background_work_takes_its_weight_of_the_server():
+    from fastt.sharing import processor_sharing
+    # [0, 20) beside background [10, 20) of weight 1: 10 ns alone, then half of 10 ns
+    shares, busy = processor_sharing([(0, 20)], [(10, 20, 1.0)])
+    assert shares[0] * 1e9 == pytest.approx(15.0) and busy * 1e9 == pytest.approx(20.0)
+    # two kernels and a background of weight 0.5 over [0, 10): each gets 10 / 2.5
+    shares, _ = processor_sharing([(0, 10), (0, 10)], [(0, 10, 0.5), (30, 40, 1.0)])
+    assert [s * 1e9 for s in shares] == pytest.approx([4.0, 4.0])
+    assert processor_sharing([(0, 10)], [(0, 10, 0.0)])[0][0] * 1e9 == pytest.approx(10.0)
+
+
+def test_a_kernel_beside_a_grpc_transfer_is_charged_without_the_transfers_share():
+    # On worker 0 a Relu ran 12 ms, 8 of them beside an 8 ms transfer to worker 1 that the
+    # one core also copied (share 1 at both ends): the Relu's own work is 4 + 8 / 2 = 8 ms.
+    w0 = "/job:worker/replica:0/task:0/device:CPU:0"
+    w1 = "/job:worker/replica:0/task:1/device:CPU:0"
+    g = Graph([op("x", "Placeholder"), op("relu", "Relu", ["x"]), op("w", "VarHandleOp")])
+    base = 1_000_000_000_000
+    relu = ns("relu", "Relu", dur_ns=12_000_000, inputs=["x"])
+    relu.all_start_micros, relu.all_start_nanos = base // 1000, base
+    recv = ns("RecvTensor", "", dur_ns=8_000_000, outputs=[((), 64 << 20)],
+              label=f"edge_3_w from {w0} to {w1}")
+    recv.all_start_micros = (base + 4_000_000) // 1000
+    meta = run_metadata({w0: [relu], w1: [recv]})
+    plain = {s.op: s.seconds for s in profile(meta, g).compute}
+    assert plain["relu"] == pytest.approx(0.012)
+    shares = {(w0, w1): (1.0, 1.0)}
+    got = {s.op: s.seconds for s in profile(meta, g, transfer_cpu=lambda a, b: shares.get(
+        (a, b), (0.0, 0.0))).compute}
+    assert got["relu"] == pytest.approx(0.008, rel=1e-3)
+    half = {s.op: s.seconds for s in profile(meta, g, transfer_cpu=lambda a, b: (0.5, 0.0)
+                                             ).compute}
+    assert half["relu"] == pytest.approx(0.004 + 0.008 / 1.5, rel=1e-3)
 
 
 def test_kernels_overlapping_on_one_device_share_it():

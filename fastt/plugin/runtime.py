@@ -358,7 +358,8 @@ class SessionPlugin:
     def profile(self, run_metadata: Any, untraced_s: float | None = None) -> None:
         cur = self.current
         graph = self._user_ir() if cur.strategy is None else cur.profile_graph
-        p = profile(run_metadata, graph, untraced_s)
+        p = profile(run_metadata, graph, untraced_s,
+                    self.models.comm.cpu_share if self.models is not None else None)
         if self.models is None:
             fed = {TensorRef(*_split_name(n)): tuple(s) for n, s in self._feed_shapes.items()}
             measured = {**p.output_shapes, **fed}
