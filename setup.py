@@ -82,7 +82,7 @@ setup(
     extras_require={
         # tf-keras (needed by tf-slim's nets) must be installed with --no-deps next to
         # tensorflow-cpu: it names the full `tensorflow` wheel. The README's test command does.
-        "test": ["pytest>=7", "tf-slim==1.1.0", "ruff>=0.5"],
+        "test": ["pytest>=7", "tf-slim==1.1.0", "ruff>=0.5", "mypy>=1.10"],
     },
     entry_points={"console_scripts": ["fastt=fastt.cli:main"]},
     # Optional: without a C compiler the package still installs, and local clusters warn that

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Iterator, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple, cast
 
 from fastt import dtypes
 from fastt.errors import GraphStructureError, UnknownDtypeError
@@ -35,7 +35,7 @@ _BACK_EDGE_TYPES = frozenset({"NextIteration", "RefNextIteration"})
 class TensorRef(NamedTuple):
     """Output ``index`` of op ``op``."""
     op: str
-    index: int
+    index: int  # type: ignore[assignment]  # the output's index, not tuple.index
 
     def __str__(self) -> str:
         return f"{self.op}:{self.index}"
@@ -63,11 +63,16 @@ class TensorSpec:
     def __post_init__(self) -> None:
         size = dtypes.itemsize(self.dtype)  # raises UnknownDtypeError on an unknown name
         if self.nbytes is None and size is not None and self.fully_defined:
-            object.__setattr__(self, "nbytes", size * math.prod(self.shape))  # type: ignore[arg-type]
+            object.__setattr__(self, "nbytes", size * math.prod(self.dims or ()))
 
     @property
     def fully_defined(self) -> bool:
         return self.shape is not None and all(d is not None and d >= 0 for d in self.shape)
+
+    @property
+    def dims(self) -> tuple[int, ...] | None:
+        """The shape when every dimension is known, else None."""
+        return cast(tuple[int, ...], self.shape) if self.fully_defined else None
 
 
 @dataclass(slots=True)

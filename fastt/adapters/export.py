@@ -174,7 +174,7 @@ def to_graph_def(graph: Graph, placement: Mapping[str, str] | None = None
     gd = graph_pb2.GraphDef()
     for op in graph:
         placed = placement is not None and op.name in placement
-        if placed:
+        if placement is not None and placed:
             op = op.with_(device=placement[op.name])
         if op.node_def is None:
             gd.node.extend(_synthesise(op))

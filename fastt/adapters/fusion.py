@@ -78,7 +78,8 @@ def _source(graph: Graph, name: str) -> str:
 
 def _readers(graph: Graph, name: str) -> list[str]:
     """Ops reading ``name``'s outputs, directly or through Identity ops."""
-    out, stack = [], [name]
+    out: list[str] = []
+    stack = [name]
     while stack:
         for e in graph.consumers(stack.pop()):
             (stack if graph[e.dst].type == "Identity" else out).append(e.dst)

@@ -231,8 +231,8 @@ def inferred_shapes(graph_def: graph_pb2.GraphDef,
         g = from_graph_def(_pinned(graph_def, source_shapes, strict=False))
     except GraphFormatError:
         return {}
-    return {TensorRef(op.name, i): t.shape for op in g for i, t in enumerate(op.outputs)
-            if t.fully_defined}
+    return {TensorRef(op.name, i): t.dims for op in g for i, t in enumerate(op.outputs)
+            if t.dims is not None}
 
 
 def _pinned(graph_def: graph_pb2.GraphDef, shapes: Mapping[str, tuple[int, ...]],

@@ -76,7 +76,8 @@ class LocalCluster:
         self.workers, self.cores_per_worker, self.job = workers, cores_per_worker, job
         self.detached = detached
         self._ports = list(ports) if ports is not None else None
-        self._log_dir, self._tmp_dir = log_dir, None
+        self._log_dir = log_dir
+        self._tmp_dir: str | None = None  # the log directory fastt made (removed at stop)
         self.addresses: list[str] = []
         self.cores: list[list[int]] = []
         self.logs: list[str] = []

@@ -16,9 +16,8 @@ _MATMUL_TYPES = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMu
 
 
 def _elements(shape: tuple[int | None, ...] | None) -> int | None:
-    if shape is None or any(d is None or d < 0 for d in shape):
-        return None
-    return math.prod(shape)
+    known = [d for d in shape or () if d is not None and d >= 0]
+    return math.prod(known) if shape is not None and len(known) == len(shape) else None
 
 
 def _input_shape(graph: Graph, op: Op, i: int) -> tuple[int | None, ...] | None:
@@ -36,7 +35,7 @@ def flops(op: Op, graph: Graph) -> float:
         if flt is not None and len(flt) >= 4 and None not in flt:
             kh, kw, cin = flt[-4], flt[-3], flt[-2]
             act = _activation_elements(graph, op)
-            if act:
+            if act and kh is not None and kw is not None and cin is not None:
                 return float(2 * act * kh * kw * cin)
         return float(max(big, out or 0, 1))
     if op.type in _MATMUL_TYPES and len(op.inputs) >= 2:

@@ -31,6 +31,7 @@ def install(settings: Settings | None = None) -> None:
 
     def retarget(target: str, config: Any) -> tuple[str, Any]:
         from fastt.plugin.remote import retarget  # imports TensorFlow: at the first session
+        assert settings.cluster is not None  # installed only with a cluster
         return retarget(settings.cluster, target, config)
     session_hook.install(plugin, retarget if settings.cluster is not None else None)
     log.debug("fastt: sessions patched (%s)", settings)

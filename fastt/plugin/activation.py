@@ -8,7 +8,7 @@ changes until the new session holds the state, so a failure leaves the old one r
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -37,7 +37,7 @@ class Running:
         # The state it started with, until its first step succeeds: a first step that fails
         # part-way (or never ends) may have updated some variables.
         self.snapshot: State | None = None
-        self.callables: dict[tuple[Any, bool], Any] = {}
+        self.callables: dict[tuple[Any, ...], Any] = {}  # (callable, traced, extra fetches)
 
     def element(self, name: str) -> Any:
         e = self._elements.get(name)
@@ -77,7 +77,7 @@ def user_graph_def(graph: tf.Graph) -> graph_pb2.GraphDef:
 
 def start(graph_def: graph_pb2.GraphDef, strategy: Any, profile_graph: Graph,
           target: str, config: Any, current: Running, variables: list[str],
-          iterators: list[str], initializers: list[str], counters: list[str] = (),
+          iterators: list[str], initializers: list[str], counters: Sequence[str] = (),
           iterator_inits: dict[str, tuple[str, dict[str, Any]]] | None = None) -> Running:
     """An inner session on ``graph_def`` holding ``current``'s state (variables, iterator
     positions, after the initializer each last ran, ``iterator_inits``; the ``counters`` of

@@ -277,7 +277,8 @@ class Controller:
         previous = self.active
         base = previous.sample if previous is not None else self.original
         assert base is not None
-        shift = sample.load - base.load if None not in (sample.load, base.load) else 0.0
+        shift = sample.load - base.load \
+            if sample.load is not None and base.load is not None else 0.0
         verdict = compare(base.times, sample.times, seed=entry.n, load_change=shift,
                           confidence=1 - (1 - CONFIDENCE) / LOOKS)
         if verdict.verdict == "load changed" and self._restarts < RESTARTS:

@@ -56,6 +56,7 @@ def write(root: str, entry: Entry, doc: dict[str, Any], models: CostModels | Non
     s, meta = entry.strategy, entry.timeline
 
     def predicted() -> dict[str, Any]:
+        assert models is not None  # passed only with them
         return trace.predicted(s, devices, ModelCosts(models), original)
 
     def measured() -> dict[str, Any]:

@@ -129,7 +129,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     """The settings in ``env`` (default: ``os.environ``)."""
     env = os.environ if env is None else env
     enabled = _flag(env, "FASTT", False)
-    devices, cpus = [], 1
+    devices: list[str] = []
+    cpus = 1
     if env.get("FASTT_DEVICES", "").strip():
         devices, cpus = parse_devices(env["FASTT_DEVICES"])
     cluster = _cluster(env)

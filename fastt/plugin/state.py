@@ -22,11 +22,12 @@ VARIABLE_TYPES = frozenset({"VarHandleOp", "VariableV2", "Variable"})
 ITERATOR_TYPES = frozenset({"OneShotIterator", "IteratorV2", "Iterator"})
 SCOPE = "fastt_state"
 Run = Callable[[Any, Any], Any]  # run(fetches, feed_dict) on the right session
+Value = np.ndarray | np.generic  # what Session.run returns for one tensor
 
 
 @dataclass
 class State:
-    values: dict[str, np.ndarray] = field(default_factory=dict)
+    values: dict[str, Value] = field(default_factory=dict)
     iterators: dict[str, bytes] = field(default_factory=dict)
     uninitialized: list[str] = field(default_factory=list)
 

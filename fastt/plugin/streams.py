@@ -17,13 +17,13 @@ they are.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2, types_pb2
 
-from fastt.plugin.state import RunFanIn
+from fastt.plugin.state import RunFanIn, Value
 from tf_patches.control_flow import in_control_flow
 
 
@@ -96,7 +96,7 @@ class StreamCounter:
             for name, n in drawn:
                 self.drawn[name] = self.drawn.get(name, 0) + n
 
-    def values(self) -> dict[str, np.ndarray]:
+    def values(self) -> dict[str, Value]:
         """Counter variable -> its value, as fastt's graphs hold it."""
         return {counter_name(n): np.int64(SAMPLES_PER_ELEMENT * k) for n, k in self.drawn.items()}
 
@@ -125,7 +125,7 @@ def continue_streams(gd: graph_pb2.GraphDef, graph: tf.Graph
     return out, counters, left
 
 
-def _node(name: str, op: str, device: str, inputs: list[str] = (), **attrs: Any
+def _node(name: str, op: str, device: str, inputs: Sequence[str] = (), **attrs: Any
           ) -> node_def_pb2.NodeDef:
     n = node_def_pb2.NodeDef(name=name, op=op, device=device)
     n.input.extend(inputs)

@@ -54,8 +54,8 @@ def batch_inputs(graph: Graph) -> tuple[int, list[TensorRef]] | None:
     """
     updated = {op.inputs[0].op for op in graph
                if op.inputs and any(k in op.type for k in _STOP)}
-    first: list[tuple[TensorRef, TensorSpec]] = []
-    second: list[tuple[TensorRef, TensorSpec]] = []
+    first: list[tuple[TensorRef, int, int]] = []  # (tensor, leading dimension, rank)
+    second: list[tuple[TensorRef, int, int]] = []
     for op in graph:
         if op.type in BATCH_SOURCES:
             tier = first
@@ -66,14 +66,15 @@ def batch_inputs(graph: Graph) -> tuple[int, list[TensorRef]] | None:
         else:
             continue
         for i, t in enumerate(op.outputs):
-            if t.shape and t.shape[0] is not None and t.shape[0] > 1 and not (
+            rows = t.shape[0] if t.shape else None
+            if t.shape and rows is not None and rows > 1 and not (
                     op.type == "Const" and len(t.shape) == 1 and t.dtype == "int32"):
-                tier.append((TensorRef(op.name, i), t))
+                tier.append((TensorRef(op.name, i), rows, len(t.shape)))
     for tier, rank in ((first, 1), (second, 2)):
-        dims = Counter(t.shape[0] for _, t in tier if len(t.shape) >= rank)
+        dims = Counter(rows for _, rows, r in tier if r >= rank)
         if dims:
             B = dims.most_common(1)[0][0]
-            return B, [r for r, t in tier if t.shape[0] == B]
+            return B, [ref for ref, rows, _ in tier if rows == B]
     return None
 
 
@@ -106,9 +107,10 @@ def fold_static_shapes(graph: Graph, batch: dict[str, tuple[TensorRef, int, int]
     folded = 0
     shape_of: dict[TensorRef, str] = {}  # batch input -> its Shape op
     for op in graph:
-        shapes = [graph.tensor(r).shape for r in op.inputs]
+        dims = [graph.tensor(r).dims for r in op.inputs]
+        shapes = [sh for sh in dims if sh is not None]
         if op.type not in _SHAPE_OPS or not shapes or op.attrs.get(DYNAMIC_ATTR) or \
-                any(sh is None or None in sh for sh in shapes):
+                len(shapes) < len(dims):
             ops.append(op)
             continue
         folded += 1
@@ -188,9 +190,9 @@ def _batch_rule(op: Op, graph: Graph, axis: dict[str, int], B: int) -> SplitRule
             a = axis.get(f"{ref.op}:{ref.index}")
             if a is None:
                 shape = graph.tensor(ref).shape
+                dim = shape[part.axis] if shape is not None and part.axis < len(shape) else None
                 ok = part.kind == FULL or (part.kind == SHAPE and part.axis == 0) or (
-                    part.kind == SPLIT and shape is not None and part.axis < len(shape)
-                    and bool(shape[part.axis]) and shape[part.axis] % B == 0)
+                    part.kind == SPLIT and dim is not None and dim != 0 and dim % B == 0)
             else:
                 ok = part.kind == SPLIT and part.axis == a
                 split_any = True

@@ -62,10 +62,10 @@ def schedule_critical_path(p: Problem, s: Schedule, eps: float = 1e-12) -> list[
                 nxt = m
                 break
         if nxt is None:
-            m = prev_on_device.get(j)
-            if m is None or abs(s.finish[m] - s.start[j]) > 1e-9:
+            prev = prev_on_device.get(j)
+            if prev is None or abs(s.finish[prev] - s.start[j]) > 1e-9:
                 break
-            nxt = m
+            nxt = prev
         j = nxt
         path.append(j)
     return path[::-1]

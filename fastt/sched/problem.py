@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
 from fastt import devices as devnames
 from fastt.costs import CostModels
@@ -212,8 +212,8 @@ class Problem:
 
     @classmethod
     def from_graph(cls, graph: Graph, devices: Sequence[Device], costs: CostSource,
-                   mem: dict[str, float] | None = None,
-                   persistent: dict[str, float] | None = None) -> "Problem":
+                   mem: Mapping[str, float] | None = None,
+                   persistent: Mapping[str, float] | None = None) -> "Problem":
         """Compile an IR graph with a cost source; ``mem`` maps op -> bytes it needs on its
         device (DPOS's memory check), ``persistent`` op -> variable bytes (default 0)."""
         names = graph.topological_order()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from fastt.ir import Graph, Op
 
@@ -42,9 +43,10 @@ class SplitRule:
                 next(p.axis for p in self.inputs if p.kind == SHAPE)
             shape = op.outputs[0].shape
             sizes.append(shape[axis] if shape and axis < len(shape) else None)
-        if not sizes or any(s is None or s <= 0 for s in sizes):
+        known = [s for s in sizes if s is not None and s > 0]
+        if not sizes or len(known) < len(sizes):
             return None
-        return math.gcd(*sizes)
+        return math.gcd(*known)
 
 
 _UNARY = frozenset({"Relu", "Relu6", "Elu", "Selu", "Tanh", "Sigmoid", "Softplus", "Neg",
@@ -116,9 +118,11 @@ def rules(op: Op, graph: Graph) -> list[SplitRule]:
         return [SplitRule("batch", (Part(SPLIT, 0),), "sum", -1)]
     if t == "Reshape":  # rows stay rows: [B, ...] -> [B*k, ...] or [B*k, ...] -> [B, ...]
         src, out = graph.tensor(op.inputs[0]).shape, op.outputs[0].shape
+        rows_in = src[0] if src and None not in src else None
+        rows_out = out[0] if out and None not in out else None
         # With equal element counts, divisible leading dims keep whole rows together.
-        if src and out and None not in src and None not in out and src[0] > 1 and out[0] > 1 \
-                and (out[0] % src[0] == 0 or src[0] % out[0] == 0):
+        if rows_in is not None and rows_out is not None and rows_in > 1 and rows_out > 1 \
+                and (rows_out % rows_in == 0 or rows_in % rows_out == 0):
             return [SplitRule("batch", (Part(SPLIT, 0), Part(SHAPE, 0)), "concat", 0)]
         return []
     if t in _UNARY or t in _BINARY:
@@ -131,7 +135,7 @@ def rules(op: Op, graph: Graph) -> list[SplitRule]:
     return []
 
 
-def _const(graph: Graph, op: Op, i: int) -> object:
+def _const(graph: Graph, op: Op, i: int) -> Any:
     src = graph[op.inputs[i].op] if i < len(op.inputs) else None
     return src.attrs.get("value") if src is not None and src.type == "Const" else None
 

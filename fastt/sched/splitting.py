@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 from fastt.errors import FasttError
 from fastt.ir import JOIN_ATTR, Graph, Op, TensorRef, TensorSpec
@@ -83,7 +83,8 @@ class _Builder:
         self.joins = {o.name: o.attrs[JOIN_ATTR] for o in graph if JOIN_ATTR in o.attrs}
         self.split_names: set[str] = set()  # ops split in this pass (their parts exist)
         self.rewired: set[str] = set()
-        self.cuts: dict[tuple[TensorRef, int, tuple[int, ...]], list[TensorRef]] = {}
+        # (tensor, axis, part sizes, total of the shares) -> its parts
+        self.cuts: dict[tuple[TensorRef, int, tuple[int, ...], int], list[TensorRef]] = {}
 
     def cut(self, ref: TensorRef, axis: int, shares: list[int], out: list[Op], owner: str,
             i: int) -> list[TensorRef]:
@@ -101,6 +102,7 @@ class _Builder:
         if key in self.cuts:  # the same tensor cut the same way for another consumer
             return self.cuts[key]
         name = f"{owner}/split_in{i}"
+        assert spec.shape is not None  # scaled() raised otherwise
         out.append(Op(name=name, type="SplitV", inputs=(ref,),
                       outputs=tuple(TensorSpec(spec.dtype, _with_axis(spec.shape, axis, s))
                                     for s in sizes),
@@ -139,12 +141,13 @@ class _Builder:
                              for j, p in enumerate(rule.inputs) if p.kind == SPLIT), None)
                 per_input[i] = _part_shapes(op, part.axis, sizes, like, out, i)
         spec = op.outputs[0]
-        out_sizes = scaled(shares, spec.shape[rule.out_axis], f"op {name!r}") \
+        whole = spec.shape
+        out_sizes = scaled(shares, whole[rule.out_axis] if whole else None, f"op {name!r}") \
             if rule.join == "concat" else list(shares)
         parts = []
         for k in range(n):
-            shape = _with_axis(spec.shape, rule.out_axis, out_sizes[k]) \
-                if rule.join == "concat" else spec.shape
+            shape = _with_axis(whole, rule.out_axis, out_sizes[k]) \
+                if rule.join == "concat" and whole is not None else whole
             parts.append(op.with_(
                 name=f"{name}/part{k}",
                 inputs=tuple(per_input[i][k] for i in range(len(op.inputs))),
@@ -226,9 +229,10 @@ def _part_shapes(op: Op, axis: int, sizes: list[int],
     is that part's extent. The extent is read at run time from the part's cut input
     (``like``: the parts, their axis, the whole tensor), so that the parts follow the
     batch the step is run with; a Reshape simply takes -1 there."""
-    shape = op.outputs[0].shape
-    if shape is None or any(d is None for d in shape):
+    known = op.outputs[0].shape
+    if known is None or any(d is None for d in known):
         raise FasttError(f"op {op.name!r}: its output shape must be known to split it")
+    shape = cast(tuple[int, ...], known)
     dtype = "int32"
     refs = []
     for k, s in enumerate(sizes):

@@ -211,7 +211,7 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
             raise FasttError("data parallelism needs every replica (the model with its share "
                              f"of the batch) to fit one device ({len(devices)} devices given)")
         starts = starts[:1]
-    best = None
+    best: tuple[Any, ...] | None = None
     runs = 0
     if name == "os-dpos":  # split from the best starting point (contention-free, as DPOS)
         def start_from(g0: Graph, reps: int) -> list[tuple[Plan, int]]:
@@ -249,6 +249,7 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
         runs += placer is dpos
         if best is None or cand[2].makespan < best[2].makespan:
             best = cand
+    assert best is not None  # _feasible raises when nothing fits
     g, p, s, splits, replicas = best
     splits = forced + splits
     plan_time = time.perf_counter() - t0
