@@ -176,10 +176,36 @@ def test_a_load_change_during_a_measurement_measures_again(monkeypatch):
     monkeypatch.setattr(controller, "other_load", lambda start, end: next(loads))
     b = FakeBackend({None: 0.010, "data-parallel": 0.005}, predicted={"data-parallel": 0.004})
     ctl = Controller(SETTINGS, b)
-    until(ctl, b, decided(ctl, 1))
+    until(ctl, b, decided(ctl, 1), limit=2000)
     entry = ctl.history[0]
     assert entry.decision()["verdict"] == "load changed" and entry.status == "rolled_back"
     assert "load moved" in entry.reason
+
+
+def test_short_steps_are_measured_for_a_second_where_the_load_can_be_read(monkeypatch, caplog):
+    # 1 ms steps: 3 warm-up + 6 measured steps take 9 ms, too short for /proc/stat's ticks
+    # to say whether the machine's load moved; the sample waits for a second of steps.
+    b = FakeBackend({None: 0.001, "data-parallel": 0.0005}, predicted={"data-parallel": 0.0004})
+    ctl = Controller(SETTINGS, b)
+    drive(ctl, b, 50)
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        ctl.log_closing()  # a session this short says why nothing was tried
+    assert "before the original graph's step time was measured (49 steps over 0.05 s so " \
+        "far; a measurement takes 6 steady steps over at least 1.0 s" in caplog.text
+    n = 50 + until(ctl, b, lambda: ctl.original is not None, limit=3000)
+    assert 1000 <= n <= 1010 and sum(ctl.original_s) == pytest.approx(1.0, abs=0.01)
+    until(ctl, b, decided(ctl, 1), limit=5000)
+    assert sum(ctl.history[0].measured_s) >= 0.99
+    # where the load cannot be read (not Linux), the steps alone decide
+    monkeypatch.setattr(controller, "Reading", _NoProcStat)
+    b = FakeBackend({None: 0.001})
+    ctl = Controller(SETTINGS, b)
+    assert until(ctl, b, lambda: ctl.original is not None) < 20
+
+
+class _NoProcStat:
+    def __init__(self):
+        self.wall, self.busy, self.own = 0.0, None, 0.0
 
 
 def test_no_activation_when_the_plan_is_not_predicted_faster():
@@ -227,7 +253,7 @@ def test_strict_mode_raises():
     b = FakeBackend({None: 0.010}, fail_on="plan")
     ctl = Controller(Settings(enabled=True, warmup_steps=2, profile_steps=1, strict=True), b)
     with pytest.raises(RuntimeError, match="planner broke"):
-        drive(ctl, b, 40)
+        drive(ctl, b, 200)  # 10 ms steps: the original's sample spans a second
 
 
 def test_with_dumps_one_measured_step_is_traced_and_left_out_of_the_timings():

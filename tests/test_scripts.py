@@ -27,7 +27,8 @@ def run(script, out, fastt, dump=None):
     env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
     if fastt:  # short runs (200 steps at most): decisions on 3 settled steps, not 20
         env.update(FASTT="1", FASTT_DEVICES="cpu:2", FASTT_DUMP_DIR=str(dump),
-                   FASTT_MEASURE_STEPS="3", FASTT_WARMUP_STEPS="2")
+                   FASTT_MEASURE_STEPS="3", FASTT_WARMUP_STEPS="2",
+                   FASTT_MEASURE_SECONDS="0")
     p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "scripts", script),
                         "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]

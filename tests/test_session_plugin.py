@@ -28,7 +28,8 @@ STEPS = 80
 def settings(tmp_path, **kw):
     devices, cpus = parse_devices("cpu:2")
     base = dict(enabled=True, devices=devices, logical_cpus=cpus, dump_dir=str(tmp_path),
-                warmup_steps=2, profile_steps=1, measure_steps=3, max_rounds=2)
+                warmup_steps=2, profile_steps=1, measure_steps=3, measure_seconds=0.0,
+                max_rounds=2)
     base.update(kw)
     return Settings(**base)
 

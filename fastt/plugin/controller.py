@@ -137,6 +137,9 @@ class Controller:
         self._chosen_planned = False  # stability ends planning once the chosen one ran
         self._settled = False  # the cost models were found stable once
         self._fifo_next: Entry | None = None  # kept with its order: measure it without
+        # the machine's other load can be read here (Linux; a cluster's workers are other
+        # processes, whose load is the graph's own): each sample then spans the time that takes
+        self._reads_load = settings.cluster is None and Reading().busy is not None
 
     # -- what the runtime calls around each training step ---------------------------------
     def before_step(self) -> bool:
@@ -250,19 +253,22 @@ class Controller:
 
     def _sample(self, extra: int = 0) -> Sample | None:
         """The graph's sample once its steps have settled and ``measure_steps`` (plus
-        ``extra``) followed; at the cap, the last ones, marked unsettled; None before."""
+        ``extra``) followed, over at least ``measure_seconds`` where the machine's load is
+        read (``fastt.plugin.load`` cannot tell from a shorter window whether it moved); at
+        the cap, the last ones, marked unsettled; None before."""
         need = self.settings.measure_steps + extra
         times = self._times
         if len(times) < self.settings.warmup_steps + need:
             return None
+        if self._reads_load and sum(times) < self.settings.measure_seconds:
+            return None  # too short to tell whether the machine's load moved meanwhile
         start = settled(times, need)
         if start is None and len(times) < self.settings.warmup_steps + CAP * need:
             return None
         ok = start is not None
         if start is None:  # from the cap on: the last ``need`` steps then, and all after
             start = min(len(times) - need, self.settings.warmup_steps + (CAP - 1) * need)
-        # a cluster's workers are other processes here: their load is the graph's own
-        load = other_load(self._window, Reading()) if self.settings.cluster is None else None
+        load = other_load(self._window, Reading()) if self._reads_load else None
         return Sample(times[start:], start, ok, load)
 
     def _measure(self, run_metadata: Any) -> None:
@@ -362,6 +368,15 @@ class Controller:
     def log_closing(self) -> None:
         """The line a session logs when it closes."""
         a, where = self.active, self.settings.dump_dir
+        if self.phase == "warmup":  # too short a session to measure the original graph
+            s = self.settings
+            log.info("fastt: session closed after %d training steps, before the original "
+                     "graph's step time was measured (%d steps over %.2f s so far; a "
+                     "measurement takes %d steady steps over at least %.1f s: "
+                     "FASTT_MEASURE_STEPS, FASTT_MEASURE_SECONDS); nothing was tried",
+                     self.step, len(self._times), sum(self._times), s.measure_steps,
+                     s.measure_seconds if self._reads_load else 0.0)
+            return
         log.info("fastt: session closed after %d training steps on %s; %d strategies tried, "
                  "dumps%s", self.step, "the original graph" if a is None else
                  f"{self._label(a)}, {self.speedup(a):.2f}x over the original",

@@ -266,7 +266,7 @@ class SessionPlugin:
         if not self._closed and ctl is None and not self._off and self.finder.total:
             self._decline(self.finder.why_not_found())
         self._closed = True
-        if ctl is not None and ctl.history:
+        if ctl is not None and (ctl.history or ctl.phase == "warmup"):
             ctl.log_closing()
             dump.refresh([e.dump for e in ctl.history[:-1]], self.settings.strict)
         if self.current is not self.user:

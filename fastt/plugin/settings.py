@@ -61,6 +61,19 @@ def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
     return v
 
 
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        v = float(raw)
+    except ValueError:
+        v = -1.0
+    if not 0.0 <= v < float("inf"):
+        raise SettingsError(f"{name}={raw!r}: expected seconds >= 0")
+    return v
+
+
 _DEVICE = re.compile(r"^(/job:[\w-]+(/replica:\d+)?(/task:\d+)?)?/device:(CPU|GPU):\d+$",
                      re.IGNORECASE)
 
@@ -102,6 +115,7 @@ class Settings:
     warmup_steps: int = 5
     profile_steps: int = 3
     measure_steps: int = 20
+    measure_seconds: float = 1.0  # the least a sample spans where the machine's load is read
     max_rounds: int = 3
     reprofile_every: int = 500  # steps; 0: never
     replan_threshold: float = 0.1  # relative change of the cost models that triggers a re-plan
@@ -152,6 +166,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         warmup_steps=_count(env, "FASTT_WARMUP_STEPS", 5, 2),
         profile_steps=_count(env, "FASTT_PROFILE_STEPS", 3, 1),
         measure_steps=_count(env, "FASTT_MEASURE_STEPS", 20, 3),
+        measure_seconds=_seconds(env, "FASTT_MEASURE_SECONDS", 1.0),
         max_rounds=_count(env, "FASTT_MAX_ROUNDS", 3, 1),
         reprofile_every=_count(env, "FASTT_REPROFILE_EVERY", 500, 0),
         replan_threshold=_fraction(env, "FASTT_REPLAN_THRESHOLD", 0.1),
