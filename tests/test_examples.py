@@ -30,7 +30,8 @@ def example_command(script, tmp_path, fastt, fastt_env=None, extra=()):
     env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     if fastt:  # short runs (80 steps): decisions on 3 settled steps, not 20
         env.update(FASTT="1", FASTT_DUMP_DIR=str(tmp_path / "dump"), FASTT_MEASURE_STEPS="3",
-                   FASTT_MEASURE_SECONDS="0", FASTT_WARMUP_STEPS="2", **(fastt_env or {"FASTT_DEVICES": "cpu:2"}))
+                   FASTT_MEASURE_SECONDS="0", FASTT_WARMUP_STEPS="2",
+                   **(fastt_env or {"FASTT_DEVICES": "cpu:2"}))
     args = [sys.executable, os.path.join(ROOT, "examples", script), *extra, *SHORT[script]]
     if script != "keras_fit.py":
         args += ["--out", str(tmp_path / ("fastt" if fastt else "plain"))]
