@@ -24,7 +24,7 @@ class FakeBackend:
     for."""
 
     def __init__(self, times, predicted=None, change=0.5, fail_on=None, noise=0.0,
-                 warmup=()):
+                 warmup=(), drift=None):
         self.times = times  # strategy name (None: original) -> seconds per step
         self.predicted = predicted or {}
         self.change = change
@@ -35,6 +35,7 @@ class FakeBackend:
         self.clock, self.noise, self.warmup, self.on_graph = 0.0, noise, list(warmup), 0
         self.traced = []  # per step: whether it was traced
         self.rng = np.random.default_rng(0)
+        self.drift = drift  # clock -> factor on every step time (the machine drifting)
 
     def starting_strategy(self):
         return "data-parallel"
@@ -74,6 +75,8 @@ class FakeBackend:
         if self.on_graph < len(self.warmup):
             t *= self.warmup[self.on_graph]
         self.on_graph += 1
+        if self.drift is not None:
+            t *= self.drift(self.clock)
         return t * (self.rng.lognormal(0.0, self.noise) if self.noise else 1.0)
 
 
@@ -92,7 +95,7 @@ def drive(ctl, backend, steps):
         step(ctl, backend)
 
 
-def until(ctl, backend, done, limit=600):
+def until(ctl, backend, done, limit=3000):
     """Steps until ``done()``; how many it took."""
     for n in range(limit):
         if done():
@@ -208,13 +211,42 @@ class _NoProcStat:
         self.wall, self.busy, self.own = 0.0, None, 0.0
 
 
+def test_a_candidate_found_faster_is_kept_only_if_its_baseline_measured_again_agrees():
+    # Every graph's steps get 15% faster once the original was measured (the process warming
+    # up): data parallelism, 5% slower than the original, looks faster than the original's
+    # early sample, and measuring the original once more shows it is not.
+    drift = lambda clock: 1.0 if clock < 1.1 else 0.85  # noqa: E731
+    b = FakeBackend({None: 0.010, "data-parallel": 0.0105}, predicted={"data-parallel": 0.004},
+                    drift=drift)
+    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
+                              max_rounds=1, order=False), b)
+    until(ctl, b, decided(ctl, 1))
+    entry = ctl.history[0]
+    assert entry.verdict.verdict == "faster" and entry.recheck.verdict == "slower"
+    assert entry.status == "rolled_back" and b.activations == ["data-parallel", None]
+    assert "measured again after it" in entry.reason
+    d = entry.decision()
+    assert d["verdict"] == "faster" and d["recheck"]["verdict"] == "slower"
+    assert d["recheck"]["steps"] >= 6
+    assert ctl.original_median_s == pytest.approx(0.0085)  # the fresher baseline from now on
+    # without the drift the same candidate is kept after the recheck agrees
+    b = FakeBackend({None: 0.010, "data-parallel": 0.0085}, predicted={"data-parallel": 0.004})
+    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
+                              max_rounds=1, order=False), b)
+    until(ctl, b, decided(ctl, 1))
+    entry = ctl.history[0]
+    assert entry.status == "active" and entry.recheck.verdict == "faster"
+    assert b.activations == ["data-parallel", None, "data-parallel"]
+
+
 def test_no_activation_when_the_plan_is_not_predicted_faster():
     b = FakeBackend({None: 0.010, "data-parallel": 0.008, "os-dpos": 0.007},
                     predicted={"data-parallel": 0.004, "os-dpos": 0.005})
     ctl = Controller(SETTINGS, b)
     until(ctl, b, lambda: ctl.phase == "steady")
     assert b.plans == ["data-parallel", "os-dpos", "os-dpos"]
-    assert b.activations == ["data-parallel"] and len(ctl.history) == 1
+    # kept after its baseline ran once more (A-B-A), then no plan predicted faster
+    assert b.activations == ["data-parallel", None, "data-parallel"] and len(ctl.history) == 1
 
 
 def test_stable_cost_models_end_planning_then_periodic_reprofiling():
@@ -262,7 +294,7 @@ def test_with_dumps_one_measured_step_is_traced_and_left_out_of_the_timings():
                               max_rounds=1, dump_dir="dumps", order=False), b)
     until(ctl, b, lambda: ctl.phase == "measure")  # warmed up, profiled, activated
     b.on_graph, start = 0, len(b.traced)  # the next step builds the executors: slow
-    until(ctl, b, lambda: ctl.phase != "measure")
+    until(ctl, b, lambda: ctl.phase not in ("measure", "recheck"))  # kept after its recheck
     traced = b.traced[start:]
     assert traced[:4] == [False, True, False, False]  # the second step, the first timed
     assert traced.count(True) == 1
@@ -275,7 +307,7 @@ def test_with_dumps_one_measured_step_is_traced_and_left_out_of_the_timings():
     plain = Controller(SETTINGS, FakeBackend({None: 0.010, "data-parallel": 0.008}))
     until(plain, plain.backend, lambda: plain.phase == "measure")
     start = len(plain.backend.traced)
-    until(plain, plain.backend, lambda: plain.phase != "measure")
+    until(plain, plain.backend, lambda: plain.phase not in ("measure", "recheck"))
     assert not any(plain.backend.traced[start:]) and plain.backend.timelines == [None]
     assert Controller(SETTINGS, plain.backend).session != plain.session
 

@@ -38,7 +38,7 @@ def dump_dir(tmp_path_factory):
         # order=False: no FIFO trial of the kept plan after it (a third, unpaced strategy)
         fastt.plugin.install(settings(root, strict=True, order=False))
         try:
-            sess, _, _ = train(build())
+            sess, _, _ = train(build(), steps=160)  # strategy 2 kept after its recheck
             sess.close()
         finally:
             fastt.plugin.uninstall()

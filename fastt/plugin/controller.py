@@ -18,12 +18,12 @@ import itertools
 import logging
 import os
 import statistics
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fastt.errors import WorkerLostError
 from fastt.ir import Graph, writes_variable
 from fastt.plugin.load import Reading, other_load
+from fastt.plugin.entry import Entry, Sample
 from fastt.plugin.measure import CONFIDENCE, Verdict, compare, settled
 from fastt.plugin.settings import Settings
 
@@ -67,49 +67,6 @@ class Backend(Protocol):
     def record(self, entry: "Entry", history: list["Entry"]) -> str: ...
 
 
-@dataclass
-class Sample:
-    """The step times of one graph after its warm-up: the time from the start of one training
-    step to the start of the next, as the script's own throughput sees it."""
-    times: list[float]
-    warmup: int  # steps left out as warm-up (MSER-5), or up to the cap when never settled
-    settled: bool
-    load: float | None  # other processes' load while it ran, in cores (None: not known)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"warmup_steps": self.warmup, "settled": self.settled,
-                "other_load_cores": self.load, "steps": len(self.times)}
-
-
-@dataclass
-class Entry:
-    """One strategy fastt computed, with what happened to it."""
-    n: int
-    name: str
-    strategy: Any
-    predicted_s: float
-    status: str = "measuring"
-    step: int = 0  # training step at which it was activated
-    measured_s: list[float] = field(default_factory=list)
-    reason: str = ""
-    dump: str = ""
-    timeline: Any = None  # the RunMetadata of one traced step on it (with dumps on)
-    sample: Sample | None = None
-    verdict: Verdict | None = None  # against the graph it was compared with
-    baseline: str = ""  # that graph: "the original graph" or "strategy <n> (<name>)"
-    ordered: bool = True  # False: the same plan with TensorFlow's own FIFO order
-
-    @property
-    def measured_median_s(self) -> float | None:
-        return statistics.median(self.measured_s) if self.measured_s else None
-
-    def decision(self) -> dict[str, Any] | None:
-        """What its measurement concluded, for the dump (None before it is measured)."""
-        if self.verdict is None or self.sample is None:
-            return None
-        return {"baseline": self.baseline, **self.verdict.as_dict(), **self.sample.as_dict()}
-
-
 def session_id() -> str:
     """A new session's name in dumps: ``<pid>-<k>``."""
     return f"{os.getpid()}-{next(_sessions)}"
@@ -137,6 +94,7 @@ class Controller:
         self._chosen_planned = False  # stability ends planning once the chosen one ran
         self._settled = False  # the cost models were found stable once
         self._fifo_next: Entry | None = None  # kept with its order: measure it without
+        self._rechecking: Entry | None = None  # found faster: its baseline runs once more
         # the machine's other load can be read here (Linux; a cluster's workers are other
         # processes, whose load is the graph's own): each sample then spans the time that takes
         self._reads_load = settings.cluster is None and Reading().busy is not None
@@ -169,7 +127,8 @@ class Controller:
             raise  # no graph can run on a broken cluster
         except Exception as e:  # noqa: BLE001 - never break training
             self.fail(e)
-        self._clean = run_metadata is None and self.phase == phase in ("warmup", "measure")
+        self._clean = run_metadata is None and \
+            self.phase == phase in ("warmup", "measure", "recheck")
 
     def fail(self, error: BaseException) -> None:
         """Something inside fastt failed: back to the original graph, stop planning."""
@@ -178,7 +137,10 @@ class Controller:
         running = self._measuring or self.active  # None: the original graph runs already
         reason = f"{type(error).__name__}: {error}"
         log.warning("fastt: %s; training continues on the original graph", reason)
-        self.phase, self._measuring, self.active = "off", None, None
+        if self._rechecking is not None:  # found faster, never kept
+            self._rechecking.status, self._rechecking.reason = "failed", reason
+            self._rechecking.dump = self.backend.record(self._rechecking, self.history)
+        self.phase, self._measuring, self.active, self._rechecking = "off", None, None, None
         if running is None:
             return
         running.status, running.reason = "failed", reason
@@ -299,16 +261,58 @@ class Controller:
         self._measuring = None
         entry.sample, entry.verdict, entry.measured_s = sample, verdict, sample.times
         entry.baseline = self._label(previous)
+        if verdict.verdict == "faster" and self.settings.rollback:
+            # A-B-A: the graph before runs once more, so that the machine drifting between
+            # the two samples (steps that keep getting faster, other load) cannot make the
+            # candidate look faster
+            self._rechecking = entry
+            self._activate(previous)
+            self.phase, self._restarts = "recheck", 0
+            self._new_window()
+            return
+        self._conclude(entry, previous, verdict.verdict == "faster", on_it=True)
+
+    def _recheck(self, _: Any) -> None:
+        entry = self._rechecking
+        assert entry is not None and entry.sample is not None
+        again = self._sample()
+        if again is None:
+            return
+        shift = entry.sample.load - again.load \
+            if entry.sample.load is not None and again.load is not None else 0.0
+        verdict = compare(again.times, entry.sample.times, seed=entry.n, load_change=shift)
+        if verdict.verdict == "load changed" and self._restarts < RESTARTS:
+            self._restarts += 1
+            self._new_window()
+            return
+        self._rechecking = None
+        previous = self.active
+        if previous is None:  # the fresher measurement is the baseline from now on
+            self.original, self.original_s = again, again.times
+        else:
+            previous.sample, previous.measured_s = again, again.times
+        entry.recheck, entry.recheck_sample = verdict, again
         faster = verdict.verdict == "faster"
         if not faster:
-            entry.reason = self._why_not(entry, previous, verdict)
+            entry.reason = (f"faster than {entry.baseline} measured before it, but not than "
+                            f"{entry.baseline} measured again after it ("
+                            f"{self._why_not(entry, previous, verdict)})")
+        self._conclude(entry, previous, faster, on_it=False)
+
+    def _conclude(self, entry: Entry, previous: Entry | None, faster: bool, on_it: bool
+                  ) -> None:
+        """Keep ``entry`` or roll it back (``on_it``: whether it is the graph running)."""
+        if not faster and entry.verdict is not None and not entry.reason:
+            entry.reason = self._why_not(entry, previous, entry.verdict)
         if not faster and self.settings.rollback:
             entry.status = "rolled_back"
-            self.backend.activate(previous.strategy if previous else None,
-                                  ordered=previous.ordered if previous else True)
+            if on_it:
+                self._activate(previous)
         else:
             if not faster:
                 entry.reason += "; kept (FASTT_ROLLBACK=0)"
+            if not on_it:
+                self.backend.activate(entry.strategy, ordered=entry.ordered)
             entry.status = "active"
             if previous is not None:
                 previous.status = "superseded"
@@ -320,6 +324,11 @@ class Controller:
         entry.timeline = None  # in its dump now; a RunMetadata can be large
         self._summary(entry)
         self._next_round()
+
+    def _activate(self, entry: Entry | None) -> None:
+        """Run ``entry``'s graph again (None: the original)."""
+        self.backend.activate(entry.strategy if entry else None,
+                              ordered=entry.ordered if entry else True)
 
     def _why_not(self, entry: Entry, previous: Entry | None, v: Verdict) -> str:
         base = self._label(previous)
@@ -393,12 +402,17 @@ class Controller:
         measured = e.measured_median_s or 0.0
         v = e.verdict
         verb = "activated" if e.status == "active" else "rolled back"
-        compared = "" if v is None else (f"; against {e.baseline}: {v.verdict}, ratio "
-                                         f"{v.ratio:.3f} ({100 * v.confidence:.1f}% CI "
-                                         f"{v.low:.3f}-{v.high:.3f})")
+        compared = "" if v is None else f"; against {e.baseline}: {_judged(v)}"
+        if e.recheck is not None:
+            compared += f", measured again after it: {_judged(e.recheck)}"
         log.info("fastt: %s %s on %d devices: predicted %.2f ms/step, measured "
                  "%.2f ms/step, original %.2f ms/step, speedup %.2fx%s%s%s", verb, self._label(e),
                  len(getattr(e.strategy, "devices", [])), 1e3 * e.predicted_s, 1e3 * measured,
                  1e3 * (orig or 0.0), self.speedup(e), compared,
                  f" ({e.reason})" if e.reason and e.status != "rolled_back" else "",
                  f"; dump {e.dump}" if e.dump else "")
+
+
+def _judged(v: Verdict) -> str:
+    return (f"{v.verdict}, ratio {v.ratio:.3f} ({100 * v.confidence:.1f}% CI "
+            f"{v.low:.3f}-{v.high:.3f})")

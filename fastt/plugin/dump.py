@@ -31,7 +31,7 @@ from typing import Any, Sequence
 from fastt.costs import CostModels
 from fastt.inspect import dumps, trace
 from fastt.ir import Graph
-from fastt.plugin.controller import Entry
+from fastt.plugin.entry import Entry
 from fastt.sched.problem import Device, ModelCosts
 
 

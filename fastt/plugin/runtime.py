@@ -27,7 +27,8 @@ from fastt.ir import Graph, TensorRef
 from fastt.inspect import dumps
 from fastt.plugin import activation, dump, remote
 from fastt.plugin.activation import Running
-from fastt.plugin.controller import Controller, Entry, session_id, updates_trainables
+from fastt.plugin.controller import Controller, session_id, updates_trainables
+from fastt.plugin.entry import Entry
 from fastt.plugin.input_stage import InputStage, fed_name
 from fastt.plugin.settings import Settings
 from fastt.plugin.state import SCOPE, IteratorInits, RunFanIn, StateOps, stateful_ops

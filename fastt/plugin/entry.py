@@ -1,0 +1,58 @@
+"""What the session plugin records of each strategy it tried: its measured sample and the
+verdicts on it (dumped per strategy; see ``fastt.plugin.dump``). No TensorFlow here."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastt.plugin.measure import Verdict
+
+
+@dataclass
+class Sample:
+    """The step times of one graph after its warm-up: the time from the start of one training
+    step to the start of the next, as the script's own throughput sees it."""
+    times: list[float]
+    warmup: int  # steps left out as warm-up (MSER-5), or up to the cap when never settled
+    settled: bool
+    load: float | None  # other processes' load while it ran, in cores (None: not known)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"warmup_steps": self.warmup, "settled": self.settled,
+                "other_load_cores": self.load, "steps": len(self.times)}
+
+
+@dataclass
+class Entry:
+    """One strategy fastt computed, with what happened to it."""
+    n: int
+    name: str
+    strategy: Any
+    predicted_s: float
+    status: str = "measuring"
+    step: int = 0  # training step at which it was activated
+    measured_s: list[float] = field(default_factory=list)
+    reason: str = ""
+    dump: str = ""
+    timeline: Any = None  # the RunMetadata of one traced step on it (with dumps on)
+    sample: Sample | None = None
+    verdict: Verdict | None = None  # against the graph it was compared with
+    baseline: str = ""  # that graph: "the original graph" or "strategy <n> (<name>)"
+    ordered: bool = True  # False: the same plan with TensorFlow's own FIFO order
+    # against the graph it was compared with, measured again after it (found faster only)
+    recheck: Verdict | None = None
+    recheck_sample: Sample | None = None
+
+    @property
+    def measured_median_s(self) -> float | None:
+        return statistics.median(self.measured_s) if self.measured_s else None
+
+    def decision(self) -> dict[str, Any] | None:
+        """What its measurement concluded, for the dump (None before it is measured)."""
+        if self.verdict is None or self.sample is None:
+            return None
+        again = None if self.recheck is None or self.recheck_sample is None else \
+            {**self.recheck.as_dict(), "steps": len(self.recheck_sample.times)}
+        return {"baseline": self.baseline, **self.verdict.as_dict(), **self.sample.as_dict(),
+                "recheck": again}
