@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from fastt.costs import CommCostModel, ComputeCostModel, CostModels, MemoryModel
+from fastt.costs.comm import PROBED
 from fastt.errors import CostModelError
 from fastt.ir import Graph, TensorRef
 from fastt.profiler import ComputeSample, TransferSample
@@ -67,6 +68,29 @@ def test_comm_fit_of_clean_samples_is_the_line():
     assert fit.slope == pytest.approx(1 / 12e9, rel=1e-6)
     assert fit.intercept == pytest.approx(25e-6, rel=1e-6)
     assert fit.r2 == pytest.approx(1.0)
+
+
+def test_comm_fit_of_the_probes_points_alone_is_their_median_line():
+    # The probe's 8 sizes, each already the lower quartile of its repeats; one reads 40% low
+    # (a repeat that caught an idle moment). A decile of 8 points is their lower envelope,
+    # which that point tilts; the median line keeps the one the other seven lie on.
+    sizes = [4 ** k * 1024 for k in range(8)]
+    times = [100e-6 + n / 2e9 for n in sizes]
+    times[6] *= 0.6  # 4 MiB
+    m = CommCostModel()
+    m.update(TransferSample(G0, G1, n, t, PROBED) for n, t in zip(sizes, times))
+    fit = m.fit(G0, G1)
+    assert fit.r2 >= 0.98 and fit.slope == pytest.approx(1 / 2e9, rel=0.05)
+    assert fit.intercept == pytest.approx(100e-6, rel=0.1)  # the small sizes set the latency
+    envelope = CommCostModel()  # the same points as traced transfers: the decile fit
+    envelope.update(TransferSample(G0, G1, n, t) for n, t in zip(sizes, times))
+    assert envelope.fit(G0, G1).r2 < fit.r2
+    # once traced transfers join, the pair is fitted on the lower decile of all its samples
+    m.update([TransferSample(G0, G1, n, (50e-6 + n / 4e9) * k) for n in sizes for k in (1, 3)])
+    both = m.fit(G0, G1)
+    assert both.samples == 24 and both.slope == pytest.approx(1 / 4e9, rel=0.05)
+    again = CostModels.from_dict(CostModels(comm=m).to_dict()).comm.fit(G0, G1)
+    assert (again.slope, again.intercept) == pytest.approx((both.slope, both.intercept))
 
 
 def test_comm_refits_on_new_samples_and_falls_back():

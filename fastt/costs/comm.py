@@ -6,7 +6,11 @@ fit captures each path's bandwidth and latency. The fit is a lower-decile regres
 also counts the wait for the sender's or the receiver's busy cores and for other transfers on
 the link, which only ever add time and which the simulator models itself (on the real
 testbed least squares over traced transfers put the per-transfer latency at 2-13 ms where the
-idle link takes 0.1 ms). Besides the link, a transfer takes a share of the two ends' compute
+idle link takes 0.1 ms). The link probe's samples (``PROBED``) are filtered already (each the
+lower quartile of its repeats on an idle link): a pair that has only those is fitted by the
+median line on relative errors, since a decile of its 8 points is their lower envelope, which
+one low point tilts.
+Besides the link, a transfer takes a share of the two ends' compute
 (``cpu_share``): where the cores copy the bytes (gRPC between processes) the planner counts it.
 """
 from __future__ import annotations
@@ -23,6 +27,7 @@ from fastt.profiler import TransferSample
 
 Pair = tuple[str, str]
 QUANTILE = 0.1
+PROBED = "probe"  # TransferSample.tensor of the link probe's samples (fastt.adapters.probe)
 
 
 def _r2(x: np.ndarray, y: np.ndarray, slope: float, intercept: float) -> float:
@@ -58,35 +63,44 @@ class CommCostModel:
     def __init__(self, max_samples_per_pair: int = 2000, min_samples: int = 2) -> None:
         self.max_samples_per_pair = max_samples_per_pair
         self.min_samples = min_samples
-        self._samples: dict[Pair, deque[tuple[float, float]]] = {}
+        self._samples: dict[Pair, deque[tuple[float, float]]] = {}  # traced transfers
+        self._probed: dict[Pair, deque[tuple[float, float]]] = {}
         self._fits: dict[Pair, LinkFit] = {}
         self._dirty: set[Pair] = set()
         self._cpu: dict[Pair, tuple[float, float]] = {}
 
     def update(self, samples: Iterable[TransferSample]) -> None:
         for s in samples:
-            self.add_sample(s.src, s.dst, s.nbytes, s.seconds)
+            self.add_sample(s.src, s.dst, s.nbytes, s.seconds, probed=s.tensor == PROBED)
 
-    def add_sample(self, src: str, dst: str, nbytes: float, seconds: float) -> None:
+    def add_sample(self, src: str, dst: str, nbytes: float, seconds: float,
+                   probed: bool = False) -> None:
         pair = (devices.canonical(src), devices.canonical(dst))
         if pair[0] == pair[1]:
             return
-        q = self._samples.get(pair)
+        kept = self._probed if probed else self._samples
+        q = kept.get(pair)
         if q is None:
-            q = self._samples[pair] = deque(maxlen=self.max_samples_per_pair)
+            q = kept[pair] = deque(maxlen=self.max_samples_per_pair)
         q.append((float(nbytes), float(seconds)))
         self._dirty.add(pair)
 
     def _refit(self) -> None:
         for pair in self._dirty:
-            data = np.asarray(self._samples[pair], dtype=np.float64)
+            traced = list(self._samples.get(pair, ()))
+            data = np.asarray(traced + list(self._probed.get(pair, ())), dtype=np.float64)
             x, y = data[:, :1], data[:, 1]
             if len(data) < self.min_samples or np.ptp(x) == 0:
                 self._fits.pop(pair, None)
                 continue
             scale = float(np.abs(x).max()) or 1.0  # bytes in units of the largest: well posed
-            reg = QuantileRegressor(quantile=QUANTILE, alpha=0.0, solver="highs").fit(
-                x / scale, y)
+            if traced:
+                reg = QuantileRegressor(quantile=QUANTILE, alpha=0.0, solver="highs").fit(
+                    x / scale, y)
+            else:  # the median line on relative errors: small sizes set the latency, large
+                # ones the bandwidth, and one odd point moves neither
+                reg = QuantileRegressor(quantile=0.5, alpha=0.0, solver="highs").fit(
+                    x / scale, y, sample_weight=1.0 / np.maximum(y, 1e-9))
             slope, intercept = float(reg.coef_[0]) / scale, float(reg.intercept_)
             self._fits[pair] = LinkFit(slope, intercept, _r2(x[:, 0], y, slope, intercept),
                                        len(data))
@@ -102,10 +116,12 @@ class CommCostModel:
         return dict(self._fits)
 
     def pairs(self) -> set[Pair]:
-        return set(self._samples)
+        return set(self._samples) | set(self._probed)
 
     def samples(self, src: str, dst: str) -> list[tuple[float, float]]:
-        return list(self._samples.get((devices.canonical(src), devices.canonical(dst)), ()))
+        """The pair's samples, traced then probed."""
+        pair = (devices.canonical(src), devices.canonical(dst))
+        return list(self._samples.get(pair, ())) + list(self._probed.get(pair, ()))
 
     def link(self, src: str, dst: str) -> LinkFit | None:
         """The fit used for the pair: its own, the reverse pair's, or the mean of all."""
@@ -144,8 +160,10 @@ class CommCostModel:
     def to_dict(self) -> dict[str, Any]:
         return {"max_samples_per_pair": self.max_samples_per_pair,
                 "min_samples": self.min_samples,
-                "pairs": [{"src": s, "dst": d, "samples": [list(p) for p in q]}
-                          for (s, d), q in self._samples.items()],
+                "pairs": [{"src": s, "dst": d,
+                           "samples": [list(p) for p in self._samples.get((s, d), ())],
+                           "probed": [list(p) for p in self._probed.get((s, d), ())]}
+                          for (s, d) in sorted(self.pairs())],
                 "fits": [{"src": s, "dst": d, "slope_s_per_byte": f.slope,
                           "intercept_s": f.intercept, "r2": f.r2, "samples": f.samples}
                          for (s, d), f in self.fits().items()],
@@ -156,8 +174,9 @@ class CommCostModel:
     def from_dict(cls, data: dict[str, Any]) -> "CommCostModel":
         model = cls(int(data.get("max_samples_per_pair", 2000)), int(data.get("min_samples", 2)))
         for entry in data.get("pairs", []):
-            for nbytes, seconds in entry["samples"]:
-                model.add_sample(entry["src"], entry["dst"], nbytes, seconds)
+            for key, probed in (("samples", False), ("probed", True)):
+                for nbytes, seconds in entry.get(key, []):
+                    model.add_sample(entry["src"], entry["dst"], nbytes, seconds, probed)
         for entry in data.get("cpu_share", []):
             model.set_cpu_share(entry["src"], entry["dst"], entry["send"], entry["recv"])
         return model
