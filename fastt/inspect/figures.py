@@ -126,16 +126,22 @@ def busy(devices: Sequence[str], predicted: Sequence[Row] | None,
 
 
 def comm(pairs: Sequence[dict[str, Any]], fits: dict[tuple[str, str], dict[str, Any]]) -> str:
-    """Per device pair, its transfer samples and the fitted line (first ``MAX_PAIRS``)."""
+    """Per device pair, its transfer samples (traced, and the link probe's) and the fitted
+    line (first ``MAX_PAIRS``)."""
     import numpy as np
-    shown = [p for p in pairs if p.get("samples")][:MAX_PAIRS]
+    shown = [p for p in pairs if p.get("samples") or p.get("probed")][:MAX_PAIRS]
     cols = min(3, max(1, len(shown)))
     rows = (len(shown) + cols - 1) // cols
     fig = _figure(3.6 * cols, 0.4 + 2.6 * rows)
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax, pair in zip(axes, shown):
-        data = np.asarray(pair["samples"], dtype=float)
-        ax.scatter(data[:, 0] / 1e6, data[:, 1] * 1e3, s=8, alpha=0.6, color="#1f77b4")
+        data = np.asarray(pair.get("samples", []) + pair.get("probed", []),
+                          dtype=float).reshape(-1, 2)
+        for key, marker, tint in (("samples", "o", "#1f77b4"), ("probed", "^", "#2ca02c")):
+            pts = np.asarray(pair.get(key, []), dtype=float).reshape(-1, 2)
+            if len(pts):
+                ax.scatter(pts[:, 0] / 1e6, pts[:, 1] * 1e3, s=8, alpha=0.6, color=tint,
+                           marker=marker, label="traced" if key == "samples" else "probe")
         fit = fits.get((pair["src"], pair["dst"]))
         if fit is not None:
             x = np.linspace(0.0, max(data[:, 0].max(), 1.0), 50)

@@ -207,7 +207,8 @@ def _comm(models: dict[str, Any] | None, charts: bool) -> str:
     body = []
     for p in pairs:
         f = fits.get((p["src"], p["dst"]))
-        body.append([devnames.short(p["src"]), devnames.short(p["dst"]), len(p["samples"]),
+        body.append([devnames.short(p["src"]), devnames.short(p["dst"]),
+                     len(p["samples"]) + len(p.get("probed", [])),
                      "n/a" if f is None else f"{f['intercept_s'] * 1e6:.1f}",
                      "n/a" if f is None or f["slope_s_per_byte"] <= 0
                      else f"{1e-9 / f['slope_s_per_byte']:.3f}",
@@ -216,7 +217,8 @@ def _comm(models: dict[str, Any] | None, charts: bool) -> str:
         out.append("<p class=\"note\">No transfer between devices was measured.</p>")
         return "".join(out)
     out.append("<p class=\"note\">Transfer time = intercept + bytes / bandwidth: one linear "
-               "regression per device pair, fitted on the samples below.</p>")
+               "regression per device pair, fitted on the samples below (traced transfers: "
+               "their lower decile; the link probe's alone: their median line).</p>")
     out.append(_table(["from", "to", "samples", "intercept (µs)", "bandwidth (GB/s)", "R²"],
                       body, numeric=(2, 3, 4, 5)))
     if charts:
