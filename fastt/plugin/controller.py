@@ -18,7 +18,7 @@ import itertools
 import logging
 import os
 import statistics
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from fastt.errors import WorkerLostError
 from fastt.ir import Graph, writes_variable
@@ -29,7 +29,6 @@ from fastt.plugin.settings import Settings
 
 log = logging.getLogger("fastt")
 
-STATUSES = ("measuring", "active", "superseded", "rolled_back", "failed")
 CAP = 6  # a graph whose steps never settle is sampled after warmup + CAP * measure steps
 EXTEND = 3  # an undecided comparison measures up to EXTEND * measure steps more
 RESTARTS = 2  # times a measurement starts again after the machine's load changed
@@ -95,6 +94,9 @@ class Controller:
         self._settled = False  # the cost models were found stable once
         self._fifo_next: Entry | None = None  # kept with its order: measure it without
         self._rechecking: Entry | None = None  # found faster: its baseline runs once more
+        self._phases: dict[str, Callable[[Any], None]] = {
+            "warmup": self._warmup, "profile": self._profile, "measure": self._measure,
+            "recheck": self._recheck, "steady": self._steady, "off": self._off}
         # the machine's other load can be read here (Linux; a cluster's workers are other
         # processes, whose load is the graph's own): each sample then spans the time that takes
         self._reads_load = settings.cluster is None and Reading().busy is not None
@@ -122,7 +124,7 @@ class Controller:
         self.step += 1
         phase = self.phase
         try:
-            getattr(self, "_" + phase)(run_metadata)
+            self._phases[phase](run_metadata)
         except WorkerLostError:
             raise  # no graph can run on a broken cluster
         except Exception as e:  # noqa: BLE001 - never break training
