@@ -118,11 +118,6 @@ class CommCostModel:
     def pairs(self) -> set[Pair]:
         return set(self._samples) | set(self._probed)
 
-    def samples(self, src: str, dst: str) -> list[tuple[float, float]]:
-        """The pair's samples, traced then probed."""
-        pair = (devices.canonical(src), devices.canonical(dst))
-        return list(self._samples.get(pair, ())) + list(self._probed.get(pair, ()))
-
     def link(self, src: str, dst: str) -> LinkFit | None:
         """The fit used for the pair: its own, the reverse pair's, or the mean of all."""
         self._refit()

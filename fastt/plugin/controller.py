@@ -247,9 +247,8 @@ class Controller:
         previous = self.active
         base = previous.sample if previous is not None else self.original
         assert base is not None
-        shift = sample.load - base.load \
-            if sample.load is not None and base.load is not None else 0.0
-        verdict = compare(base.times, sample.times, seed=entry.n, load_change=shift,
+        verdict = compare(base.times, sample.times, seed=entry.n,
+                          load_change=sample.load_change(base),
                           confidence=1 - (1 - CONFIDENCE) / LOOKS)
         if verdict.verdict == "load changed" and self._restarts < RESTARTS:
             self._restarts += 1
@@ -280,9 +279,8 @@ class Controller:
         again = self._sample()
         if again is None:
             return
-        shift = entry.sample.load - again.load \
-            if entry.sample.load is not None and again.load is not None else 0.0
-        verdict = compare(again.times, entry.sample.times, seed=entry.n, load_change=shift)
+        verdict = compare(again.times, entry.sample.times, seed=entry.n,
+                          load_change=entry.sample.load_change(again))
         if verdict.verdict == "load changed" and self._restarts < RESTARTS:
             self._restarts += 1
             self._new_window()

@@ -18,6 +18,11 @@ class Sample:
     settled: bool
     load: float | None  # other processes' load while it ran, in cores (None: not known)
 
+    def load_change(self, before: "Sample") -> float:
+        """How far the other load moved since ``before`` was taken, in cores (0: unknown)."""
+        return self.load - before.load if self.load is not None and before.load is not None \
+            else 0.0
+
     def as_dict(self) -> dict[str, Any]:
         return {"warmup_steps": self.warmup, "settled": self.settled,
                 "other_load_cores": self.load, "steps": len(self.times)}

@@ -48,7 +48,9 @@ def _count(env: Mapping[str, str], name: str, default: int, minimum: int) -> int
     return v
 
 
-def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
+def _real(env: Mapping[str, str], name: str, default: float, high: float, expected: str
+          ) -> float:
+    """A number in [0, ``high``) from ``env[name]``; ``expected`` names the range in errors."""
     raw = env.get(name)
     if raw is None or not raw.strip():
         return default
@@ -56,21 +58,8 @@ def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
         v = float(raw)
     except ValueError:
         v = -1.0
-    if not 0.0 <= v < 1.0:
-        raise SettingsError(f"{name}={raw!r}: expected a fraction in [0, 1)")
-    return v
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        v = float(raw)
-    except ValueError:
-        v = -1.0
-    if not 0.0 <= v < float("inf"):
-        raise SettingsError(f"{name}={raw!r}: expected seconds >= 0")
+    if not 0.0 <= v < high:
+        raise SettingsError(f"{name}={raw!r}: expected {expected}")
     return v
 
 
@@ -166,10 +155,10 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         warmup_steps=_count(env, "FASTT_WARMUP_STEPS", 5, 2),
         profile_steps=_count(env, "FASTT_PROFILE_STEPS", 3, 1),
         measure_steps=_count(env, "FASTT_MEASURE_STEPS", 20, 3),
-        measure_seconds=_seconds(env, "FASTT_MEASURE_SECONDS", 1.0),
+        measure_seconds=_real(env, "FASTT_MEASURE_SECONDS", 1.0, float("inf"), "seconds >= 0"),
         max_rounds=_count(env, "FASTT_MAX_ROUNDS", 3, 1),
         reprofile_every=_count(env, "FASTT_REPROFILE_EVERY", 500, 0),
-        replan_threshold=_fraction(env, "FASTT_REPLAN_THRESHOLD", 0.1),
+        replan_threshold=_real(env, "FASTT_REPLAN_THRESHOLD", 0.1, 1.0, "a fraction in [0, 1)"),
         order=_flag(env, "FASTT_ORDER", True), split=_flag(env, "FASTT_SPLIT", True),
         rollback=_flag(env, "FASTT_ROLLBACK", True),
         strict=_flag(env, "FASTT_STRICT", False), log_level=level, cluster=cluster)
