@@ -19,9 +19,8 @@ EXAMPLES = {
 
 
 # Runs short enough for floating-point reassociation to stay within the loss tolerance.
-# long enough for a candidate found faster to be rechecked against the original (A-B-A)
-SHORT = {"keras_fit.py": ["--epochs", "6"], "session_feed_dict.py": ["--steps", "100"],
-         "monitored_tf_data.py": ["--steps", "100"], "slim_train.py": ["--steps", "100"]}
+SHORT = {"keras_fit.py": ["--epochs", "6"], "session_feed_dict.py": ["--steps", "60"],
+         "monitored_tf_data.py": ["--steps", "80"], "slim_train.py": ["--steps", "60"]}
 
 
 def example_command(script, tmp_path, fastt, fastt_env=None, extra=()):
