@@ -239,6 +239,34 @@ def test_a_candidate_found_faster_is_kept_only_if_its_baseline_measured_again_ag
     assert b.activations == ["data-parallel", None, "data-parallel"]
 
 
+@pytest.mark.parametrize("phase", ["measure", "recheck"])
+def test_a_session_closing_before_a_decision_records_the_strategy_unfinished(phase, caplog):
+    b = FakeBackend({None: 0.010, "data-parallel": 0.0085}, predicted={"data-parallel": 0.004})
+    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
+                              max_rounds=1, order=False), b)
+    until(ctl, b, lambda: ctl.phase == phase)
+    drive(ctl, b, 2)
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        ctl.close()
+    entry = ctl.history[0]
+    assert entry.status == "unfinished" and b.records == [(1, "unfinished")]
+    assert entry.dump == "dump/strategy-1"
+    assert ctl.phase == phase and ctl.active is None  # nothing was kept
+    if phase == "measure":
+        assert "closed 2 steps into its measurement" in entry.reason
+        assert entry.verdict is None
+        ended = "strategy 1 (data-parallel)"
+    else:
+        assert entry.verdict.verdict == "faster" and entry.recheck is None
+        assert "never confirmed" in entry.reason
+        ended = "the original graph"
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("fastt: left strategy 1 (data-parallel) unfinished: ")
+    assert lines[1].startswith(f"fastt: session closed after {ctl.step} training steps on "
+                               f"{ended}")
+    assert len(lines) == 2
+
+
 def test_no_activation_when_the_plan_is_not_predicted_faster():
     b = FakeBackend({None: 0.010, "data-parallel": 0.008, "os-dpos": 0.007},
                     predicted={"data-parallel": 0.004, "os-dpos": 0.005})

@@ -60,10 +60,12 @@ def test_example_trains_the_same_with_fastt(script, tmp_path):
     dumps = sorted((tmp_path / "dump").glob("strategy-*/strategy.json"))
     assert dumps, err[-3000:]
     docs = [json.loads(p.read_text()) for p in dumps]
-    assert {d["status"] for d in docs} <= {"active", "superseded", "rolled_back"}
-    assert all(d["reason"] for d in docs if d["status"] == "rolled_back")
+    # a short run may close while a strategy is still being measured: it is recorded too
+    assert {d["status"] for d in docs} <= {"active", "superseded", "rolled_back", "unfinished"}
+    assert all(d["reason"] for d in docs if d["status"] in ("rolled_back", "unfinished"))
     assert {d["order_mechanism"] for d in docs} == {"priority-executor"}  # in this process
-    assert re.search(r"fastt: (activated|rolled back) strategy 1 \(", err)
+    assert re.search(r"fastt: (activated|rolled back|left) strategy 1 \(", err)
+    assert len(dumps) == int(re.search(r"(\d+) strategies tried", err).group(1))
     assert_dumps_follow_the_schema(tmp_path / "dump")
     if script == "monitored_tf_data.py":  # the same samples, in the same order
         samples = re.compile(r"samples: .*")

@@ -21,7 +21,8 @@ log = logging.getLogger("fastt")
 MAX_LANES = 6  # lanes drawn per Gantt row; more overlapping ops share the last one
 MAX_PAIRS = 12  # device pairs drawn in the communication chart
 STATUS_COLORS = {"active": "#2ca02c", "superseded": "#1f77b4", "rolled_back": "#d62728",
-                 "failed": "#000000", "measuring": "#ff7f0e", "planned": "#9467bd"}
+                 "failed": "#000000", "measuring": "#ff7f0e", "planned": "#9467bd",
+                 "unfinished": "#8c564b"}
 _warned = False
 
 

@@ -84,6 +84,7 @@ class Controller:
         self.original: Sample | None = None
         self._times: list[float] = []  # the graph being measured: its step-to-step times
         self._window = Reading()  # when they started
+        self._window_step = 0  # and at which training step
         self._last_start: float | None = None
         self._clean = False  # whether the last step's time is the graph's alone
         self._restarts = 0  # of the current measurement, after the load changed
@@ -212,7 +213,7 @@ class Controller:
         self._new_window()
 
     def _new_window(self) -> None:
-        self._times, self._window = [], Reading()
+        self._times, self._window, self._window_step = [], Reading(), self.step
         self._looks, self._next_look = 0, 0
 
     def _sample(self, extra: int = 0) -> Sample | None:
@@ -374,9 +375,37 @@ class Controller:
         orig, mine = self.original_median_s, e.measured_median_s
         return orig / mine if orig and mine else float("nan")
 
-    def log_closing(self) -> None:
-        """The line a session logs when it closes."""
-        a, where = self.active, self.settings.dump_dir
+    def close(self) -> None:
+        """The session closes: a strategy still measured, or found faster and waiting for the
+        graph before it to be measured again, is recorded as unfinished, with how far it got
+        (its record is not lost); then the closing line."""
+        entry = self._measuring or self._rechecking
+        running = self.active
+        if entry is not None and self.phase in ("measure", "recheck"):
+            running = entry if self.phase == "measure" else self.active
+            self._measuring = self._rechecking = None
+            entry.status, entry.reason = "unfinished", self._unfinished(entry)
+            entry.dump = self.backend.record(entry, self.history)
+            entry.timeline = None
+            log.info("fastt: left %s unfinished: %s%s", self._label(entry), entry.reason,
+                     f"; dump {entry.dump}" if entry.dump else "")
+        if self.history or self.phase == "warmup":
+            self.log_closing(running)
+
+    def _unfinished(self, entry: Entry) -> str:
+        n = self.step - self._window_step
+        ran = f"{n} step{'' if n == 1 else 's'}"
+        if entry.verdict is None:
+            return (f"the session closed {ran} into its measurement, before it could be "
+                    f"compared with {self._label(self.active)}")
+        return (f"measured {_judged(entry.verdict)} against {entry.baseline}, but the session "
+                f"closed {ran} into measuring {entry.baseline} again after it, so it was "
+                f"never confirmed")
+
+    def log_closing(self, running: Entry | None = None) -> None:
+        """The line a session logs when it closes (``running``: the strategy it ended on,
+        when not the one kept)."""
+        a, where = running or self.active, self.settings.dump_dir
         if self.phase == "warmup":  # too short a session to measure the original graph
             s = self.settings
             log.info("fastt: session closed after %d training steps, before the original "
@@ -386,9 +415,11 @@ class Controller:
                      self.step, len(self._times), sum(self._times), s.measure_steps,
                      s.measure_seconds if self._reads_load else 0.0)
             return
+        on = self._label(a)
+        if a is not None and a.measured_s:
+            on += f", {self.speedup(a):.2f}x over the original"
         log.info("fastt: session closed after %d training steps on %s; %d strategies tried, "
-                 "dumps%s", self.step, "the original graph" if a is None else
-                 f"{self._label(a)}, {self.speedup(a):.2f}x over the original",
+                 "dumps%s", self.step, on,
                  len(self.history), f" in {where}" if where else " off (set FASTT_DUMP_DIR)")
 
     @staticmethod

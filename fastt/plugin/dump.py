@@ -6,8 +6,10 @@
 
 - ``source`` (``session``), ``session`` (``<pid>-<k>``), ``n`` (its number in the session),
   ``dump`` (its directory name);
-- ``status``: ``measuring``, ``active``, ``superseded``, ``rolled_back`` or ``failed``;
-- ``reason``: why it was rolled back or failed (empty otherwise);
+- ``status``: ``measuring``, ``active``, ``superseded``, ``rolled_back``, ``failed`` or
+  ``unfinished`` (the session closed while it was measured, or before the graph it was found
+  faster than was measured again);
+- ``reason``: why it was rolled back, failed or left unfinished (empty otherwise);
 - ``measured_step_times_s`` / ``measured_step_time_s``: its step times after its warm-up
   (from one training step's start to the next's; median);
 - ``original_step_times_s`` / ``original_step_time_s``: the original graph's, likewise;

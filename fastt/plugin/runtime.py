@@ -8,9 +8,11 @@ user's structure. ``sess.graph`` stays the user's graph.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import time
+import weakref
 from typing import Any
 
 import numpy as np
@@ -46,6 +48,16 @@ log = logging.getLogger("fastt")
 _tf1 = tf.compat.v1
 _RETRYABLE = (tf.errors.OutOfRangeError, tf.errors.CancelledError)
 FIRST_STEP_TIMEOUT_S = 120.0  # at least; 50 original steps when longer
+_open: "weakref.WeakSet[SessionPlugin]" = weakref.WeakSet()  # closed at exit if still open
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Sessions a script never closes (tf-keras keeps its own open) still record what they
+    tried and say how they ended."""
+    for plugin in list(_open):
+        with contextlib.suppress(Exception):  # the interpreter is going away
+            plugin.close()
 
 
 class SessionPlugin:
@@ -78,6 +90,7 @@ class SessionPlugin:
         self.iterator_inits = IteratorInits(self.graph, fan_in)
         self.user = Running(None, self.graph, sess, StateOps(self.graph, variables, iterators),
                             Graph([]), inner=False, streams=self.streams)
+        _open.add(self)
         self.current = self.user
 
     # -- the user's calls ----------------------------------------------------------------
@@ -267,9 +280,11 @@ class SessionPlugin:
         if not self._closed and ctl is None and not self._off and self.finder.total:
             self._decline(self.finder.why_not_found())
         self._closed = True
-        if ctl is not None and (ctl.history or ctl.phase == "warmup"):
-            ctl.log_closing()
-            dump.refresh([e.dump for e in ctl.history[:-1]], self.settings.strict)
+        _open.discard(self)
+        if ctl is not None:
+            ctl.close()
+            if ctl.history:
+                dump.refresh([e.dump for e in ctl.history[:-1]], self.settings.strict)
         if self.current is not self.user:
             self.current.close()
             self.current = self.user
