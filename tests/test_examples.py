@@ -75,11 +75,14 @@ def test_example_trains_the_same_with_fastt(script, tmp_path):
 
 def assert_dumps_follow_the_schema(root):
     """Every file of every strategy dump validates against its documented schema; each dump
-    has its report, predicted trace and graph, and a measured trace once it ran."""
+    has its report, predicted trace and graph, and a measured trace once it ran (one left
+    unfinished may have closed before its traced step)."""
     from fastt.inspect import schema
     for d in sorted(root.glob("strategy-*")):
         names = {p.name for p in d.iterdir()}
+        ran = json.loads((d / "strategy.json").read_text())["status"] != "unfinished"
         assert {"strategy.json", "cost_models.json", "predicted_trace.json", "graph.dot",
-                "report.html", "measured_trace.json"} <= names, (d, names)
+                "report.html", *(["measured_trace.json"] if ran else [])} <= names, (d, names)
         for name, kind in schema.FILES.items():
-            assert schema.validate(json.loads((d / name).read_text()), kind) == [], (d, name)
+            if name in names:
+                assert schema.validate(json.loads((d / name).read_text()), kind) == [], (d, name)
