@@ -30,13 +30,9 @@ import tensorflow as tf  # noqa: E402
 from benchmarks.common import arguments, block, keeps_candidate, training_session  # noqa: E402
 
 from fastt import zoo  # noqa: E402
-from fastt.adapters.probe import probe_pair  # noqa: E402
-from fastt.adapters.rewrite import rewrite  # noqa: E402
-from fastt.adapters.runner import cost_models_from, profile_steps  # noqa: E402
-from fastt.adapters.tf_import import from_tf_graph  # noqa: E402
+from fastt.adapters.engine import Engine  # noqa: E402
 from fastt.plugin.settings import LOCAL_CPU  # noqa: E402
-from fastt.sched.problem import Device, ModelCosts  # noqa: E402
-from fastt.sched.strategy import plan  # noqa: E402
+from fastt.sched.problem import Device  # noqa: E402
 from tf_patches import priority_executor  # noqa: E402
 
 tf1 = tf.compat.v1
@@ -54,29 +50,23 @@ def config(priority: bool) -> tf1.ConfigProto:
     return cfg
 
 
-def planned(m: zoo.TrainingGraph) -> tuple:
-    """The model's IR and a DPOS strategy planned from its profiled costs."""
-    ir = from_tf_graph(m.graph)
+def planned(m: zoo.TrainingGraph) -> Engine:
+    """The model's engine, its costs profiled (3 steps) and its links probed."""
+    engine = Engine(m.graph, [Device(d) for d in DEVICES], [m.train_op.name, m.loss.name],
+                    config=config(False))
     with tf1.Session(graph=m.graph, config=config(False)) as sess:
         sess.run(m.init)
-        profiles = profile_steps(sess, ir, [m.train_op, m.loss], m.feed_dict(), steps=3)
-    models = cost_models_from(ir, profiles)
-    for src in DEVICES:
-        for dst in DEVICES:
-            if src != dst:
-                models.comm.update(probe_pair(src, dst, config=config(False)))
-    fetches = [m.train_op.name, m.loss.name]
-    strategy = plan(ir, [Device(d) for d in DEVICES], ModelCosts(models), "dpos",
-                    fetches=fetches, split=False)
-    return ir, strategy
+        engine.trace(sess, m.feed_dict(), steps=3, warmup=1)
+    engine.probe()
+    return engine
 
 
 def bench(name: str, kwargs: dict, steps: int, repeats: int) -> dict:
     m = zoo.build(name, opt="momentum", **kwargs)
-    ir, strategy = planned(m)
-    graphs = {"fifo": rewrite(ir, strategy), "control-dependencies":
-              rewrite(ir, strategy, enforce_order=True),
-              "priority-executor": rewrite(ir, strategy, priority=True)}
+    engine = planned(m)
+    strategy = engine.plan("dpos", split=False)
+    graphs = {mode: engine.rewrite(strategy, "none" if mode == "fifo" else mode)[0]
+              for mode in MODES}
     runs = {}
     for mode, gd in graphs.items():
         sess, fetches, feed = training_session(m, gd, config=config(mode == "priority-executor"))

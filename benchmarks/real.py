@@ -52,17 +52,11 @@ from benchmarks import models as zoo_models  # noqa: E402
 from benchmarks.common import block, keeps_candidate, previous_full_run, training_session, \
     with_row, write_json  # noqa: E402
 
-from fastt.adapters.probe import probe_devices  # noqa: E402
-from fastt.adapters.rewrite import merged_graph, rewrite  # noqa: E402
-from fastt.adapters.runner import traced_run  # noqa: E402
-from fastt.adapters.tf_import import from_tf_graph  # noqa: E402
+from fastt.adapters.engine import Engine  # noqa: E402
 from fastt.cluster import LocalCluster  # noqa: E402
-from fastt.costs import CostModels, MemoryModel  # noqa: E402
 from fastt.plugin.measure import settled  # noqa: E402
 from fastt.plugin.remote import on_cluster  # noqa: E402
-from fastt.profiler import profile  # noqa: E402
-from fastt.sched.problem import Device, ModelCosts  # noqa: E402
-from fastt.sched.strategy import plan, predict  # noqa: E402
+from fastt.sched.problem import Device  # noqa: E402
 
 tf1 = tf.compat.v1
 COSTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "real_costs")
@@ -83,9 +77,6 @@ class Run:
     def step(self) -> None:
         self.sess.run(self.fetches, self.feed)
 
-    def traced(self):
-        return traced_run(self.sess, self.fetches, self.feed)[1]
-
 
 def warm_up(run: Run, cap: int = 80) -> float:
     """Steps of ``run`` until its step times settle (as the plugin waits: MSER-5), at most
@@ -100,12 +91,10 @@ def warm_up(run: Run, cap: int = 80) -> float:
     return statistics.median(times[start or len(times) // 2:])
 
 
-def profile_into(models: CostModels, run: Run, graph, steps: int) -> None:
-    """``steps`` traced steps of ``run``, once warm, into ``models``, attributed to
-    ``graph``'s ops."""
-    untraced = warm_up(run)
-    for _ in range(steps):
-        models.update(profile(run.traced(), graph, untraced, models.comm.cpu_share))
+def profile_into(engine: Engine, run: Run, graph, steps: int) -> None:
+    """``steps`` traced steps of ``run`` (whose graph is ``graph``; None: the original), once
+    warm, into the engine's cost models."""
+    engine.trace(run.sess, run.feed, steps=steps, graph=graph, untraced_s=warm_up(run))
 
 
 def plan_key(s) -> str:
@@ -132,37 +121,35 @@ def adapt(runs: dict[str, Run], steps: int) -> tuple[str, list[dict]]:
 
 def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: int) -> dict:
     m = model.build()
-    ir = from_tf_graph(m.graph, name=model.name)
-    fetches = [m.train_op.name, m.loss.name]
     devices = [Device(cluster.device(i)) for i in range(2)]
+    engine = Engine(m.graph, devices, [m.train_op.name, m.loss.name], target=cluster.target,
+                    config=on_cluster(None), name=model.name)
     t0 = time.perf_counter()
-    models = CostModels(memory=MemoryModel.from_graph(ir))
-    runs = {"one worker": Run(cluster.target, m.graph.as_graph_def(), m)}
-    profile_into(models, runs["one worker"], ir, 3)
-    probe_devices(models, [d.name for d in devices], cluster.target, on_cluster(None))
-    costs = ModelCosts(models)
-    dp = plan(ir, devices, costs, "data-parallel", fetches=fetches)
-    runs["data-parallel"] = Run(cluster.target, rewrite(ir, dp, enforce_order=False), m)
-    profile_into(models, runs["data-parallel"], merged_graph(ir, dp), 3)
-    costs = ModelCosts(models)
+    runs = {"one worker": Run(cluster.target, engine.graph_def(), m)}
+    profile_into(engine, runs["one worker"], None, 3)
+    engine.probe()
+    strategies = {"data-parallel": engine.plan("data-parallel")}
+    graphs = {}
+
+    def start(*names: str) -> None:
+        for name in names:
+            order = "none" if name in FIFO else "control-dependencies"
+            gd, graphs[name] = engine.rewrite(strategies[name], order)
+            runs[name] = Run(cluster.target, gd, m)
+    start("data-parallel")
+    profile_into(engine, runs["data-parallel"], graphs["data-parallel"], 3)
     strategies = {
-        "one worker": plan(ir, devices[:1], costs, "single", fetches=fetches),  # as it runs
-        "data-parallel": plan(ir, devices, costs, "data-parallel", fetches=fetches),
-        "fastt": plan(ir, devices, costs, "os-dpos", fetches=fetches, workers=2),
-        "fastt, no splits": plan(ir, devices, costs, "os-dpos", fetches=fetches, split=False)}
+        "one worker": engine.plan("single", devices[:1]),  # as it runs
+        "data-parallel": engine.plan("data-parallel"),
+        "fastt": engine.plan("os-dpos", workers=2),
+        "fastt, no splits": engine.plan("os-dpos", split=False)}
     strategies["fastt, no order"] = strategies["fastt"]
-    strategies["m-topo"] = plan(ir, devices, costs, "m-topo", fetches=fetches)
-    for name in ("fastt", "fastt, no order", "fastt, no splits", "m-topo"):
-        runs[name] = Run(cluster.target, rewrite(ir, strategies[name],
-                                                 enforce_order=name not in FIFO), m)
-    profile_into(models, runs["fastt"], merged_graph(ir, strategies["fastt"]), 3)
-    costs = ModelCosts(models)
-    strategies["fastt, replanned"] = plan(ir, devices, costs, "os-dpos", fetches=fetches,
-                                          workers=2)
+    strategies["m-topo"] = engine.plan("m-topo")
+    start("fastt", "fastt, no order", "fastt, no splits", "m-topo")
+    profile_into(engine, runs["fastt"], graphs["fastt"], 3)
+    strategies["fastt, replanned"] = engine.plan("os-dpos", workers=2)
     strategies["fastt, replanned, no order"] = strategies["fastt, replanned"]
-    for name in ("fastt, replanned", "fastt, replanned, no order"):
-        runs[name] = Run(cluster.target, rewrite(ir, strategies[name],
-                                                 enforce_order=name not in FIFO), m)
+    start("fastt, replanned", "fastt, replanned, no order")
     prep_s = time.perf_counter() - t0
     for r in runs.values():
         block(r.step, max(steps // 2, 2))  # warm up
@@ -173,18 +160,20 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
     predicted, contended = {}, {}
     for name, s in strategies.items():
         fifo = name in FIFO
-        predicted[name] = predict(s, devices, costs, ir, fifo=fifo)
-        contended[name] = predict(s, devices, costs, ir, fifo=fifo, link_concurrency=1)
+        predicted[name] = engine.predict(s, fifo=fifo)
+        contended[name] = engine.predict(s, fifo=fifo, link_concurrency=1)
     times: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for k in range(repeats):
         for name in VARIANTS[k % len(VARIANTS):] + VARIANTS[:k % len(VARIANTS)]:
             times[name].append(block(runs[name].step, steps))
     for r in runs.values():
         r.sess.close()
+    models = engine.models
+    assert models is not None
     models.save(os.path.join(COSTS, f"{model.name}.json"))  # to replay the predictions
     step = {v: statistics.median(t) for v, t in times.items()}
     row = {"model": model.name, "zoo": model.zoo_name, "kwargs": model.kwargs,
-           "batch": model.batch, "ops": len(ir), "prepare_s": prep_s,
+           "batch": model.batch, "ops": len(engine.ir), "prepare_s": prep_s,
            "plan_time_s": strategies["fastt"].plan_time_s,
            "step_s": step, "times_s": times,
            "samples_per_s": {v: model.batch / t for v, t in step.items()},

@@ -8,11 +8,10 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from fastt import zoo
-from fastt.adapters.probe import probe_devices
-from fastt.adapters.runner import cost_models_from, profile_steps
-from fastt.adapters.tf_import import from_tf_graph
+from fastt.adapters.engine import Engine
 from fastt.costs import CostModels
 from fastt.costs.summary import format_cost_models
+from fastt.sched.problem import Device
 
 log = logging.getLogger("fastt")
 _tf1 = tf.compat.v1
@@ -36,15 +35,17 @@ def run(out_dir: str = "fastt-demo-out", steps: int = 5, devices: int = 2) -> De
     _tf1.disable_eager_execution()
     names = [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(devices)]
     model = zoo.build("small_cnn", devices=names)
-    graph = from_tf_graph(model.graph, name="small_cnn")
     config = _tf1.ConfigProto(device_count={"CPU": devices})
+    engine = Engine(model.graph, [Device(n) for n in names], [model.train_op.name],
+                    config=config, name="small_cnn")
     with _tf1.Session(graph=model.graph, config=config) as sess:
         sess.run(model.init)
-        profiles = profile_steps(sess, graph, model.train_op, model.feed_dict(), steps=steps)
-    models = cost_models_from(graph, profiles)
-    probe_devices(models, names, config=config)
+        profiles = engine.trace(sess, model.feed_dict(), steps=steps, warmup=1)
+    engine.probe()
+    models = engine.models
+    assert models is not None
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "cost_models.json")
     models.save(path)
     coverage = min(p.coverage for p in profiles)
-    return DemoResult(models, coverage, len(graph), path)
+    return DemoResult(models, coverage, len(engine.ir), path)

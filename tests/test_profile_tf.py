@@ -6,8 +6,8 @@ tf1 = tf.compat.v1
 tf1.disable_eager_execution()
 
 from fastt import zoo  # noqa: E402
-from fastt.adapters.runner import cost_models_from, profile_steps  # noqa: E402
-from fastt.adapters.tf_import import from_tf_graph  # noqa: E402
+from fastt.adapters.engine import Engine  # noqa: E402
+from fastt.sched.problem import Device  # noqa: E402
 
 DEVICES = [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(2)]
 
@@ -15,17 +15,17 @@ DEVICES = [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(2)]
 @pytest.fixture(scope="module")
 def profiled():
     model = zoo.build("small_cnn", devices=DEVICES)
-    graph = from_tf_graph(model.graph)
+    engine = Engine(model.graph, [Device(d) for d in DEVICES], [model.train_op.name])
     with tf1.Session(graph=model.graph, config=tf1.ConfigProto(device_count={"CPU": 2})) as sess:
         sess.run(model.init)
-        profiles = profile_steps(sess, graph, model.train_op, model.feed_dict(), steps=5)
-    return graph, profiles
+        profiles = engine.trace(sess, model.feed_dict(), steps=5, warmup=1)
+    return engine, profiles
 
 
 def test_every_op_that_ran_has_a_compute_entry_and_coverage_is_high(profiled):
-    graph, profiles = profiled
+    engine, profiles = profiled
     assert len(profiles) == 5
-    models = cost_models_from(graph, profiles)
+    models = engine.models
     for p in profiles:
         assert p.coverage >= 0.95, (p.coverage, sorted(p.unmapped.items())[:5])
         for op, device in p.placement.items():
@@ -38,7 +38,7 @@ def test_every_op_that_ran_has_a_compute_entry_and_coverage_is_high(profiled):
 
 
 def test_requested_placement_is_what_ran(profiled):
-    graph, profiles = profiled
+    graph, profiles = profiled[0].ir, profiled[1]
     for name in ("conv1/Conv2D", "conv2/Conv2D", "conv3/Conv2D"):
         op = graph[name]
         ran = profiles[-1].placement.get(name)
@@ -47,8 +47,7 @@ def test_requested_placement_is_what_ran(profiled):
 
 
 def test_cost_models_cover_both_devices_and_serialize(profiled, tmp_path):
-    graph, profiles = profiled
-    models = cost_models_from(graph, profiles)
+    models = profiled[0].models
     assert models.compute.devices() == set(DEVICES)
     assert models.memory.total_persistent() > 0
     models.save(tmp_path / "c.json")

@@ -17,7 +17,8 @@ tf1.disable_eager_execution()
 
 import fastt.plugin  # noqa: E402
 from fastt.errors import FasttError  # noqa: E402
-from fastt.plugin import runtime  # noqa: E402
+from fastt.adapters import engine  # noqa: E402
+from fastt.plugin import backend, runtime  # noqa: E402
 from fastt.plugin.settings import Settings, parse_devices  # noqa: E402
 from tf_patches import session_hook  # noqa: E402
 
@@ -124,14 +125,14 @@ def test_uninstall_restores_tensorflows_methods(plugin):
 
 def test_state_is_carried_bit_for_bit(plugin, monkeypatch, tmp_path):
     carried = []
-    activate = runtime.SessionPlugin.activate
+    activate = backend.PluginBackend.activate
 
     def checked(self, strategy, ordered=True):
-        before = self.current.capture()
+        before = self.plugin.current.capture()
         activate(self, strategy, ordered)
-        after = self.current.capture()
+        after = self.plugin.current.capture()
         carried.append((before, after))
-    monkeypatch.setattr(runtime.SessionPlugin, "activate", checked)
+    monkeypatch.setattr(backend.PluginBackend, "activate", checked)
     ref_sess, ref, _ = train(build())
     plugin()
     sess, losses, _ = train(build())
@@ -188,7 +189,7 @@ def test_an_injected_failure_leaves_training_on_the_original_graph(plugin, monke
                                                                     tmp_path, caplog):
     def broken(*a, **kw):
         raise RuntimeError("injected")
-    monkeypatch.setattr(runtime, "rewrite", broken)
+    monkeypatch.setattr(engine, "rewrite", broken)
     sess = assert_falls_back(plugin, caplog, "injected")
     assert session_hook.plugin_of(sess).controller.phase == "off"
     assert [d["status"] for d in statuses(tmp_path).values()] == ["failed"]
@@ -196,18 +197,18 @@ def test_an_injected_failure_leaves_training_on_the_original_graph(plugin, monke
 
 def test_a_strategy_the_rewriter_refuses_leaves_training_running(plugin, monkeypatch,
                                                                  tmp_path, caplog):
-    plan = runtime.SessionPlugin.plan
+    plan = backend.PluginBackend.plan
 
     def unplaced(self, name):
         s = plan(self, name)
         s.placement.pop(next(iter(s.placement)))  # the rewriter refuses unplaced ops
         return s
-    monkeypatch.setattr(runtime.SessionPlugin, "plan", unplaced)
+    monkeypatch.setattr(backend.PluginBackend, "plan", unplaced)
     assert_falls_back(plugin, caplog, "places no device")
 
 
 def test_strict_mode_raises_the_failure(plugin, monkeypatch):
-    monkeypatch.setattr(runtime, "rewrite", lambda *a, **kw: (_ for _ in ()).throw(
+    monkeypatch.setattr(engine, "rewrite", lambda *a, **kw: (_ for _ in ()).throw(
         FasttError("refused")))
     plugin(strict=True)
     with pytest.raises(FasttError, match="refused"):
@@ -277,7 +278,7 @@ def test_a_step_that_never_ends_returns_to_the_original_graph(plugin, monkeypatc
     """The first step of a new graph runs with a deadline. Here one variable's update waits
     on an empty queue while the other's runs: the state must come back from before the step,
     not from the half-updated session."""
-    rewrite = runtime.rewrite
+    rewrite = engine.rewrite
 
     def hanging(ir, strategy, **order):
         gd = rewrite(ir, strategy, **order)
@@ -291,7 +292,7 @@ def test_a_step_that_never_ends_returns_to_the_original_graph(plugin, monkeypatc
             if node.op == "ResourceApplyMomentum" and "w2" in node.name:
                 node.input.append("^" + stuck.op.name)
         return gd
-    monkeypatch.setattr(runtime, "rewrite", hanging)
+    monkeypatch.setattr(engine, "rewrite", hanging)
     monkeypatch.setattr(runtime, "FIRST_STEP_TIMEOUT_S", 2.0)
     # Bitwise equal losses: the half-applied step was discarded, then retried once.
     assert_falls_back(plugin, caplog, "DeadlineExceeded")

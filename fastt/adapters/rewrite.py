@@ -158,14 +158,15 @@ def priorities(strategy: Strategy) -> dict[str, int]:
 
 
 def rewrite(original: Graph, strategy: Strategy, enforce_order: bool = False,
-            priority: bool = False) -> graph_pb2.GraphDef:
+            priority: bool = False, merged: Graph | None = None) -> graph_pb2.GraphDef:
     """The GraphDef running ``strategy`` for ``original`` (checked first, see ``check``).
     The order is enforced with control dependencies (``enforce_order``) or written as
-    ``_fastt_priority`` attributes for fastt's priority executor (``priority``)."""
+    ``_fastt_priority`` attributes for fastt's priority executor (``priority``). ``merged``:
+    ``merged_graph(original, strategy)`` when the caller has it already."""
     if enforce_order and priority:
         raise FasttError("the order is enforced one way: control dependencies or priorities")
     check(original, strategy)
-    graph = merged_graph(original, strategy)
+    graph = merged if merged is not None else merged_graph(original, strategy)
     if enforce_order:
         extra = order_edges(graph, strategy)
         graph = graph.replace_ops({n: graph[n].with_(control_inputs=graph[n].control_inputs

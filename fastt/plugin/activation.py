@@ -15,7 +15,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 from fastt.ir import Graph
-from fastt.plugin.state import SCOPE, State, StateOps, has_op
+from fastt.plugin.state import State, StateOps, has_op
 from fastt.plugin.streams import StreamCounter
 from tf_patches import session_hook as hook
 
@@ -63,16 +63,6 @@ class Running:
         if self.inner:
             self.callables.clear()
             self.sess.close()
-
-
-def user_graph_def(graph: tf.Graph) -> graph_pb2.GraphDef:
-    """The user's graph as it is, less the state reads fastt added to it."""
-    gd = graph.as_graph_def()
-    keep = [n for n in gd.node if not n.name.startswith(SCOPE + "/")]
-    if len(keep) != len(gd.node):
-        del gd.node[:]
-        gd.node.extend(keep)
-    return gd
 
 
 def start(graph_def: graph_pb2.GraphDef, strategy: Any, profile_graph: Graph,

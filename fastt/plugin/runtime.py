@@ -1,5 +1,6 @@
-"""The plugin behind one user ``Session``: serves its runs, finds the training step, and is
-the ``Controller``'s TensorFlow side (profile, plan, activate, dump).
+"""The plugin behind one user ``Session``: serves its runs on whichever session runs the
+current strategy, finds the training step, and drives its ``Controller`` around each step
+(whose TensorFlow side is ``fastt.plugin.backend``).
 
 Until a strategy is active every call goes to the user's own session unchanged. Afterwards the
 user's fetches and feeds (every form ``Session.run`` takes) are resolved in the user's graph,
@@ -19,28 +20,19 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from fastt.adapters.probe import probe_devices, unprobed
-from fastt.adapters.rewrite import merged_graph, rewrite
-from fastt.adapters.tf_import import from_tf_graph, inferred_shapes
+from fastt.adapters.engine import Engine
 from fastt.cluster.health import Watch
-from fastt.costs import CostModels, MemoryModel
-from fastt.errors import FasttError
-from fastt.ir import Graph, TensorRef
 from fastt.inspect import dumps
-from fastt.plugin import activation, dump, remote
+from fastt.plugin import dump, remote
 from fastt.plugin.activation import Running
+from fastt.plugin.backend import PluginBackend
 from fastt.plugin.controller import Controller, session_id, updates_trainables
-from fastt.plugin.entry import Entry
 from fastt.plugin.input_stage import InputStage, fed_name
 from fastt.plugin.settings import Settings
 from fastt.plugin.state import SCOPE, IteratorInits, RunFanIn, StateOps, stateful_ops
 from fastt.plugin.step_finder import DECLINE_AFTER_RUNS, StepFinder
-from fastt.plugin.streams import StreamCounter, continue_streams, skipped_note
-from fastt.profiler import profile
-from fastt.sched.data_parallel import BATCH_SOURCES, batch_size
-from fastt.sched.problem import Device, ModelCosts
-from fastt.sched.strategy import data_parallel_fitting, plan, predict
-from tf_patches import priority_executor
+from fastt.plugin.streams import StreamCounter
+from fastt.ir import Graph
 from tf_patches import session_hook as hook
 from tf_patches.quiet import profiler_chatter_dropped
 
@@ -70,19 +62,15 @@ class SessionPlugin:
         # seconds, and after a failed step, so that a lost one is an error naming it.
         self.watch = Watch(cluster) if cluster and target == cluster.target else None
         self.controller: Controller | None = None
-        self.devices: list[Device] = []
-        self.step_names: list[str] = []
-        self.ir: Graph | None = None
-        self.models: CostModels | None = None
+        # the pipeline on the user's graph (fastt's own state reads left out); its devices
+        # and training step are set once the step is found
+        self.engine = Engine(self.graph, [], [], exclude=SCOPE)
         self.finder = StepFinder(self._updates_trainables)
         self.session = session_id()
         self._off = False
         self._declined = ""  # the record written when fastt said it does not plan
         self._closed = False
-        self._streams_said = False
-        self._ir_version = -1
-        self._feed_shapes: dict[str, tuple[int, ...]] = {}
-        self._shapes: dict[TensorRef, tuple[int, ...]] = {}
+        self.feed_shapes: dict[str, tuple[int, ...]] = {}  # of the step's first run
         variables, iterators = stateful_ops(self.graph)
         fan_in = RunFanIn(self.graph)  # what each run signature executes, found once
         self.streams = StreamCounter(self.graph, fan_in)
@@ -111,8 +99,8 @@ class SessionPlugin:
         ctl = self._controller_for(req.signature, req.fetch_names + req.target_names)
         if ctl is None:
             return self._dispatch(req, fetches, feed_dict, options, run_metadata)
-        if self.models is None:
-            self._feed_shapes = {n: v.shape for n, v in req.feeds.items()}
+        if self.engine.models is None:
+            self.feed_shapes = {n: v.shape for n, v in req.feeds.items()}
         ctl.step_started(time.perf_counter())
         trace = ctl.before_step()
         meta = _tf1.RunMetadata() if trace else run_metadata
@@ -201,7 +189,7 @@ class SessionPlugin:
         if not missing:
             return cur, [cur.element(n) for n in names]
         log.info("fastt: the graph grew (%s); re-activating on it", missing[0])
-        self.activate(cur.strategy)
+        self.backend.activate(cur.strategy)
         cur = self.current
         return cur, [cur.element(n) for n in names]
 
@@ -215,8 +203,8 @@ class SessionPlugin:
         if ctl is not None:
             ctl.step_started(time.perf_counter())
         trace = ctl.before_step() if ctl else False
-        if ctl is not None and self.models is None:
-            self._feed_shapes = {n: np.shape(a) for n, a in zip(c.options.feed, args)}
+        if ctl is not None and self.engine.models is None:
+            self.feed_shapes = {n: np.shape(a) for n, a in zip(c.options.feed, args)}
         cur = self.current
         skey, extra = (self.streams.extra(list(c.options.fetch), list(c.options.target),
                                           list(c.options.feed))
@@ -319,7 +307,7 @@ class SessionPlugin:
     def _updates_trainables(self, names: list[str]) -> bool:
         trainable = {v.op.name for v in self.graph.get_collection(
             _tf1.GraphKeys.TRAINABLE_VARIABLES)}
-        return updates_trainables(self._user_ir(), names, trainable)
+        return updates_trainables(self.engine.ir, names, trainable)
 
     def _decline(self, reason: str, level: int = logging.INFO, off: bool = True) -> None:
         """fastt does not plan this session: say why, once, and record it in the dump
@@ -335,121 +323,23 @@ class SessionPlugin:
                 self.session, reason, self.finder.total, self.finder.signatures()),
                 self.settings.strict)
 
-    def _user_ir(self) -> Graph:
-        if self.ir is None or self._ir_version != self.graph.version:
-            self._ir_version = self.graph.version
-            ir = from_tf_graph(self.graph, name="user")
-            self.ir = Graph([op for op in ir if not op.name.startswith(SCOPE + "/")],
-                            name=ir.name, payload=ir.payload)
-            if self._shapes:  # measured shapes survive a re-import
-                self.ir = self.ir.with_output_shapes(self._shapes)
-        return self.ir
-
     def _start(self, signature: Any, names: list[str]) -> Controller | None:
-        self.devices = remote.devices(self.sess, self.settings.devices)
-        if len(self.devices) < 2:
+        devices = remote.devices(self.sess, self.settings.devices)
+        if len(devices) < 2:
             self._decline("fewer than 2 devices (set FASTT_DEVICES, e.g. cpu:2)")
             return None
         if self._declined:  # said too early: a training step did recur
             dumps.remove_declined(self.settings.dump_dir, self.session)
             self._declined = ""
         self._step_signature = signature
-        self.step_names = [n.split(":")[0] for n in names]
-        self.controller = Controller(self.settings, self, session=self.session)
+        e = self.engine
+        e.devices, e.fetches = devices, [n.split(":")[0] for n in names]
+        e.target, e.config = self.target, self.inner_config()
+        self.backend = PluginBackend(self, e)
+        self.controller = Controller(self.settings, self.backend, session=self.session)
         log.info("fastt: training step found (%d fetches and targets); planning over %d "
-                 "devices", len(names), len(self.devices))
+                 "devices", len(names), len(devices))
         return self.controller
-
-    # -- the Controller's backend ------------------------------------------------------------
-    def starting_strategy(self) -> str:
-        step = self._user_ir().fan_in(self.step_names)
-        try:
-            batch_size(step)
-        except FasttError as e:
-            log.info("fastt: no data parallelism (%s); starting from a model-parallel spread", e)
-            return "m-topo"
-        fits = data_parallel_fitting(step, self.devices) is not None
-        return "data-parallel" if fits else "m-topo"
-
-    def profile(self, run_metadata: Any, untraced_s: float | None = None) -> None:
-        cur = self.current
-        graph = self._user_ir() if cur.strategy is None else cur.profile_graph
-        p = profile(run_metadata, graph, untraced_s,
-                    self.models.comm.cpu_share if self.models is not None else None)
-        if self.models is None:
-            fed = {TensorRef(*_split_name(n)): tuple(s) for n, s in self._feed_shapes.items()}
-            measured = {**p.output_shapes, **fed}
-            user = self._user_ir()
-            inputs = {f"{r.op}:{r.index}": s for r, s in measured.items()
-                      if r.op in user and user[r.op].type in BATCH_SOURCES}
-            # a run reports no shapes for the ops grappler fused away: TensorFlow infers them
-            self._shapes = {**inferred_shapes(activation.user_graph_def(self.graph), inputs),
-                            **measured}
-            self.ir = user.with_output_shapes(self._shapes, p.output_bytes)
-            self.models = CostModels(memory=MemoryModel.from_graph(self.ir))
-        self.models.update(p)
-
-    def cost_change(self) -> float:
-        assert self.models is not None
-        return self.models.compute.relative_change()
-
-    def _costs(self) -> ModelCosts:
-        assert self.models is not None
-        names = [d.name for d in self.devices]
-        links, reach = unprobed(self.models, names)
-        if links or reach:
-            if self.watch is not None:
-                self.watch.check(force=True)  # the probes run on every device
-            with hook.plain_sessions():
-                probe_devices(self.models, names, self.target, self.inner_config())
-        return ModelCosts(self.models)
-
-    def plan(self, name: str) -> Any:
-        s = plan(self._user_ir(), self.devices, self._costs(), name, fetches=self.step_names,
-                 split=self.settings.split)
-        log.info("fastt: planned %s in %.2f s: predicted %.2f ms/step, %d splits", name,
-                 s.plan_time_s, 1e3 * s.predicted_step_time_s, len(s.splits))
-        return s
-
-    def predict(self, strategy: Any, fifo: bool = False) -> float:
-        return predict(strategy, self.devices, self._costs(),
-                       self._user_ir().fan_in(self.step_names), fifo=fifo)
-
-    def activate(self, strategy: Any | None, ordered: bool = True) -> None:
-        ir = self._user_ir()
-        config = self.inner_config()
-        if strategy is None:
-            gd, graph = activation.user_graph_def(self.graph), ir
-        else:
-            mechanism = self.order_mechanism() if ordered else "none"
-            gd = rewrite(ir, strategy, enforce_order=mechanism == "control-dependencies",
-                         priority=mechanism == "priority-executor")
-            if mechanism == "priority-executor" and not config.experimental.executor_type:
-                config.experimental.executor_type = priority_executor.EXECUTOR_TYPE
-            graph = merged_graph(ir, strategy)
-        gd, counters, left = continue_streams(self.inputs.placeholders(gd), self.graph)
-        if left and not self._streams_said:
-            self._streams_said = True
-            log.warning("fastt: %s", skipped_note(left))
-        inits = [op.name for op in self.graph.get_collection(_tf1.GraphKeys.TABLE_INITIALIZERS)]
-        if self.watch is not None:  # TensorFlow waits for ever on a lost server here
-            self.watch.check(force=True)
-        new = activation.start(gd, strategy, graph, self.target, config,
-                               self.current, self.user.state.variables,
-                               self.user.state.iterators, inits, counters,
-                               self.iterator_inits.last)
-        old, self.current = self.current, new
-        old.close()
-
-    def order_mechanism(self) -> str:
-        """How a strategy's op order is enforced: fastt's priority executor in this process
-        (when it was built), control dependencies on a cluster (TensorFlow's workers ignore
-        executor plugins) or without it, or not at all (``FASTT_ORDER=0``)."""
-        if not self.settings.order:
-            return "none"
-        if not self.target and priority_executor.load():
-            return "priority-executor"
-        return "control-dependencies"
 
     def inner_config(self) -> Any:
         cfg = _tf1.ConfigProto()
@@ -458,16 +348,6 @@ class SessionPlugin:
         if self.settings.logical_cpus > cfg.device_count.get("CPU", 1):
             cfg.device_count["CPU"] = self.settings.logical_cpus
         return remote.on_cluster(cfg) if self.watch is not None else cfg
-
-    def record(self, entry: Entry, history: list[Entry]) -> str:
-        if not self.settings.dump_dir:
-            return ""
-        assert self.controller is not None
-        doc = dump.document(entry, history, self.controller.original_s,
-                            self.order_mechanism() if entry.ordered else "none",
-                            self.controller.session)
-        return dump.write(self.settings.dump_dir, entry, doc, self.models, self.devices,
-                          self._user_ir().fan_in(self.step_names), self.settings.strict)
 
 
 class _Callable:
@@ -492,8 +372,3 @@ def _with(options: Any, **fields: Any) -> Any:
     for k, v in fields.items():
         setattr(opts, k, v)
     return opts
-
-
-def _split_name(name: str) -> tuple[str, int]:
-    op, _, index = name.rpartition(":")
-    return op, int(index)

@@ -1,0 +1,171 @@
+"""fastt's pipeline on one TensorFlow graph, as every caller runs it (the session plugin, the
+demo, the real testbed):
+
+    tf.Graph -> IR -> observe(RunMetadata) -> cost models -> probe() -> plan / predict
+             -> rewrite -> GraphDef (and the graph it runs, for the next profiles)
+
+The engine holds what the pipeline learns about the graph (its IR with measured shapes, the
+cost models); the caller owns the sessions that run the graphs it returns (``trace`` runs
+steps on one it is given).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+
+from fastt.adapters.probe import probe_devices, unprobed
+from fastt.adapters.rewrite import merged_graph, rewrite
+from fastt.adapters.runner import traced_run
+from fastt.adapters.tf_import import from_tf_graph, inferred_shapes
+from fastt.costs import CostModels, MemoryModel
+from fastt.errors import FasttError
+from fastt.ir import Graph, TensorRef
+from fastt.profiler import Profile, profile
+from fastt.sched.data_parallel import BATCH_SOURCES, batch_size
+from fastt.sched.problem import Device, ModelCosts
+from fastt.sched.strategy import Strategy, data_parallel_fitting, plan, predict
+
+ORDERS = ("priority-executor", "control-dependencies", "none")  # how a plan's order is kept
+
+
+class Engine:
+    """The pipeline for the training step ``fetches`` of ``graph`` on ``devices`` (ops named
+    under ``exclude/`` are left out: the plugin's own). ``target`` and ``config`` are where
+    the link probes run."""
+
+    def __init__(self, graph: tf.Graph, devices: Sequence[Device], fetches: Sequence[str],
+                 *, target: str = "", config: Any = None, exclude: str = "",
+                 name: str = "user") -> None:
+        self.graph, self.devices = graph, list(devices)
+        self.fetches = [f.split(":")[0] for f in fetches]
+        self.target, self.config, self.name = target, config, name
+        self._exclude = exclude + "/" if exclude else ""
+        self.models: CostModels | None = None
+        self._ir: Graph | None = None
+        self._version = -1
+        self._shapes: dict[TensorRef, tuple[int, ...]] = {}
+
+    # -- the graph -------------------------------------------------------------------------
+    @property
+    def ir(self) -> Graph:
+        """The graph in fastt's IR, re-imported when it grew; measured shapes survive."""
+        if self._ir is None or self._version != self.graph.version:
+            self._version = self.graph.version
+            ir = from_tf_graph(self.graph, name=self.name)
+            if self._exclude:
+                ir = Graph([op for op in ir if not op.name.startswith(self._exclude)],
+                           name=ir.name, payload=ir.payload)
+            self._ir = ir.with_output_shapes(self._shapes) if self._shapes else ir
+        return self._ir
+
+    @property
+    def step(self) -> Graph:
+        """What the training step runs."""
+        return self.ir.fan_in(self.fetches)
+
+    def graph_def(self) -> graph_pb2.GraphDef:
+        """The graph as it is (less the excluded ops): what the original runs."""
+        gd = self.graph.as_graph_def()
+        if self._exclude:
+            keep = [n for n in gd.node if not n.name.startswith(self._exclude)]
+            if len(keep) != len(gd.node):
+                del gd.node[:]
+                gd.node.extend(keep)
+        return gd
+
+    # -- profiles into cost models ---------------------------------------------------------
+    def observe(self, run_metadata: Any, untraced_s: float | None = None,
+                graph: Graph | None = None, feed_shapes: Mapping[str, Sequence[int]] = {}
+                ) -> Profile:
+        """One traced step of ``graph`` (default: the original) into the cost models;
+        ``untraced_s``: its untraced step time, to remove the tracing overhead. The first one
+        also gives the shapes the graph left unknown (``feed_shapes``: those fed)."""
+        p = profile(run_metadata, graph or self.ir, untraced_s,
+                    self.models.comm.cpu_share if self.models is not None else None)
+        if self.models is None:
+            fed = {_ref(n): tuple(s) for n, s in feed_shapes.items()}
+            measured = {**p.output_shapes, **fed}
+            ir = self.ir
+            inputs = {f"{r.op}:{r.index}": s for r, s in measured.items()
+                      if r.op in ir and ir[r.op].type in BATCH_SOURCES}
+            # a run reports no shapes for the ops grappler fused away: TensorFlow infers them
+            self._shapes = {**inferred_shapes(self.graph_def(), inputs), **measured}
+            self._ir = ir.with_output_shapes(self._shapes, p.output_bytes)
+            self.models = CostModels(memory=MemoryModel.from_graph(self._ir))
+        self.models.update(p)
+        return p
+
+    def trace(self, sess: Any, feed_dict: Any = None, steps: int = 1, warmup: int = 0,
+              graph: Graph | None = None, untraced_s: float | None = None) -> list[Profile]:
+        """Run the training step in ``sess`` ``warmup`` times untraced, then ``steps`` times
+        traced, each observed (``graph``: what ``sess`` runs, default the original)."""
+        for _ in range(warmup):
+            sess.run(self.fetches, feed_dict=feed_dict)
+        return [self.observe(traced_run(sess, self.fetches, feed_dict)[1], untraced_s, graph)
+                for _ in range(steps)]
+
+    def cost_change(self) -> float:
+        """How much the compute costs moved with the last profiles (relative)."""
+        return self._models().compute.relative_change()
+
+    def unprobed(self) -> bool:
+        """Whether some link or device reach is not known yet (``probe`` measures them)."""
+        links, reach = unprobed(self._models(), [d.name for d in self.devices])
+        return bool(links or reach)
+
+    def probe(self) -> None:
+        """Measure the links and device reaches not known yet (runs small graphs on
+        ``target``)."""
+        probe_devices(self._models(), [d.name for d in self.devices], self.target, self.config)
+
+    def costs(self) -> ModelCosts:
+        return ModelCosts(self._models())
+
+    # -- strategies ------------------------------------------------------------------------
+    def starting_strategy(self) -> tuple[str, str]:
+        """The first plan to try: data parallel when a replica fits each device, else a
+        model-parallel spread; and why not data parallel ("" when it is)."""
+        try:
+            batch_size(self.step)
+        except FasttError as e:
+            return "m-topo", f"no data parallelism ({e})"
+        if data_parallel_fitting(self.step, self.devices) is None:
+            return "m-topo", "a data-parallel replica does not fit the devices' memory"
+        return "data-parallel", ""
+
+    def plan(self, name: str, devices: Sequence[Device] | None = None, **options: Any
+             ) -> Strategy:
+        """Strategy ``name`` for the training step (``devices``: a subset; ``options``: see
+        ``fastt.sched.strategy.plan``)."""
+        return plan(self.ir, devices or self.devices, self.costs(), name,
+                    fetches=self.fetches, **options)
+
+    def predict(self, strategy: Strategy, fifo: bool = False, **options: Any) -> float:
+        """``strategy``'s step time under the current cost models (``fifo``: in TensorFlow's
+        own order; ``options``: see ``fastt.sched.strategy.predict``)."""
+        return predict(strategy, self.devices, self.costs(), self.step, fifo=fifo, **options)
+
+    def rewrite(self, strategy: Strategy | None, order: str = "none"
+                ) -> tuple[graph_pb2.GraphDef, Graph]:
+        """The GraphDef that runs ``strategy`` (None: the original) with its order kept
+        ``order`` way (``ORDERS``), and the graph its profiles are attributed to."""
+        if order not in ORDERS:
+            raise FasttError(f"unknown order mechanism {order!r}; one of {', '.join(ORDERS)}")
+        if strategy is None:
+            return self.graph_def(), self.ir
+        merged = merged_graph(self.ir, strategy)
+        gd = rewrite(self.ir, strategy, enforce_order=order == "control-dependencies",
+                     priority=order == "priority-executor", merged=merged)
+        return gd, merged
+
+    def _models(self) -> CostModels:
+        if self.models is None:
+            raise FasttError("no profile observed yet: the cost models are empty")
+        return self.models
+
+
+def _ref(name: str) -> TensorRef:
+    op, _, index = name.rpartition(":")
+    return TensorRef(op, int(index))

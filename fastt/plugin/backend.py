@@ -1,0 +1,108 @@
+"""The ``Controller``'s TensorFlow side for one user session: the engine's pipeline (profile,
+plan, predict, rewrite), the inner sessions that run its strategies, and their dumps."""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import tensorflow as tf
+
+from fastt.adapters.engine import Engine
+from fastt.plugin import activation, dump
+from fastt.plugin.entry import Entry
+from fastt.plugin.streams import continue_streams, skipped_note
+from fastt.sched.strategy import Strategy
+from tf_patches import priority_executor
+from tf_patches import session_hook as hook
+
+if TYPE_CHECKING:
+    from fastt.plugin.runtime import SessionPlugin
+
+log = logging.getLogger("fastt")
+_tf1 = tf.compat.v1
+
+
+class PluginBackend:
+    """What the controller asks of TensorFlow, for ``plugin``'s session, through ``engine``."""
+
+    def __init__(self, plugin: "SessionPlugin", engine: Engine) -> None:
+        self.plugin, self.engine, self.settings = plugin, engine, plugin.settings
+        self._streams_said = False
+
+    def starting_strategy(self) -> str:
+        name, why_not = self.engine.starting_strategy()
+        if why_not:
+            log.info("fastt: %s; starting from a model-parallel spread", why_not)
+        return name
+
+    def profile(self, run_metadata: Any, untraced_s: float | None = None) -> None:
+        cur = self.plugin.current
+        self.engine.observe(run_metadata, untraced_s,
+                            cur.profile_graph if cur.strategy is not None else None,
+                            self.plugin.feed_shapes)
+
+    def cost_change(self) -> float:
+        return self.engine.cost_change()
+
+    def _probed(self) -> None:
+        """The links and device reaches a plan needs, measured once (on a cluster, every
+        server checked first: the probes run on each)."""
+        if self.engine.unprobed():
+            if self.plugin.watch is not None:
+                self.plugin.watch.check(force=True)
+            with hook.plain_sessions():
+                self.engine.probe()
+
+    def plan(self, name: str) -> Strategy:
+        self._probed()
+        s = self.engine.plan(name, split=self.settings.split)
+        log.info("fastt: planned %s in %.2f s: predicted %.2f ms/step, %d splits", name,
+                 s.plan_time_s, 1e3 * s.predicted_step_time_s, len(s.splits))
+        return s
+
+    def predict(self, strategy: Strategy, fifo: bool = False) -> float:
+        self._probed()
+        return self.engine.predict(strategy, fifo=fifo)
+
+    def activate(self, strategy: Strategy | None, ordered: bool = True) -> None:
+        """Run ``strategy`` (None: the original graph) in a new inner session holding the
+        running one's state; the running one closes."""
+        p, config = self.plugin, self.inner_config()
+        mechanism = self.order_mechanism() if ordered and strategy is not None else "none"
+        gd, graph = self.engine.rewrite(strategy, mechanism)
+        if mechanism == "priority-executor" and not config.experimental.executor_type:
+            config.experimental.executor_type = priority_executor.EXECUTOR_TYPE
+        gd, counters, left = continue_streams(p.inputs.placeholders(gd), p.graph)
+        if left and not self._streams_said:
+            self._streams_said = True
+            log.warning("fastt: %s", skipped_note(left))
+        inits = [op.name for op in p.graph.get_collection(_tf1.GraphKeys.TABLE_INITIALIZERS)]
+        if p.watch is not None:  # TensorFlow waits for ever on a lost server here
+            p.watch.check(force=True)
+        new = activation.start(gd, strategy, graph, p.target, config, p.current,
+                               p.user.state.variables, p.user.state.iterators, inits, counters,
+                               p.iterator_inits.last)
+        old, p.current = p.current, new
+        old.close()
+
+    def order_mechanism(self) -> str:
+        """How a strategy's op order is enforced: fastt's priority executor in this process
+        (when it was built), control dependencies on a cluster (TensorFlow's workers ignore
+        executor plugins) or without it, or not at all (``FASTT_ORDER=0``)."""
+        if not self.settings.order:
+            return "none"
+        if not self.plugin.target and priority_executor.load():
+            return "priority-executor"
+        return "control-dependencies"
+
+    def inner_config(self) -> Any:
+        return self.plugin.inner_config()
+
+    def record(self, entry: Entry, history: list[Entry]) -> str:
+        ctl = self.plugin.controller
+        if not self.settings.dump_dir or ctl is None:
+            return ""
+        doc = dump.document(entry, history, ctl.original_s,
+                            self.order_mechanism() if entry.ordered else "none", ctl.session)
+        return dump.write(self.settings.dump_dir, entry, doc, self.engine.models,
+                          self.engine.devices, self.engine.step, self.settings.strict)
