@@ -18,7 +18,7 @@ tf1.disable_eager_execution()
 import fastt.plugin  # noqa: E402
 from fastt.errors import FasttError  # noqa: E402
 from fastt.adapters import engine  # noqa: E402
-from fastt.plugin import backend, runtime  # noqa: E402
+from fastt.plugin import backend, guard, runtime  # noqa: E402
 from fastt.plugin.settings import Settings, parse_devices  # noqa: E402
 from tf_patches import session_hook  # noqa: E402
 
@@ -293,7 +293,7 @@ def test_a_step_that_never_ends_returns_to_the_original_graph(plugin, monkeypatc
                 node.input.append("^" + stuck.op.name)
         return gd
     monkeypatch.setattr(engine, "rewrite", hanging)
-    monkeypatch.setattr(runtime, "FIRST_STEP_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(guard, "FIRST_STEP_TIMEOUT_S", 2.0)
     # Bitwise equal losses: the half-applied step was discarded, then retried once.
     assert_falls_back(plugin, caplog, "DeadlineExceeded")
 

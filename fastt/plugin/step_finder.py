@@ -5,12 +5,20 @@ The training step is the run signature (fetches, targets, feeds) that writes tra
 variables and recurs. ``StepFinder.see`` counts every run by signature and asks ``analyse``
 once per signature whether it writes trainable variables; ``why_not_found`` and
 ``signatures`` describe the runs when no step was found, for the line the plugin logs and the
-record it writes.
+record it writes. ``StepDetector`` turns that into the session's ``Controller``, or a decline
+said once.
 """
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Any, Callable
+
+from fastt.inspect import dumps
+from fastt.plugin.controller import Controller
+from fastt.plugin.settings import Settings
+
+log = logging.getLogger("fastt")
 
 #: A session that ran this many times without a training step is said to have none (it is
 #: still watched: a step that recurs later is planned).
@@ -54,6 +62,73 @@ class StepFinder:
         return [{"fetches": list(s[0]), "targets": list(s[1]), "feeds": list(s[2]),
                  "runs": n, "updates_trainables": self.kinds.get(s)}
                 for s, n in self.runs.most_common()]
+
+
+class StepDetector:
+    """A session's runs, until one is its training step: then ``start(names)`` gives its
+    controller (None: it declined, through ``decline``). When fastt does not plan the session,
+    it says why once and records it in the dump directory."""
+
+    def __init__(self, settings: Settings, session: str, analyse: Callable[[list[str]], bool],
+                 start: Callable[[list[str]], Controller | None]) -> None:
+        self.settings, self.session, self.start = settings, session, start
+        self.finder = StepFinder(analyse)
+        self.controller: Controller | None = None
+        self.off = False  # declined for good
+        self._declined = ""  # the reason recorded
+        self._signature: Signature | None = None
+
+    def controller_for(self, signature: Signature, names: list[str]) -> Controller | None:
+        """The controller when this run is the training step, else None."""
+        try:
+            return self._find(signature, names)
+        except Exception as e:  # noqa: BLE001 - never break training
+            if self.settings.strict:
+                raise
+            self.decline(f"could not analyse the graph ({type(e).__name__}: {e})",
+                         logging.WARNING)
+            return None
+
+    def _find(self, signature: Signature, names: list[str]) -> Controller | None:
+        if self.controller is not None:
+            if signature != self._signature and self.finder.see(signature, names) \
+                    and self.finder.runs[signature] == 2:
+                log.info("fastt: another training step recurs (%s); fastt plans the first one "
+                         "found, this one runs unplanned on the same graph",
+                         ", ".join(sorted(signature[1] + signature[0])[:3]))
+            return self.controller if signature == self._signature else None
+        if self.off:
+            return None
+        if self.finder.see(signature, names):
+            self.controller = self.start(names)
+            if self.controller is not None:
+                self._signature = signature
+                if self._declined:  # said too early: a training step did recur
+                    dumps.remove_declined(self.settings.dump_dir, self.session)
+                    self._declined = ""
+            return self.controller
+        if self.finder.total == DECLINE_AFTER_RUNS:
+            self.decline(self.finder.why_not_found(), off=False)
+        return None
+
+    def decline(self, reason: str, level: int = logging.INFO, off: bool = True) -> None:
+        """fastt does not plan this session: say why, once, and record it in the dump
+        directory (``off=False``: not yet; a training step found later is still planned)."""
+        self.off = self.off or off
+        if self._declined:
+            return
+        log.log(level, "fastt: %s; this session runs as it is%s", reason,
+                "" if off else " until a training step recurs")
+        self._declined = reason
+        if self.settings.dump_dir:
+            dumps.write_declined(self.settings.dump_dir, dumps.declined_document(
+                self.session, reason, self.finder.total, self.finder.signatures()),
+                self.settings.strict)
+
+    def close(self) -> None:
+        """The session closes: if it ran without a training step found, say so."""
+        if self.controller is None and not self.off and self.finder.total:
+            self.decline(self.finder.why_not_found())
 
 
 def _names(signature: Signature, limit: int = 3) -> str:

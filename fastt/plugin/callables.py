@@ -1,0 +1,83 @@
+"""The user's session callables (``Session._make_callable_from_options``, through which
+tf-keras runs its steps): each runs on whichever session currently serves the user's, traced
+when the controller asks, like ``SessionPlugin.run``."""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2
+
+from tf_patches import session_hook as hook
+from tf_patches.quiet import profiler_chatter_dropped
+
+if TYPE_CHECKING:
+    from fastt.plugin.runtime import SessionPlugin
+
+_tf1 = tf.compat.v1
+
+
+class StepCallable:
+    """What ``_make_callable_from_options`` returns while fastt serves the session."""
+
+    def __init__(self, plugin: "SessionPlugin", options: Any) -> None:
+        self.plugin, self.options = plugin, options
+        self.names = list(options.fetch) + list(options.target)
+        self.signature = (tuple(sorted(options.fetch)), tuple(sorted(options.target)),
+                          tuple(sorted(options.feed)))
+
+    def __call__(self, *args: Any, run_metadata: Any = None) -> Any:
+        return call(self.plugin, self, args, run_metadata)
+
+
+def call(p: "SessionPlugin", c: StepCallable, args: tuple[Any, ...], run_metadata: Any) -> Any:
+    """``c(*args)`` on ``p``'s current session; the controller sees it when it is the
+    training step."""
+    p.guard.check()
+    ctl = p.detector.controller_for(c.signature, c.names) if not p.detector.off else None
+    if ctl is not None:
+        ctl.step_started(time.perf_counter())
+    trace = ctl.before_step() if ctl else False
+    if ctl is not None and p.engine.models is None:
+        p.feed_shapes = {n: np.shape(a) for n, a in zip(c.options.feed, args)}
+    cur = p.current
+    skey, extra = (p.streams.extra(list(c.options.fetch), list(c.options.target),
+                                   list(c.options.feed))
+                   if cur is p.user else (None, []))
+    key = (c, trace, tuple(t.name for t in extra))
+    fn = cur.callables.get(key)
+    if fn is None:
+        if cur is not p.user:
+            cur, _ = p.resolve(c.names + list(c.options.feed))
+        opts = config_pb2.CallableOptions()
+        opts.CopyFrom(c.options)
+        if trace:
+            opts.run_options.trace_level = config_pb2.RunOptions.FULL_TRACE
+        opts.run_options.CopyFrom(p.guard.options(opts.run_options, cur is not p.user,
+                                                  p.original_s()))
+        if cur is p.user:
+            opts.fetch.extend(t.name for t in extra)
+            fn = hook.original("_make_callable_from_options")(cur.sess, opts)
+        else:
+            fn = hook.plain_callable(cur.sess, opts)
+        cur.callables[key] = fn
+    meta = _tf1.RunMetadata() if trace else run_metadata
+    try:
+        with profiler_chatter_dropped() if trace else contextlib.nullcontext():
+            out = fn(*args, run_metadata=meta)
+    except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
+        if not p.recovered(cur, e):
+            raise
+        return call(p, c, args, run_metadata)
+    if skey is not None:
+        p.streams.count(skey, out[len(out) - len(extra):])
+        out = out[:len(out) - len(extra)]
+    cur.snapshot = None
+    if ctl is not None:
+        if trace and run_metadata is not None:
+            run_metadata.MergeFrom(meta)
+        ctl.after_step(meta if trace else None)
+    return out

@@ -1,0 +1,52 @@
+"""What keeps a user's step from hanging or failing without a word: a deadline on a new
+graph's first step (a deadlock fastt caused fails instead, and training returns to the
+original graph) and on every step on fastt's cluster (a server that hangs), whose servers are
+checked every few seconds and after a failed step, so that a lost one is an error naming it."""
+from __future__ import annotations
+
+from typing import Any
+
+import tensorflow as tf
+
+from fastt.cluster.health import Watch
+from fastt.plugin import remote
+
+_tf1 = tf.compat.v1
+FIRST_STEP_TIMEOUT_S = 120.0  # at least; 50 original steps when longer
+
+
+class Guard:
+    """The deadlines and server checks of one user session (``watch``: on fastt's cluster)."""
+
+    def __init__(self, watch: Watch | None) -> None:
+        self.watch = watch
+
+    def check(self, force: bool = False) -> None:
+        """On the cluster: every server answers (checked every few seconds, or now)."""
+        if self.watch is not None:
+            self.watch.check(force=force)
+
+    def failed(self, error: BaseException) -> None:
+        """After a step failed with ``error``: on the cluster, a ``WorkerLostError`` naming
+        each server that does not answer."""
+        if self.watch is not None and isinstance(error, remote.STEP_ERRORS):
+            self.watch.check(force=True, cause=error)
+
+    def options(self, options: Any, first: bool, original_s: float | None) -> Any:
+        """The run options of a step (``first``: a new graph's first): with a deadline of
+        at least ``FIRST_STEP_TIMEOUT_S`` and 50 original steps (``original_s``) on a first
+        step and on the cluster, unless the user set one; as the user gave them otherwise."""
+        if not first and self.watch is None or options is not None and options.timeout_in_ms:
+            return options
+        limit = max(FIRST_STEP_TIMEOUT_S, 50 * (original_s or 0.0))
+        return with_fields(options, timeout_in_ms=int(1e3 * limit))
+
+
+def with_fields(options: Any, **fields: Any) -> Any:
+    """A copy of ``options`` (RunOptions, possibly None) with ``fields`` set."""
+    opts = _tf1.RunOptions()
+    if options is not None:
+        opts.CopyFrom(options)
+    for k, v in fields.items():
+        setattr(opts, k, v)
+    return opts
