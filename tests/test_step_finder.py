@@ -4,7 +4,7 @@ import sys
 
 from fastt.ir import Graph
 from fastt.plugin import _Fallback
-from fastt.plugin.controller import updates_trainables
+from fastt.plugin.step_finder import updates_trainables
 from fastt.plugin.step_finder import StepFinder
 from tests.helpers import op
 

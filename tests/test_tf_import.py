@@ -200,7 +200,7 @@ def test_updates_of_reference_variables_are_stateful_and_make_a_training_step():
     """``disable_v2_behavior()`` scripts build reference variables, whose updates write
     through a reference input and are not stateful in their OpDef."""
     from fastt.ir import writes_variable
-    from fastt.plugin.controller import updates_trainables
+    from fastt.plugin.step_finder import updates_trainables
     g = tf.Graph()
     with g.as_default():
         x = tf1.placeholder(tf.float32, [None, 3])

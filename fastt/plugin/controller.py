@@ -14,17 +14,15 @@ than the one running, and rolled back when it measures slower than the one befor
 """
 from __future__ import annotations
 
-import itertools
 import logging
-import os
 import statistics
 from typing import Any, Callable, Protocol
 
 from fastt.errors import WorkerLostError
-from fastt.ir import Graph, writes_variable
 from fastt.plugin.load import Reading, other_load
-from fastt.plugin.entry import Entry, Sample
-from fastt.plugin.measure import CONFIDENCE, Verdict, compare, settled
+from fastt.plugin import messages as say
+from fastt.plugin.entry import Entry, Sample, session_id
+from fastt.plugin.measure import CONFIDENCE, compare, settled
 from fastt.plugin.settings import Settings
 
 log = logging.getLogger("fastt")
@@ -33,27 +31,6 @@ CAP = 6  # a graph whose steps never settle is sampled after warmup + CAP * meas
 EXTEND = 3  # an undecided comparison measures up to EXTEND * measure steps more
 RESTARTS = 2  # times a measurement starts again after the machine's load changed
 LOOKS = 1 + EXTEND  # comparisons one measurement may make: each at 1 - (1 - CONFIDENCE) / LOOKS
-_sessions = itertools.count(1)
-
-
-_PLAIN_ASSIGNS = frozenset({"Assign", "AssignVariableOp"})
-
-
-def updates_trainables(graph: Graph, names: list[str], trainable: set[str]) -> bool:
-    """Whether running ``names`` updates a trainable variable (any variable when
-    ``trainable`` is empty): what makes a run a training step. An update reads what it
-    changes (an optimizer's apply, an add, a scatter, or an assign of a value computed from
-    variables); an initializer or a restore assigns a value from elsewhere and is not one."""
-    step = graph.fan_in(names)
-    for op in step:
-        if not (writes_variable(op) and op.inputs) or \
-                (trainable and op.inputs[0].op not in trainable):
-            continue
-        if op.type not in _PLAIN_ASSIGNS or len(op.inputs) < 2:
-            return True
-        if any(o.is_variable for o in step.fan_in([op.inputs[1].op])):
-            return True
-    return False
 
 
 class Backend(Protocol):
@@ -64,11 +41,6 @@ class Backend(Protocol):
     def predict(self, strategy: Any, fifo: bool = False) -> float: ...
     def activate(self, strategy: Any | None, ordered: bool = True) -> None: ...
     def record(self, entry: "Entry", history: list["Entry"]) -> str: ...
-
-
-def session_id() -> str:
-    """A new session's name in dumps: ``<pid>-<k>``."""
-    return f"{os.getpid()}-{next(_sessions)}"
 
 
 class Controller:
@@ -174,7 +146,7 @@ class Controller:
             # said once; a periodic re-profile that changes nothing stays quiet
             log.log(logging.DEBUG if self._settled else logging.INFO,
                     "fastt: cost models stable (change %.1f%%); keeping %s",
-                    100 * self.backend.cost_change(), self._label(self.active))
+                    100 * self.backend.cost_change(), say.label(self.active))
             self._settled = True
             self._steady_now()
             return
@@ -190,7 +162,7 @@ class Controller:
             current = self.backend.predict(self.active.strategy, fifo=not self.active.ordered)
             if current <= strategy.predicted_step_time_s:
                 log.info("fastt: %s predicts %.2f ms, no better than %s (%.2f ms); keeping it",
-                         name, 1e3 * strategy.predicted_step_time_s, self._label(self.active),
+                         name, 1e3 * strategy.predicted_step_time_s, say.label(self.active),
                          1e3 * current)
                 self._next_round()
                 return
@@ -262,7 +234,7 @@ class Controller:
             return  # more steps
         self._measuring = None
         entry.sample, entry.verdict, entry.measured_s = sample, verdict, sample.times
-        entry.baseline = self._label(previous)
+        entry.baseline = say.label(previous)
         if verdict.verdict == "faster" and self.settings.rollback:
             # A-B-A: the graph before runs once more, so that the machine drifting between
             # the two samples (steps that keep getting faster, other load) cannot make the
@@ -297,14 +269,14 @@ class Controller:
         if not faster:
             entry.reason = (f"faster than {entry.baseline} measured before it, but not than "
                             f"{entry.baseline} measured again after it ("
-                            f"{self._why_not(entry, previous, verdict)})")
+                            f"{say.why_not(entry, previous, verdict)})")
         self._conclude(entry, previous, faster, on_it=False)
 
     def _conclude(self, entry: Entry, previous: Entry | None, faster: bool, on_it: bool
                   ) -> None:
         """Keep ``entry`` or roll it back (``on_it``: whether it is the graph running)."""
         if not faster and entry.verdict is not None and not entry.reason:
-            entry.reason = self._why_not(entry, previous, entry.verdict)
+            entry.reason = say.why_not(entry, previous, entry.verdict)
         if not faster and self.settings.rollback:
             entry.status = "rolled_back"
             if on_it:
@@ -323,24 +295,13 @@ class Controller:
                 self._fifo_next = entry
         entry.dump = self.backend.record(entry, self.history)
         entry.timeline = None  # in its dump now; a RunMetadata can be large
-        self._summary(entry)
+        log.info(say.decided(entry, self.original_median_s))
         self._next_round()
 
     def _activate(self, entry: Entry | None) -> None:
         """Run ``entry``'s graph again (None: the original)."""
         self.backend.activate(entry.strategy if entry else None,
                               ordered=entry.ordered if entry else True)
-
-    def _why_not(self, entry: Entry, previous: Entry | None, v: Verdict) -> str:
-        base = self._label(previous)
-        ci = f"ratio {v.ratio:.3f}, {100 * v.confidence:.1f}% CI {v.low:.3f}-{v.high:.3f}"
-        mine = 1e3 * (entry.measured_median_s or 0.0)
-        if v.verdict == "slower":
-            return f"measured {mine:.2f} ms/step, slower than {base} ({ci})"
-        if v.verdict == "load changed":
-            return f"{v.reason} while it was measured; not compared with {base} ({ci})"
-        return (f"measured {mine:.2f} ms/step, not significantly faster than {base} after "
-                f"{len(entry.measured_s)} settled steps ({ci})")
 
     def _steady(self, _: Any) -> None:
         self._since_profile += 1
@@ -371,10 +332,6 @@ class Controller:
     def original_median_s(self) -> float | None:
         return statistics.median(self.original_s) if self.original_s else None
 
-    def speedup(self, e: Entry) -> float:
-        orig, mine = self.original_median_s, e.measured_median_s
-        return orig / mine if orig and mine else float("nan")
-
     def close(self) -> None:
         """The session closes: a strategy still measured, or found faster and waiting for the
         graph before it to be measured again, is recorded as unfinished, with how far it got
@@ -384,66 +341,22 @@ class Controller:
         if entry is not None and self.phase in ("measure", "recheck"):
             running = entry if self.phase == "measure" else self.active
             self._measuring = self._rechecking = None
-            entry.status, entry.reason = "unfinished", self._unfinished(entry)
+            entry.status = "unfinished"
+            entry.reason = say.unfinished(entry, self.step - self._window_step, self.active)
             entry.dump = self.backend.record(entry, self.history)
             entry.timeline = None
-            log.info("fastt: left %s unfinished: %s%s", self._label(entry), entry.reason,
+            log.info("fastt: left %s unfinished: %s%s", say.label(entry), entry.reason,
                      f"; dump {entry.dump}" if entry.dump else "")
         if self.history or self.phase == "warmup":
             self.log_closing(running)
 
-    def _unfinished(self, entry: Entry) -> str:
-        n = self.step - self._window_step
-        ran = f"{n} step{'' if n == 1 else 's'}"
-        if entry.verdict is None:
-            return (f"the session closed {ran} into its measurement, before it could be "
-                    f"compared with {self._label(self.active)}")
-        return (f"measured {_judged(entry.verdict)} against {entry.baseline}, but the session "
-                f"closed {ran} into measuring {entry.baseline} again after it, so it was "
-                f"never confirmed")
-
     def log_closing(self, running: Entry | None = None) -> None:
         """The line a session logs when it closes (``running``: the strategy it ended on,
         when not the one kept)."""
-        a, where = running or self.active, self.settings.dump_dir
         if self.phase == "warmup":  # too short a session to measure the original graph
-            s = self.settings
-            log.info("fastt: session closed after %d training steps, before the original "
-                     "graph's step time was measured (%d steps over %.2f s so far; a "
-                     "measurement takes %d steady steps over at least %.1f s: "
-                     "FASTT_MEASURE_STEPS, FASTT_MEASURE_SECONDS); nothing was tried",
-                     self.step, len(self._times), sum(self._times), s.measure_steps,
-                     s.measure_seconds if self._reads_load else 0.0)
-            return
-        on = self._label(a)
-        if a is not None and a.measured_s:
-            on += f", {self.speedup(a):.2f}x over the original"
-        log.info("fastt: session closed after %d training steps on %s; %d strategies tried, "
-                 "dumps%s", self.step, on,
-                 len(self.history), f" in {where}" if where else " off (set FASTT_DUMP_DIR)")
-
-    @staticmethod
-    def _label(entry: Entry | None) -> str:
-        if entry is None:
-            return "the original graph"
-        return f"strategy {entry.n} ({entry.name}{'' if entry.ordered else ', FIFO order'})"
-
-    def _summary(self, e: Entry) -> None:
-        orig = self.original_median_s
-        measured = e.measured_median_s or 0.0
-        v = e.verdict
-        verb = "activated" if e.status == "active" else "rolled back"
-        compared = "" if v is None else f"; against {e.baseline}: {_judged(v)}"
-        if e.recheck is not None:
-            compared += f", measured again after it: {_judged(e.recheck)}"
-        log.info("fastt: %s %s on %d devices: predicted %.2f ms/step, measured "
-                 "%.2f ms/step, original %.2f ms/step, speedup %.2fx%s%s%s", verb, self._label(e),
-                 len(getattr(e.strategy, "devices", [])), 1e3 * e.predicted_s, 1e3 * measured,
-                 1e3 * (orig or 0.0), self.speedup(e), compared,
-                 f" ({e.reason})" if e.reason and e.status != "rolled_back" else "",
-                 f"; dump {e.dump}" if e.dump else "")
-
-
-def _judged(v: Verdict) -> str:
-    return (f"{v.verdict}, ratio {v.ratio:.3f} ({100 * v.confidence:.1f}% CI "
-            f"{v.low:.3f}-{v.high:.3f})")
+            log.info(say.closed_in_warmup(
+                self.step, self._times, self.settings.measure_steps,
+                self.settings.measure_seconds if self._reads_load else 0.0))
+        else:
+            log.info(say.closed(self.step, running or self.active, self.original_median_s,
+                                len(self.history), self.settings.dump_dir))

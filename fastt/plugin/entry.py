@@ -2,11 +2,20 @@
 verdicts on it (dumped per strategy; see ``fastt.plugin.dump``). No TensorFlow here."""
 from __future__ import annotations
 
+import itertools
+import os
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastt.plugin.measure import Verdict
+
+_sessions = itertools.count(1)
+
+
+def session_id() -> str:
+    """A new session's name in dumps: ``<pid>-<k>``."""
+    return f"{os.getpid()}-{next(_sessions)}"
 
 
 @dataclass

@@ -25,12 +25,13 @@ from fastt.plugin import dump, remote
 from fastt.plugin.activation import Running
 from fastt.plugin.backend import PluginBackend
 from fastt.plugin.callables import StepCallable
-from fastt.plugin.controller import Controller, session_id, updates_trainables
+from fastt.plugin.controller import Controller
 from fastt.plugin.guard import Guard, with_fields
 from fastt.plugin.input_stage import InputStage, fed_name
 from fastt.plugin.settings import Settings
 from fastt.plugin.state import SCOPE, IteratorInits, RunFanIn, StateOps, stateful_ops
-from fastt.plugin.step_finder import StepDetector
+from fastt.plugin.entry import session_id
+from fastt.plugin.step_finder import StepDetector, updates_trainables
 from fastt.plugin.streams import StreamCounter
 from tf_patches import session_hook as hook
 from tf_patches.quiet import profiler_chatter_dropped

@@ -15,6 +15,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from fastt.inspect import dumps
+from fastt.ir import Graph, writes_variable
 from fastt.plugin.controller import Controller
 from fastt.plugin.settings import Settings
 
@@ -24,6 +25,26 @@ log = logging.getLogger("fastt")
 #: still watched: a step that recurs later is planned).
 DECLINE_AFTER_RUNS = 100
 Signature = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+
+
+_PLAIN_ASSIGNS = frozenset({"Assign", "AssignVariableOp"})
+
+
+def updates_trainables(graph: Graph, names: list[str], trainable: set[str]) -> bool:
+    """Whether running ``names`` updates a trainable variable (any variable when
+    ``trainable`` is empty): what makes a run a training step. An update reads what it
+    changes (an optimizer's apply, an add, a scatter, or an assign of a value computed from
+    variables); an initializer or a restore assigns a value from elsewhere and is not one."""
+    step = graph.fan_in(names)
+    for op in step:
+        if not (writes_variable(op) and op.inputs) or \
+                (trainable and op.inputs[0].op not in trainable):
+            continue
+        if op.type not in _PLAIN_ASSIGNS or len(op.inputs) < 2:
+            return True
+        if any(o.is_variable for o in step.fan_in([op.inputs[1].op])):
+            return True
+    return False
 
 
 class StepFinder:

@@ -1,0 +1,84 @@
+"""What the session plugin says about its decisions: the reasons recorded in dumps and the
+lines it logs (no TensorFlow here)."""
+from __future__ import annotations
+
+from fastt.plugin.entry import Entry
+from fastt.plugin.measure import Verdict
+
+
+def label(entry: Entry | None) -> str:
+    """How a strategy is named in lines and dumps (None: the original graph)."""
+    if entry is None:
+        return "the original graph"
+    return f"strategy {entry.n} ({entry.name}{'' if entry.ordered else ', FIFO order'})"
+
+
+def judged(v: Verdict) -> str:
+    return (f"{v.verdict}, ratio {v.ratio:.3f} ({100 * v.confidence:.1f}% CI "
+            f"{v.low:.3f}-{v.high:.3f})")
+
+
+def why_not(entry: Entry, previous: Entry | None, v: Verdict) -> str:
+    """Why ``entry`` was not kept over ``previous``, from verdict ``v``."""
+    base = label(previous)
+    ci = f"ratio {v.ratio:.3f}, {100 * v.confidence:.1f}% CI {v.low:.3f}-{v.high:.3f}"
+    mine = 1e3 * (entry.measured_median_s or 0.0)
+    if v.verdict == "slower":
+        return f"measured {mine:.2f} ms/step, slower than {base} ({ci})"
+    if v.verdict == "load changed":
+        return f"{v.reason} while it was measured; not compared with {base} ({ci})"
+    return (f"measured {mine:.2f} ms/step, not significantly faster than {base} after "
+            f"{len(entry.measured_s)} settled steps ({ci})")
+
+
+def unfinished(entry: Entry, steps: int, running: Entry | None) -> str:
+    """Why ``entry`` has no decision: the session closed ``steps`` steps into measuring it
+    (compared with ``running``) or, once found faster, into measuring its baseline again."""
+    ran = f"{steps} step{'' if steps == 1 else 's'}"
+    if entry.verdict is None:
+        return (f"the session closed {ran} into its measurement, before it could be compared "
+                f"with {label(running)}")
+    return (f"measured {judged(entry.verdict)} against {entry.baseline}, but the session "
+            f"closed {ran} into measuring {entry.baseline} again after it, so it was never "
+            "confirmed")
+
+
+def speedup(original_s: float | None, e: Entry) -> float:
+    mine = e.measured_median_s
+    return original_s / mine if original_s and mine else float("nan")
+
+
+def decided(e: Entry, original_s: float | None) -> str:
+    """The line logged when ``e`` is kept or rolled back."""
+    v = e.verdict
+    verb = "activated" if e.status == "active" else "rolled back"
+    compared = "" if v is None else f"; against {e.baseline}: {judged(v)}"
+    if e.recheck is not None:
+        compared += f", measured again after it: {judged(e.recheck)}"
+    reason = f" ({e.reason})" if e.reason and e.status != "rolled_back" else ""
+    return (f"fastt: {verb} {label(e)} on {len(getattr(e.strategy, 'devices', []))} devices: "
+            f"predicted {1e3 * e.predicted_s:.2f} ms/step, measured "
+            f"{1e3 * (e.measured_median_s or 0.0):.2f} ms/step, original "
+            f"{1e3 * (original_s or 0.0):.2f} ms/step, speedup {speedup(original_s, e):.2f}x"
+            f"{compared}{reason}" + (f"; dump {e.dump}" if e.dump else ""))
+
+
+def closed(steps: int, on: Entry | None, original_s: float | None, tried: int,
+           dump_dir: str) -> str:
+    """The line a session logs when it closes on ``on`` after trying ``tried`` strategies."""
+    where = label(on)
+    if on is not None and on.measured_s:
+        where += f", {speedup(original_s, on):.2f}x over the original"
+    return (f"fastt: session closed after {steps} training steps on {where}; {tried} "
+            f"strategies tried, dumps" + (f" in {dump_dir}" if dump_dir else
+                                          " off (set FASTT_DUMP_DIR)"))
+
+
+def closed_in_warmup(steps: int, times: list[float], measure_steps: int,
+                     measure_seconds: float) -> str:
+    """The line a session logs when it closes before the original graph was measured."""
+    return (f"fastt: session closed after {steps} training steps, before the original graph's "
+            f"step time was measured ({len(times)} steps over {sum(times):.2f} s so far; a "
+            f"measurement takes {measure_steps} steady steps over at least "
+            f"{measure_seconds:.1f} s: FASTT_MEASURE_STEPS, FASTT_MEASURE_SECONDS); nothing "
+            "was tried")
