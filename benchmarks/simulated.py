@@ -25,7 +25,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import models as zoo_models  # noqa: E402
 from benchmarks.common import previous_full_run, with_row, write_json  # noqa: E402
 
-STRATEGIES = ("single", "data-parallel", "dpos", "os-dpos", "heft", "m-topo", "m-etf")
+from fastt.sched.registry import STRATEGIES  # noqa: E402
+
 STRONG = ("2xV100", "4xV100", "8xV100", "2x4xV100", "2x8xV100")
 WEAK = ("2xV100", "4xV100", "8xV100", "2x4xV100")
 QUICK = ("2xV100", "4xV100")

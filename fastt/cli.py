@@ -114,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=5, help="profiled steps (default 5)")
     p.set_defaults(func=_demo)
 
-    from fastt.sched.strategy import STRATEGIES
+    from fastt.sched.registry import STRATEGIES
     p = sub.add_parser("plan", help="compute a strategy for a training graph; compare it with "
                                     "every baseline")
     _graph_arguments(p)

@@ -17,6 +17,14 @@ class GraphStructureError(FasttError):
     """The graph is not what the operation needs (a cycle outside a loop, a dangling input...)."""
 
 
+class DoesNotFit(FasttError):
+    """A placement or a strategy needs more memory than the devices have."""
+
+
+class NoBatch(FasttError):
+    """Data parallelism cannot share the graph's batch (none found, or too small)."""
+
+
 class ProfileError(FasttError):
     """A RunMetadata could not be turned into cost samples."""
 

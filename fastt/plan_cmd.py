@@ -14,7 +14,8 @@ from fastt.errors import FasttError
 from fastt.ir import Graph
 from fastt.sched.device_spec import DeviceSet, StaticCosts, parse
 from fastt.sched.problem import CostSource, ModelCosts
-from fastt.sched.strategy import STRATEGIES, Strategy, plan
+from fastt.sched.registry import STRATEGIES
+from fastt.sched.strategy import Strategy, plan
 
 log = logging.getLogger("fastt")
 

@@ -7,7 +7,8 @@ from fastt.errors import FasttError
 from fastt.ir import Graph
 from fastt.sched.device_spec import StaticCosts, parse
 from fastt.sched.splitting import Split
-from fastt.sched.strategy import STRATEGIES, data_parallel_fitting, peak_memory_one_device, plan
+from fastt.sched.registry import STRATEGIES
+from fastt.sched.strategy import data_parallel_fitting, peak_memory_one_device, plan
 from tests.helpers import op
 from tests.test_data_parallel import training_graph
 
@@ -75,14 +76,20 @@ def test_os_dpos_keeps_one_device_when_its_spread_would_queue_on_the_link():
 
 def test_os_dpos_keeps_the_replicas_when_dpos_cannot_place_their_graph(monkeypatch):
     # DPOS reserves memory op by op (no frees): it can refuse a graph whose replicas fit.
+    import dataclasses
+
     import fastt.sched.strategy as strategy
+    from fastt.errors import DoesNotFit
+    from fastt.sched import registry
 
     def no_room(p):
-        raise FasttError("fits in no device's remaining memory")
+        raise DoesNotFit("fits in no device's remaining memory")
     ds = parse("4xV100")
     g = training_graph(B=16)
     dp = plan(g, ds.devices, costs(ds, g), "data-parallel")
-    monkeypatch.setattr(strategy, "dpos", no_room)
+    monkeypatch.setattr(strategy, "dpos", no_room)  # OS-DPOS's first placement
+    monkeypatch.setitem(registry.KINDS, "dpos", dataclasses.replace(
+        registry.KINDS["dpos"], place=lambda p, _: no_room(p)))
     s = plan(g, ds.devices, costs(ds, g), "os-dpos", split=False)
     assert s.replicas == 4
     assert s.simulated_step_time_s == pytest.approx(dp.simulated_step_time_s)

@@ -20,10 +20,10 @@ from fastt.adapters.rewrite import merged_graph, rewrite
 from fastt.adapters.runner import traced_run
 from fastt.adapters.tf_import import from_tf_graph, inferred_shapes
 from fastt.costs import CostModels, MemoryModel
-from fastt.errors import FasttError
+from fastt.errors import FasttError, NoBatch
 from fastt.ir import Graph, TensorRef
 from fastt.profiler import Profile, profile
-from fastt.sched.data_parallel import BATCH_SOURCES, batch_size
+from fastt.sched.data_parallel import BATCH_SOURCES
 from fastt.sched.problem import Device, ModelCosts
 from fastt.sched.strategy import Strategy, data_parallel_fitting, plan, predict
 
@@ -128,10 +128,10 @@ class Engine:
         """The first plan to try: data parallel when a replica fits each device, else a
         model-parallel spread; and why not data parallel ("" when it is)."""
         try:
-            batch_size(self.step)
-        except FasttError as e:
+            fits = data_parallel_fitting(self.step, self.devices) is not None
+        except NoBatch as e:
             return "m-topo", f"no data parallelism ({e})"
-        if data_parallel_fitting(self.step, self.devices) is None:
+        if not fits:
             return "m-topo", "a data-parallel replica does not fit the devices' memory"
         return "data-parallel", ""
 

@@ -12,7 +12,7 @@ from typing import Mapping
 
 from fastt.cluster.spec import ClusterSpec, from_tf_config, parse_cluster_spec
 from fastt.errors import ClusterError, FasttError
-from fastt.sched.strategy import STRATEGIES
+from fastt.sched.registry import STRATEGIES
 
 _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("", "0", "false", "off", "no")

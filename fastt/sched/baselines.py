@@ -5,6 +5,8 @@
   earliest-finish device, insertion-based. O((V + E) * D).
 - ``m_topo``: Baechi's memory-constrained topological placer (Jeon et al., SoCC 2020): ops in
   topological order fill one device up to ``sum(mem) / D + max(mem)``, then the next.
+- ``data_parallel``: each replica of the data-parallel graph on its own device, the shared
+  ops on device 0 (TF-slim's layout).
 - ``m_etf``: Baechi's memory-constrained Earliest Task First: repeatedly schedule the (op, device)
   pair that can start earliest, if the device's memory holds the op. O(V * D * log V).
 
@@ -15,8 +17,10 @@ from __future__ import annotations
 
 import heapq
 
-from fastt.errors import FasttError
-from fastt.sched.dpos import group_memory
+from fastt.errors import DoesNotFit
+from fastt.ir import Graph
+from fastt.sched.data_parallel import replica_of
+from fastt.sched.dpos import group_memory, rank_u
 from fastt.sched.problem import Problem
 from fastt.sched.schedule import Schedule, Timeline, ready_times
 from fastt.sched.simulate import simulate
@@ -35,7 +39,7 @@ def single(p: Problem) -> Schedule:
     gmem = sum(p.mem)
     fits = [d for d in range(p.num_devices) if gmem <= p.devices[d].memory]
     if not fits:
-        raise FasttError("the graph does not fit in any single device's memory")
+        raise DoesNotFit("the graph does not fit in any single device's memory")
     best = min(fits, key=lambda d: (sum(row[d] for row in p.w), d))
     return _timed(p, [best] * p.n, p.topo)
 
@@ -67,7 +71,7 @@ def _eft_list_schedule(p: Problem, visit: list[int]) -> Schedule:
         cands = [group_dev[g]] if g in group_dev else \
             [d for d in range(D) if used[d] + gmem[g] <= p.devices[d].memory]
         if not cands:
-            raise FasttError(f"op {p.names[i]!r} fits in no device's remaining memory")
+            raise DoesNotFit(f"op {p.names[i]!r} fits in no device's remaining memory")
         ready = ready_times(p, i, device, finish)
         ft, st, d = min((st + p.w[i][d], st, d) for d in cands
                         for st in (timelines[d].earliest(ready[d], p.w[i][d]),))
@@ -96,7 +100,7 @@ def m_topo(p: Problem) -> Schedule:
             if d == D:  # Baechi's balanced limit is a target; fall back to real capacity
                 fits = [k for k in range(D) if used[k] + gmem[g] <= p.devices[k].memory]
                 if not fits:
-                    raise FasttError(f"op {p.names[i]!r} fits in no device's remaining memory")
+                    raise DoesNotFit(f"op {p.names[i]!r} fits in no device's remaining memory")
                 d = fits[0]
             group_dev[g] = d
             used[d] += gmem[g]
@@ -136,7 +140,7 @@ def m_etf(p: Problem) -> Schedule:
                     best = cand
         if best is None:
             stuck = next(p.names[i] for i in range(p.n) if not placed[i])
-            raise FasttError(f"op {stuck!r} fits in no device's remaining memory")
+            raise DoesNotFit(f"op {stuck!r} fits in no device's remaining memory")
         st, _, d, i = best
         heapq.heappop(heaps[d])
         g = p.group[i]
@@ -159,3 +163,25 @@ def _blocked(p: Problem, i: int, d: int, used: list[float], gmem: dict[int, floa
     if g in group_dev:
         return group_dev[g] != d
     return used[d] + gmem[g] > p.devices[d].memory
+
+
+def data_parallel(p: Problem, g: Graph) -> Schedule:
+    """The data-parallel graph ``g``'s replica k on device k (mod D), the ops shared by the
+    replicas (updates, whole-batch ops) on device 0, colocation groups with their first
+    member; each device's ops by decreasing upward rank."""
+    D = p.num_devices
+    device = []
+    for name in p.names:
+        k = replica_of(g[name])
+        device.append(0 if k is None else k % D)
+    groups: dict[int, int] = {}
+    for i, grp in enumerate(p.group):  # colocation wins: a group follows its first member
+        device[i] = groups.setdefault(grp, device[i])
+    rank = rank_u(p)
+    pos = {op: k for k, op in enumerate(p.topo)}
+    order = sorted(range(p.n), key=lambda i: (-rank[i], pos[i]))
+    orders: list[list[int]] = [[] for _ in range(D)]
+    for i in order:
+        orders[device[i]].append(i)
+    r = simulate(p, device, orders, link_concurrency=None)
+    return Schedule(device, r.start, r.finish)

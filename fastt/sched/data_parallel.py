@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from fastt.errors import FasttError
+from fastt.errors import NoBatch
 from fastt.ir import Graph, Op, TensorRef, TensorSpec
 from fastt.sched.split_rules import FULL, PARTIAL, SHAPE, SPLIT, Part, SplitRule, part_sizes, \
     rules
@@ -79,14 +79,14 @@ def batch_inputs(graph: Graph) -> tuple[int, list[TensorRef]] | None:
 
 
 def batch_size(graph: Graph) -> int:
-    """The batch size (see ``batch_inputs``); ``FasttError`` when there is none."""
+    """The batch size (see ``batch_inputs``); ``NoBatch`` when there is none."""
     return _batch(graph)[0]
 
 
 def _batch(graph: Graph) -> tuple[int, list[TensorRef]]:
     found = batch_inputs(graph)
     if found is None:
-        raise FasttError("cannot find the batch: no input of the step (placeholder, iterator, "
+        raise NoBatch("cannot find the batch: no input of the step (placeholder, iterator, "
                          "queue, py_func, constant, random op or data variable) has a known "
                          "leading dimension")
     return found
@@ -210,7 +210,7 @@ def data_parallel(graph: Graph, n: int) -> Graph:
         return graph
     B, inputs = _batch(graph)
     if B < n:
-        raise FasttError(f"batch of {B} cannot be shared by {n} replicas")
+        raise NoBatch(f"batch of {B} cannot be shared by {n} replicas")
     shares = part_sizes(B, n)
     axis = {str(r): 0 for r in inputs}  # tensor -> its batch axis (extent a multiple of B)
     decisions: dict[str, tuple[SplitRule, list[int]]] = {}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from fastt.errors import FasttError
+from fastt.errors import DoesNotFit
 from fastt.sched._gc import without_gc
 from fastt.sched.problem import Problem
 from fastt.sched.schedule import Schedule, Timeline, ready_times
@@ -128,7 +128,7 @@ def dpos(p: Problem) -> Schedule:
         else:
             candidates = [d for d in range(D) if used[d] + gmem[g] <= cap[d]]
             if not candidates:
-                raise FasttError(
+                raise DoesNotFit(
                     f"op {p.names[i]!r} (with its colocation group, {gmem[g]:.0f} bytes) fits "
                     f"in no device's remaining memory")
         ready = ready_times(p, i, device, finish)

@@ -27,19 +27,19 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from fastt.costs.memory import MemoryModel
-from fastt.errors import FasttError
+from fastt.errors import DoesNotFit, FasttError, NoBatch
 from fastt.ir import Graph
 from fastt.sched import baselines
 from fastt.sched._gc import without_gc
-from fastt.sched.data_parallel import data_parallel, replica_of
-from fastt.sched.dpos import dpos, rank_u
+from fastt.sched.data_parallel import data_parallel
+from fastt.sched.dpos import dpos
 from fastt.sched.osdpos import Plan, compiler, os_dpos
+from fastt.sched.registry import StrategyKind, kind
 from fastt.sched.problem import CostSource, Device, Problem
 from fastt.sched.schedule import Schedule
 from fastt.sched.simulate import SimResult, simulate, simulate_fifo
 from fastt.sched.splitting import Split, apply_splits
 
-STRATEGIES = ("os-dpos", "dpos", "data-parallel", "single", "heft", "m-topo", "m-etf")
 SCHEMA_VERSION = 1
 
 
@@ -103,7 +103,7 @@ def data_parallel_fitting(graph: Graph, devices: Sequence[Device]) -> Graph | No
         return dp
     mem = MemoryModel.from_graph(dp)
     p = Problem.from_graph(dp, devices, _UnitCosts(), persistent=mem.persistent)
-    device = _data_parallel_schedule(p, dp).device
+    device = baselines.data_parallel(p, dp).device
     orders: list[list[int]] = [[] for _ in range(D)]
     for i in p.topo:  # as peak_memory_one_device: each device in topological order
         orders[device[i]].append(i)
@@ -112,13 +112,13 @@ def data_parallel_fitting(graph: Graph, devices: Sequence[Device]) -> Graph | No
 
 
 def _feasible(attempts: list[Any]) -> list[Any]:
-    """The results of the attempts (one per starting point) that succeed; the first error
+    """The results of the attempts (one per starting point) that fit; the first misfit
     when none does (e.g. the model graph fits no device, its data-parallel replicas do)."""
     results, errors = [], []
     for attempt in attempts:
         try:
             results.append(attempt())
-        except FasttError as e:
+        except DoesNotFit as e:
             errors.append(e)
     if errors and not results:
         raise errors[0]
@@ -130,7 +130,7 @@ def _single_if_it_fits(p: Problem) -> Schedule | None:
     slower than not parallelizing at all."""
     try:
         return baselines.single(p)
-    except FasttError:
+    except DoesNotFit:
         return None
 
 
@@ -141,125 +141,112 @@ def _replay(p: Problem, s: Schedule) -> tuple[float, float]:
     return free, contended
 
 
-def _data_parallel_schedule(p: Problem, g: Graph) -> Schedule:
-    D = p.num_devices
-    device = []
-    for name in p.names:
-        k = replica_of(g[name])
-        device.append(0 if k is None else k % D)
-    groups: dict[int, int] = {}
-    for i, grp in enumerate(p.group):  # colocation wins: a group follows its first member
-        device[i] = groups.setdefault(grp, device[i])
-    rank = rank_u(p)
-    pos = {op: k for k, op in enumerate(p.topo)}
-    order = sorted(range(p.n), key=lambda i: (-rank[i], pos[i]))
-    orders: list[list[int]] = [[] for _ in range(D)]
-    for i in order:
-        orders[device[i]].append(i)
-    r = simulate(p, device, orders, link_concurrency=None)
-    return Schedule(device, r.start, r.finish)
-
-
 def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
          name: str = "os-dpos", copy_bytes_per_s: float = 10e9, workers: int = 1,
          fetches: Sequence[str] = (), splits: Sequence[Split] = (), split: bool = True
          ) -> Strategy:
-    """Compute strategy ``name`` for ``graph`` on ``devices`` under ``costs``; ops fastt adds
-    (split, concat, sum) copy ``copy_bytes_per_s`` on a device; OS-DPOS evaluates candidate
-    splits on ``workers`` processes. With ``fetches`` (a training step's train op and loss)
-    only what they run is planned; initializers, savers and the like are left out. ``splits``
-    (of the user's ops, e.g. a saved strategy's) are applied to the model graph first; with
-    ``split=False`` OS-DPOS keeps its starting plan (DPOS or data parallel, no splits)."""
-    if name not in STRATEGIES:
-        raise FasttError(f"unknown strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+    """Compute strategy ``name`` (``fastt.sched.registry``) for ``graph`` on ``devices``
+    under ``costs``; ops fastt adds (split, concat, sum) copy ``copy_bytes_per_s`` on a
+    device; OS-DPOS evaluates candidate splits on ``workers`` processes. With ``fetches`` (a
+    training step's train op and loss) only what they run is planned; initializers, savers and
+    the like are left out. ``splits`` (of the user's ops, e.g. a saved strategy's) are applied
+    to the model graph first; with ``split=False`` OS-DPOS keeps its starting plan (DPOS or
+    data parallel, no splits). ``DoesNotFit`` when no starting point fits the devices."""
+    k = kind(name)
     if fetches:
         try:
             graph = graph.fan_in(fetches)
         except KeyError as e:
             raise FasttError(f"fetches name an op that is not in the graph: {e}") from None
-    result = _plan(graph, list(devices), costs, name, copy_bytes_per_s, workers, list(splits),
+    result = _plan(graph, list(devices), costs, k, copy_bytes_per_s, workers, list(splits),
                    split)
     result.fetches = list(fetches)
     return result
 
 
-@without_gc
-def _plan(graph: Graph, devices: list[Device], costs: CostSource, name: str,
-          copy_bytes_per_s: float, workers: int, forced: list[Split], split: bool = True
-          ) -> Strategy:
-    t0 = time.perf_counter()
-    devices = list(devices)
-    D = len(devices)
-    compile_graph = compiler(devices, costs, graph, copy_bytes_per_s)
-    starts = [(graph, 1)]  # (start graph, replicas)
-    if name in ("os-dpos", "dpos", "data-parallel") and D > 1 and not forced:
+def _starts(graph: Graph, devices: list[Device], k: StrategyKind, forced: list[Split]
+            ) -> list[tuple[Graph, int]]:
+    """Where strategy ``k`` starts: (graph, replicas), the data-parallel graph first."""
+    if forced:  # a split list names the user's ops: it starts from the model graph
+        if k.starts == "data-parallel":
+            raise FasttError("a split list cannot be combined with the data-parallel "
+                             "strategy; plan it with dpos or os-dpos")
+        return [(apply_splits(graph, forced), 1)]
+    starts = [] if k.starts == "data-parallel" else [(graph, 1)]
+    if k.starts != "model" and len(devices) > 1:
         try:
             dp = data_parallel_fitting(graph, devices)
-        except FasttError:  # no batch to share
-            if name == "data-parallel":
+        except NoBatch:
+            if k.starts == "data-parallel":
                 raise
             dp = None
         if dp is not None:
-            starts.insert(0, (dp, D))
-    if forced and name == "data-parallel":
-        raise FasttError("a split list cannot be combined with the data-parallel strategy; "
-                         "plan it with dpos or os-dpos")
-    if forced:  # a split list names the user's ops: it starts from the model graph
-        starts = [(apply_splits(graph, forced), 1)]
-    if name == "data-parallel":
-        if len(starts) == 1:
-            raise FasttError("data parallelism needs every replica (the model with its share "
+            starts.insert(0, (dp, len(devices)))
+        elif k.starts == "data-parallel":
+            raise DoesNotFit("data parallelism needs every replica (the model with its share "
                              f"of the batch) to fit one device ({len(devices)} devices given)")
-        starts = starts[:1]
-    best: tuple[Any, ...] | None = None
-    runs = 0
-    if name == "os-dpos":  # split from the best starting point (contention-free, as DPOS)
-        def start_from(g0: Graph, reps: int) -> list[tuple[Plan, int]]:
-            p0 = compile_graph(g0)
-            initial = _data_parallel_schedule(p0, g0) if reps > 1 else _single_if_it_fits(p0)
-            try:
-                first = dpos(p0)
-            except FasttError:  # DPOS reserves memory op by op: replicas may fit, it not
-                if initial is None:
-                    raise
-                first = None
-            return [(Plan(g0, p0, s0), reps) for s0 in (first, initial) if s0 is not None]
+    return starts
 
-        plans = [c for cs in _feasible([functools.partial(start_from, g0, r)
-                                        for g0, r in starts]) for c in cs]
-        start_plan, reps = min(plans, key=lambda pr: pr[0].makespan)
-        result = (os_dpos(start_plan.graph, compile_graph, D, start=start_plan, workers=workers)
-                  if split else start_plan)
-        runs = result.tried + len(starts)
-        # Links carry one transfer at a time in truth, which DPOS's model ignores: of what was
-        # planned, keep what runs fastest when they do (e.g. one device over a spread whose
-        # transfers would queue).
-        final, reps = min([(result, reps)] + plans, key=lambda pr: _replay(
-            pr[0].problem, pr[0].schedule)[::-1])
-        best = (final.graph, final.problem, final.schedule, final.splits, reps)
-        starts = []
-    placer = {"dpos": dpos, "single": baselines.single, "heft": baselines.heft,
-              "m-topo": baselines.m_topo, "m-etf": baselines.m_etf}.get(name)
-    def place(start: Graph, reps: int) -> tuple[Any, ...]:
-        p = compile_graph(start)
-        return start, p, placer(p) if placer else _data_parallel_schedule(p, start), [], reps
 
-    cands = _feasible([functools.partial(place, g0, r) for g0, r in starts])
-    for cand in cands:  # DPOS keeps the better of both starting points
-        runs += placer is dpos
-        if best is None or cand[2].makespan < best[2].makespan:
-            best = cand
-    assert best is not None  # _feasible raises when nothing fits
+@without_gc
+def _plan(graph: Graph, devices: list[Device], costs: CostSource, k: StrategyKind,
+          copy_bytes_per_s: float, workers: int, forced: list[Split], split: bool = True
+          ) -> Strategy:
+    t0 = time.perf_counter()
+    compile_graph = compiler(devices, costs, graph, copy_bytes_per_s)
+    starts = _starts(graph, devices, k, forced)
+    if k.search:
+        best, runs = _searched(starts, compile_graph, len(devices), workers, split)
+    else:
+        def place(start: Graph, reps: int) -> Plan_:
+            p = compile_graph(start)
+            return start, p, k.place(p, start), [], reps
+        # of the starting points that fit, the faster plan (DPOS: never worse than either)
+        cands = _feasible([functools.partial(place, g0, r) for g0, r in starts])
+        best = min(cands, key=lambda cand: cand[2].makespan)
+        runs = len(cands) if k.name == "dpos" else 0
     g, p, s, splits, replicas = best
-    splits = forced + splits
     plan_time = time.perf_counter() - t0
     predicted, simulated = (t + step_overhead(costs) for t in _replay(p, s))
     names = [d.name for d in devices]
-    return Strategy(name=name, devices=names, graph=g,
+    return Strategy(name=k.name, devices=names, graph=g,
                     placement={p.names[i]: names[s.device[i]] for i in range(p.n)},
                     order=[p.names[i] for i in s.order()], predicted_step_time_s=predicted,
-                    simulated_step_time_s=simulated, plan_time_s=plan_time, splits=splits,
-                    replicas=replicas, dpos_runs=runs)
+                    simulated_step_time_s=simulated, plan_time_s=plan_time,
+                    splits=forced + splits, replicas=replicas, dpos_runs=runs)
+
+
+Plan_ = tuple[Graph, Problem, Schedule, list[Split], int]  # graph, problem, schedule, splits, reps
+
+
+def _searched(starts: list[tuple[Graph, int]], compile_graph: Any, D: int, workers: int,
+              split: bool) -> tuple[Plan_, int]:
+    """OS-DPOS: DPOS from each starting point (and the starting layout itself: data
+    parallelism, or one device), the split search from the fastest, then of all these the
+    plan that runs fastest when links carry one transfer at a time; and DPOS runs made."""
+    def start_from(g0: Graph, reps: int) -> list[tuple[Plan, int]]:
+        p0 = compile_graph(g0)
+        initial = baselines.data_parallel(p0, g0) if reps > 1 else _single_if_it_fits(p0)
+        try:
+            first = dpos(p0)
+        except DoesNotFit:  # DPOS reserves memory op by op: replicas may fit, it not
+            if initial is None:
+                raise
+            first = None
+        return [(Plan(g0, p0, s0), reps) for s0 in (first, initial) if s0 is not None]
+
+    plans = [c for cs in _feasible([functools.partial(start_from, g0, r)
+                                    for g0, r in starts]) for c in cs]
+    start_plan, reps = min(plans, key=lambda pr: pr[0].makespan)
+    result = (os_dpos(start_plan.graph, compile_graph, D, start=start_plan, workers=workers)
+              if split else start_plan)
+    # Links carry one transfer at a time in truth, which DPOS's model ignores: of what was
+    # planned, keep what runs fastest when they do (e.g. one device over a spread whose
+    # transfers would queue).
+    final, reps = min([(result, reps)] + plans, key=lambda pr: _replay(
+        pr[0].problem, pr[0].schedule)[::-1])
+    return ((final.graph, final.problem, final.schedule, final.splits, reps),
+            result.tried + len(starts))
 
 
 def replay(strategy: Strategy, devices: Sequence[Device], costs: CostSource, original: Graph,
