@@ -62,7 +62,8 @@ def fifo_step(strategy, ds, costs, graph) -> float:
 def case(graph, fetch, seconds, spec: str, batch: int) -> dict:
     """Every strategy and the OS-DPOS ablations on one device set."""
     from fastt.errors import FasttError
-    from fastt.sched.device_spec import StaticCosts, parse
+    from fastt.costs.source import StaticCosts
+    from fastt.sched.device_spec import parse
     from fastt.sched.strategy import plan
     ds = parse(spec)
     costs = StaticCosts(seconds, ds)

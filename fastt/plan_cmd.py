@@ -12,8 +12,9 @@ from fastt import devices as devnames
 from fastt.costs import CostModels
 from fastt.errors import FasttError
 from fastt.ir import Graph
-from fastt.sched.device_spec import DeviceSet, StaticCosts, parse
-from fastt.sched.problem import CostSource, ModelCosts
+from fastt.costs.source import StaticCosts
+from fastt.sched.device_spec import DeviceSet, parse
+from fastt.costs.source import CostSource, ModelCosts
 from fastt.sched.registry import STRATEGIES
 from fastt.sched.strategy import Strategy, plan
 

@@ -10,7 +10,8 @@ import tensorflow as tf
 from fastt import zoo
 from fastt.adapters.rewrite import rewrite
 from fastt.adapters.tf_import import from_tf_graph
-from fastt.sched.device_spec import StaticCosts, parse
+from fastt.costs.source import StaticCosts
+from fastt.sched.device_spec import parse
 from fastt.sched.split_rules import rules
 from fastt.sched.splitting import Split
 from fastt.sched.strategy import plan

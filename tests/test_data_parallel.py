@@ -112,7 +112,8 @@ def test_shape_n_folds_into_constants_behind_identity_n():
 def test_a_join_is_not_priced_as_the_op_whose_name_it_carries():
     # The DP graph's join "dw" (an AddN of the replicas' partial sums) and the model graph's
     # own AddN "dw": one search compiles both, and each keeps its own cost.
-    from fastt.sched.device_spec import StaticCosts, parse
+    from fastt.costs.source import StaticCosts
+    from fastt.sched.device_spec import parse
     from fastt.sched.osdpos import compiler
     g = weight_used_twice()
     ds = parse("2xV100")

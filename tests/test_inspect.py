@@ -16,7 +16,7 @@ from fastt.inspect import dumps, figures, graphviz, report, schema, trace
 from fastt.inspect.trace import Slice
 from fastt.profiler import ComputeSample
 from fastt.sched.device_spec import parse
-from fastt.sched.problem import ModelCosts
+from fastt.costs.source import ModelCosts
 from fastt.sched.splitting import Split
 from fastt.sched.strategy import plan
 from tests.test_data_parallel import training_graph

@@ -101,6 +101,15 @@ def test_importing_the_core_loads_no_tensorflow():
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+def test_the_scheduler_plans_without_importing_scikit_learn():
+    # scikit-learn (a second to import) serves the link regression, not the scheduler
+    code = ("import sys\nimport fastt.sched.strategy, fastt.sched.registry\n"
+            "sys.exit(1 if 'sklearn' in sys.modules else 0)\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
 @pytest.mark.parametrize("top", ["fastt", "benchmarks", "examples"])
 def test_only_tf_patches_reaches_into_tensorflow_internals(top):
     bad = []

@@ -5,7 +5,8 @@ import pytest
 
 from fastt.errors import FasttError
 from fastt.ir import Graph
-from fastt.sched.device_spec import StaticCosts, parse
+from fastt.costs.source import StaticCosts
+from fastt.sched.device_spec import parse
 from fastt.sched.splitting import Split
 from fastt.sched.registry import STRATEGIES
 from fastt.sched.strategy import data_parallel_fitting, peak_memory_one_device, plan

@@ -24,7 +24,8 @@ from fastt.errors import FasttError, NoBatch
 from fastt.ir import Graph, TensorRef
 from fastt.profiler import Profile, profile
 from fastt.sched.data_parallel import BATCH_SOURCES
-from fastt.sched.problem import Device, ModelCosts
+from fastt.costs.source import ModelCosts
+from fastt.sched.problem import Device
 from fastt.sched.strategy import Strategy, data_parallel_fitting, plan, predict
 
 ORDERS = ("priority-executor", "control-dependencies", "none")  # how a plan's order is kept

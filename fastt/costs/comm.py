@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 import numpy as np
-from sklearn.linear_model import QuantileRegressor
 
 from fastt import devices
 from fastt.profiler import TransferSample
@@ -86,6 +85,9 @@ class CommCostModel:
         self._dirty.add(pair)
 
     def _refit(self) -> None:
+        # deferred: scikit-learn takes a second to import, and the scheduler, which imports
+        # this module, fits no link itself
+        from sklearn.linear_model import QuantileRegressor
         for pair in self._dirty:
             traced = list(self._samples.get(pair, ()))
             data = np.asarray(traced + list(self._probed.get(pair, ())), dtype=np.float64)

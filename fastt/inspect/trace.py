@@ -19,7 +19,8 @@ from fastt import devices as devnames
 from fastt.errors import FasttError
 from fastt.ir import Graph, TensorRef
 from fastt.profiler import IGNORED_NODES, TRANSFER_TYPES, node_label
-from fastt.sched.problem import CostSource, Device
+from fastt.costs.source import CostSource
+from fastt.sched.problem import Device
 from fastt.sched.strategy import Strategy, replay
 
 SCHEMA_VERSION = 1

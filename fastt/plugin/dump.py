@@ -34,7 +34,8 @@ from fastt.costs import CostModels
 from fastt.inspect import dumps, trace
 from fastt.ir import Graph
 from fastt.plugin.entry import Entry
-from fastt.sched.problem import Device, ModelCosts
+from fastt.costs.source import ModelCosts
+from fastt.sched.problem import Device
 
 
 def document(entry: Entry, history: list[Entry], original_s: list[float],

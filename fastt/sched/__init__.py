@@ -3,8 +3,9 @@
 Imports no TensorFlow.
 """
 from fastt.sched.dpos import critical_path, dpos, rank_u
-from fastt.sched.problem import CostSource, Device, ModelCosts, Problem
+from fastt.costs.source import CostSource
+from fastt.sched.problem import Device, Problem
 from fastt.sched.schedule import Schedule, Timeline
 
-__all__ = ["CostSource", "Device", "ModelCosts", "Problem", "Schedule", "Timeline",
+__all__ = ["CostSource", "Device", "Problem", "Schedule", "Timeline",
            "critical_path", "dpos", "rank_u"]

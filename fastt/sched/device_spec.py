@@ -94,17 +94,3 @@ def _from_file(path: str) -> DeviceSet:
     if not devs:
         raise FasttError(f"device file {path!r} lists no device")
     return DeviceSet(kind, devs, links)
-
-
-class StaticCosts:
-    """A ``CostSource`` from a table of per-op seconds (the same on every device) and a
-    device set's links; ops missing from the table cost 0."""
-
-    def __init__(self, seconds: dict[str, float], device_set: DeviceSet) -> None:
-        self.seconds, self.device_set = seconds, device_set
-
-    def compute(self, op: str, device: str) -> float:
-        return self.seconds.get(op, 0.0)
-
-    def link(self, src: str, dst: str) -> tuple[float, float]:
-        return self.device_set.link(src, dst)

@@ -18,9 +18,10 @@ from typing import Callable, Sequence
 from fastt.costs.memory import MemoryModel
 from fastt.errors import FasttError
 from fastt.ir import Graph
-from fastt.sched.derived_costs import DerivedCosts, Overheads
+from fastt.costs.derived import DerivedCosts, Overheads
 from fastt.sched.dpos import dpos
-from fastt.sched.problem import CostSource, Device, Problem
+from fastt.costs.source import CostSource
+from fastt.sched.problem import Device, Problem
 from fastt.sched.schedule import Schedule
 from fastt.sched.split_rules import rules
 from fastt.sched.splitting import Split, parameter_bytes, split_operation

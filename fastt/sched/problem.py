@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, Sequence
+from typing import Mapping, Sequence
 
 from fastt import devices as devnames
-from fastt.costs import CostModels
+from fastt.costs.source import CostSource
 from fastt.errors import FasttError
 from fastt.ir import Graph
 
@@ -27,47 +27,6 @@ class Device:
     @property
     def type(self) -> str:
         return devnames.device_type(self.name)
-
-
-class CostSource(Protocol):
-    """What a placer needs to know about costs (``CostModels`` adapts to it)."""
-
-    def compute(self, op: str, device: str) -> float: ...
-
-    # Optional: ``compute_row(op, devices) -> [seconds per device]``, used when present.
-
-    def link(self, src: str, dst: str) -> tuple[float, float]:
-        """(intercept seconds, slope seconds per byte) of the src -> dst path."""
-        ...
-
-    # Optional: ``transfer_cpu(src, dst) -> (sender share, receiver share)`` of a transfer's
-    # time spent by the two devices' compute streams (default none); ``step_overhead() ->
-    # seconds`` a step takes beyond its ops and transfers (default 0); ``device_step(device)
-    # -> seconds`` a step pays to run anything on ``device`` (a remote worker's call; default
-    # 0).
-
-
-class ModelCosts:
-    """``CostSource`` over measured ``CostModels`` (unknown links cost 0: explore them)."""
-
-    def __init__(self, models: CostModels) -> None:
-        self.models = models
-
-    def compute(self, op: str, device: str) -> float:
-        return self.models.compute.cost(op, device)
-
-    def link(self, src: str, dst: str) -> tuple[float, float]:
-        fit = self.models.comm.link(src, dst)
-        return (0.0, 0.0) if fit is None else (max(fit.intercept, 0.0), max(fit.slope, 0.0))
-
-    def transfer_cpu(self, src: str, dst: str) -> tuple[float, float]:
-        return self.models.comm.cpu_share(src, dst)
-
-    def step_overhead(self) -> float:
-        return self.models.step_overhead()
-
-    def device_step(self, device: str) -> float:
-        return self.models.reach(device)
 
 
 @dataclass

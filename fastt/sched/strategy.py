@@ -35,7 +35,8 @@ from fastt.sched.data_parallel import data_parallel
 from fastt.sched.dpos import dpos
 from fastt.sched.osdpos import Plan, compiler, os_dpos
 from fastt.sched.registry import StrategyKind, kind
-from fastt.sched.problem import CostSource, Device, Problem
+from fastt.costs.source import CostSource
+from fastt.sched.problem import Device, Problem
 from fastt.sched.schedule import Schedule
 from fastt.sched.simulate import SimResult, simulate, simulate_fifo
 from fastt.sched.splitting import Split, apply_splits

@@ -13,11 +13,10 @@ from collections import defaultdict
 from typing import Sequence
 
 import numpy as np
-from sklearn.linear_model import LinearRegression
 
 from fastt.costs.analytical import flops
+from fastt.costs.source import CostSource
 from fastt.ir import JOIN_ATTR, Graph, Op
-from fastt.sched.problem import CostSource
 
 _COPY_TYPES = frozenset({"SplitV", "ConcatV2", "AddN"})
 
@@ -37,9 +36,9 @@ def fit_overheads(graph: Graph, base: CostSource, device: str) -> dict[str, floa
         if len(pts) < 3 or len({x for x, _ in pts}) < 2:
             out[typ] = 0.0
             continue
-        x = np.array([[p[0]] for p in pts])
+        x = np.array([p[0] for p in pts])
         y = np.array([p[1] for p in pts])
-        intercept = float(LinearRegression().fit(x, y).intercept_)
+        intercept = float(np.polynomial.polynomial.polyfit(x, y, 1)[0])  # least squares
         out[typ] = min(max(intercept, 0.0), float(y.min()))
     return out
 
