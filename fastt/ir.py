@@ -19,10 +19,6 @@ from fastt.errors import GraphStructureError, UnknownDtypeError
 
 Shape = tuple[int | None, ...] | None
 
-#: On an op fastt added to join the parts of a split op (it has that op's name): how to join,
-#: {"kind": "concat"|"sum", "axis": a, "sizes": [...], "total": the sum of the shares the
-#: sizes were cut in (parts at another batch size follow those shares)}.
-JOIN_ATTR = "_fastt_join"
 #: Op types that define variables (their persistent bytes are the variable's size).
 VARIABLE_TYPES = frozenset(
     {"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable", "_VarHandlesOp"})
@@ -75,6 +71,29 @@ class TensorSpec:
         return cast(tuple[int, ...], self.shape) if self.fully_defined else None
 
 
+@dataclass(frozen=True, slots=True)
+class OpMeta:
+    """fastt's own facts about an op one of its passes made, kept apart from TensorFlow's
+    attributes (``Op.attrs``) and never written to a GraphDef."""
+    origin: str | None = None  # the user's op this one is a part (or replica) of
+    fraction: float = 1.0  # the share of ``origin``'s work it does
+    split_of: str | None = None  # the split op this cut or join belongs to
+    # On the op that joins the parts of a split op (it has that op's name): how to join,
+    # {"kind": "concat"|"sum", "axis": a, "sizes": [...], "total": the sum of the shares the
+    # sizes were cut in (parts at another batch size follow those shares)}.
+    join: dict[str, Any] | None = None
+    folded: str | None = None  # the shape op (its type) folded into this one
+    dynamic: bool = False  # a Shape op fastt made: never folded into a constant
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields that differ from the defaults."""
+        return {f: getattr(self, f) for f in self.__slots__  # type: ignore[attr-defined]
+                if getattr(self, f) != getattr(_NO_META, f)}
+
+
+_NO_META = OpMeta()
+
+
 @dataclass(slots=True)
 class Op:
     """One node of the graph. ``device`` is the device the user requested ("" if none)."""
@@ -89,6 +108,7 @@ class Op:
     is_variable: bool = False
     attrs: dict[str, Any] = field(default_factory=dict)
     node_def: bytes | None = None  # the adapter's opaque payload (a serialized NodeDef)
+    meta: OpMeta = _NO_META
 
     def with_(self, **changes: Any) -> "Op":
         """A copy of this op with some fields changed."""
@@ -354,6 +374,7 @@ def _op_to_dict(op: Op) -> dict[str, Any]:
                      "nbytes": t.nbytes} for t in op.outputs],
         "colocate_with": list(op.colocate_with), "stateful": op.stateful,
         "is_variable": op.is_variable, "attrs": op.attrs,
+        **({"meta": op.meta.as_dict()} if op.meta != _NO_META else {}),
     }
 
 
@@ -370,6 +391,7 @@ def _op_from_dict(d: dict[str, Any]) -> Op:
                                  t.get("nbytes")) for t in d.get("outputs", [])),
         colocate_with=tuple(d.get("colocate_with", [])), stateful=d.get("stateful", False),
         is_variable=d.get("is_variable", False), attrs=dict(d.get("attrs", {})),
+        meta=OpMeta(**d["meta"]) if d.get("meta") else _NO_META,
     )
 
 

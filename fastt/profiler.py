@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from fastt import devices
 from fastt.errors import ProfileError
-from fastt.ir import JOIN_ATTR, Graph, TensorRef
+from fastt.ir import Graph, TensorRef
 from fastt.sharing import processor_sharing
 
 TransferCpu = Callable[[str, str], tuple[float, float]]  # (src, dst) -> (send, recv) share
@@ -263,7 +263,7 @@ def profile(run_metadata: Any, graph: Graph, untraced_s: float | None = None,
             out.compute.append(ComputeSample(m, device, seconds * w / total))
             out.placement.setdefault(m, device)
     # A join fastt added carries the name of the op it joins: its time is not that op's.
-    out.compute = [s for s in out.compute if JOIN_ATTR not in graph[s.op].attrs]
+    out.compute = [s for s in out.compute if graph[s.op].meta.join is None]
 
     for user, dst, ns in pending_transfers:
         src = out.placement.get(user)

@@ -81,14 +81,14 @@ def test_a_weight_used_twice_has_its_gradients_summed_within_each_replica():
         assert replica_of(dp[f"dw/part{k}"]) == k
     assert [r.op for r in dp["dw"].inputs] == ["dw/part0", "dw/part1"]  # the one join
     assert "dw1" not in dp and "dw2" not in dp and "dw1/id" not in dp  # no joins in between
-    assert dp["dw/part1"].attrs["_fastt_fraction"] == 1.0  # each part sums whole tensors
+    assert dp["dw/part1"].meta.fraction == 1.0  # each part sums whole tensors
     assert dp["update"].inputs[2].op == "dw"
 
 
 def test_uneven_batches_get_near_equal_shares():
     g = data_parallel(training_graph(B=7), 3)
     assert [g[f"h/part{k}"].outputs[0].shape[0] for k in range(3)] == [3, 2, 2]
-    assert sum(g[f"h/part{k}"].attrs["_fastt_fraction"] for k in range(3)) == pytest.approx(1)
+    assert sum(g[f"h/part{k}"].meta.fraction for k in range(3)) == pytest.approx(1)
 
 
 def test_batch_detection_and_refusals():

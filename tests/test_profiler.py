@@ -2,7 +2,7 @@
 import pytest
 
 from fastt.errors import ProfileError
-from fastt.ir import JOIN_ATTR, Graph
+from fastt.ir import Graph, OpMeta
 from fastt.profiler import profile
 from tests.helpers import node_stats as ns, op, run_metadata
 
@@ -91,7 +91,7 @@ def test_a_join_fastt_added_is_not_timed_as_the_op_it_joins():
     # In a split graph the concat joining relu's parts is named "relu" itself.
     g = Graph([op("relu/part0", "Relu"), op("relu/part1", "Relu"),
                op("relu", "ConcatV2", ["relu/part0", "relu/part1"],
-                  attrs={JOIN_ATTR: {"kind": "concat", "axis": 0, "sizes": [1, 1]}})])
+                  meta=OpMeta(join={"kind": "concat", "axis": 0, "sizes": [1, 1]}))])
     rm = run_metadata({D0: [ns("relu/part0", "Relu", dur_ns=3000),
                             ns("relu/part1", "Relu", dur_ns=4000),
                             ns("relu", "ConcatV2", dur_ns=9000)]})

@@ -39,7 +39,7 @@ def test_batch_split_of_conv_keeps_the_name_and_shapes():
     assert g["conv"].type == "ConcatV2" and g["conv"].outputs == conv_net()["conv"].outputs
     parts = [g[f"conv/part{k}"] for k in range(3)]
     assert [p.outputs[0].shape for p in parts] == [(3, 6, 6, 4), (3, 6, 6, 4), (2, 6, 6, 4)]
-    assert [p.attrs["_fastt_fraction"] for p in parts] == pytest.approx([3 / 8, 3 / 8, 2 / 8])
+    assert [p.meta.fraction for p in parts] == pytest.approx([3 / 8, 3 / 8, 2 / 8])
     assert all(p.inputs[1].op == "w" for p in parts)  # the filter is passed whole
     assert g["conv/split_in0"].attrs["size_splits"] == [3, 3, 2]
     assert g["relu"].inputs[0].op == "conv"  # consumers read the join
@@ -64,8 +64,8 @@ def test_weight_gradient_batch_split_is_summed_and_shape_inputs_shrink():
 
 def test_channel_split_of_conv_cuts_the_filter():
     g = split_operation(conv_net(), "conv", "channel", 2)
-    assert g["conv/split_in1"].attrs == {"axis": 3, "size_splits": [2, 2], "shares": [2, 2],
-                                         "_fastt_split_of": "conv"}
+    assert g["conv/split_in1"].attrs == {"axis": 3, "size_splits": [2, 2], "shares": [2, 2]}
+    assert g["conv/split_in1"].meta.split_of == "conv"
     assert g["conv"].attrs["axis"] == 3
 
 

@@ -184,7 +184,7 @@ def to_graph_def(graph: Graph, placement: Mapping[str, str] | None = None
         node.name, node.op, node.device = op.name, op.type, op.device
         del node.input[:]
         node.input.extend(_input_names(op))
-        if "_fastt_origin" in op.attrs or placed:
+        if op.meta.origin is not None or placed:
             for key in _STALE_ATTRS:  # colocation comes from the IR (or the placement)
                 if key in node.attr:
                     del node.attr[key]

@@ -16,7 +16,7 @@ import numpy as np
 
 from fastt.costs.analytical import flops
 from fastt.costs.source import CostSource
-from fastt.ir import JOIN_ATTR, Graph, Op
+from fastt.ir import Graph, Op
 
 _COPY_TYPES = frozenset({"SplitV", "ConcatV2", "AddN"})
 
@@ -26,7 +26,7 @@ def fit_overheads(graph: Graph, base: CostSource, device: str) -> dict[str, floa
     [0, the type's fastest measured op]); types with fewer than 3 measured ops get 0."""
     samples: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for op in graph:
-        if "_fastt_origin" in op.attrs:
+        if op.meta.origin is not None:
             continue
         t = base.compute(op.name, device)
         if t > 0:
@@ -74,7 +74,7 @@ class DerivedCosts:
         (an op that a split did not touch is not costed again; a join, which carries the name
         and may carry the type of the op it replaced, is keyed apart from it)."""
         o = self.graph[op]
-        key = (op, o.type, o.attrs.get("_fastt_fraction"), JOIN_ATTR in o.attrs,
+        key = (op, o.type, o.meta.fraction, o.meta.join is not None,
                o.outputs[0].nbytes if o.outputs else None, tuple(devices))
         row = self.memo.get(key)
         if row is None:
@@ -83,15 +83,15 @@ class DerivedCosts:
 
     def _compute(self, o: Op, device: str) -> float:
         op = o.name
-        origin = o.attrs.get("_fastt_origin")
+        origin = o.meta.origin
         if origin is not None:
             measured = self.base.compute(op, device)  # profiled under its own name already?
             if measured > 0:
                 return measured
             whole = self.base.compute(origin, device)
             fixed = min(self.overheads.get(o.type, device), whole)
-            return fixed + (whole - fixed) * float(o.attrs.get("_fastt_fraction", 1.0))
-        if o.type in _COPY_TYPES and ("_fastt_split_of" in o.attrs or JOIN_ATTR in o.attrs):
+            return fixed + (whole - fixed) * o.meta.fraction
+        if o.type in _COPY_TYPES and (o.meta.split_of or o.meta.join is not None):
             # Never priced by name: a join carries the name of the op it replaced.
             return sum(t.nbytes or 0 for t in o.outputs) / self.copy_bytes_per_s
         return self.base.compute(op, device)

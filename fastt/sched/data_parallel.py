@@ -17,7 +17,7 @@ import math
 from collections import Counter
 
 from fastt.errors import NoBatch
-from fastt.ir import Graph, Op, TensorRef, TensorSpec
+from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
 from fastt.sched.split_rules import FULL, PARTIAL, SHAPE, SPLIT, Part, SplitRule, part_sizes, \
     rules
 from fastt.sched.splitting import apply_decisions
@@ -37,7 +37,6 @@ _SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 #: ``value`` with entry ``axis`` read at run time: ``multiple`` times the batch of its input,
 #: the Shape of a batch input (exported as a few small ops).
 BATCH_SHAPE = "FasttBatchShape"
-DYNAMIC_ATTR = "_fastt_dynamic"  # on a Shape op fastt made: never folded into a constant
 _STOP = ("Apply", "Assign", "Scatter")  # updates of variables: the replicas end before them
 # linear: applied to a sum of parts, they are applied part by part
 _LINEAR = frozenset({"AddN", "Add", "AddV2", "Identity"})
@@ -109,7 +108,7 @@ def fold_static_shapes(graph: Graph, batch: dict[str, tuple[TensorRef, int, int]
     for op in graph:
         dims = [graph.tensor(r).dims for r in op.inputs]
         shapes = [sh for sh in dims if sh is not None]
-        if op.type not in _SHAPE_OPS or not shapes or op.attrs.get(DYNAMIC_ATTR) or \
+        if op.type not in _SHAPE_OPS or not shapes or op.meta.dynamic or \
                 len(shapes) < len(dims):
             ops.append(op)
             continue
@@ -123,8 +122,8 @@ def fold_static_shapes(graph: Graph, batch: dict[str, tuple[TensorRef, int, int]
                     (math.prod(sh) if op.type == "Size" else len(sh))
                 made.append(Op(name=name, type="Const", outputs=(TensorSpec(t.dtype, t.shape),),
                                control_inputs=op.control_inputs, device=op.device,
-                               attrs={"value": value, "dtype": t.dtype,
-                                      "_fastt_folded": op.type}))
+                               attrs={"value": value, "dtype": t.dtype},
+                               meta=OpMeta(folded=op.type)))
                 continue
             src, axis, multiple = carried
             if src not in shape_of:
@@ -133,19 +132,20 @@ def fold_static_shapes(graph: Graph, batch: dict[str, tuple[TensorRef, int, int]
                 ops.append(Op(name=shape_of[src], type="Shape", inputs=(src,),
                               outputs=(TensorSpec("int32", (len(spec.shape or ()),)),),
                               colocate_with=(src.op,),
-                              attrs={"T": spec.dtype, "out_type": "int32", DYNAMIC_ATTR: True}))
+                              attrs={"T": spec.dtype, "out_type": "int32"},
+                              meta=OpMeta(dynamic=True)))
             made.append(Op(name=name, type=BATCH_SHAPE,
                            inputs=(TensorRef(shape_of[src], 0),),
                            outputs=(TensorSpec(t.dtype, t.shape),),
                            control_inputs=op.control_inputs, device=op.device,
                            attrs={"value": list(sh), "axis": axis, "multiple": multiple,
-                                  "size": op.type == "Size", "dtype": t.dtype,
-                                  "_fastt_folded": op.type}))
+                                  "size": op.type == "Size", "dtype": t.dtype},
+                           meta=OpMeta(folded=op.type)))
         ops.extend(made)
         if op.type == "ShapeN":
             ops.append(Op(name=op.name, type="IdentityN", outputs=op.outputs, device=op.device,
                           inputs=tuple(TensorRef(c.name, 0) for c in made),
-                          attrs={"_fastt_folded": op.type}))
+                          meta=OpMeta(folded=op.type)))
     return Graph(ops, name=graph.name, payload=graph.payload) if folded else graph
 
 
@@ -245,7 +245,7 @@ def _sum_of_partials(op: Op, decisions: dict[str, tuple[SplitRule, list[int]]],
 
 def replica_of(op: Op) -> int | None:
     """Replica index of a sub-op made by ``data_parallel`` (None for shared ops)."""
-    if "_fastt_origin" not in op.attrs:
+    if op.meta.origin is None:
         return None
     tail = op.name.rsplit("/part", 1)
     return int(tail[1]) if len(tail) == 2 and tail[1].isdigit() else None

@@ -1,7 +1,7 @@
 """SplitOperation (FastT, Algorithm 2): replace an op by n sub-ops, as a pass on the IR.
 
 ``split_operation(graph, op, dim, n)`` returns a new graph where op ``X`` became sub-ops
-``X/part{k}`` (same type and attributes, ``_fastt_origin`` = X, ``_fastt_fraction`` = their
+``X/part{k}`` (same type and attributes, ``meta.origin`` = X, ``meta.fraction`` = their
 share of the work), fed by ``SplitV`` ops whose sizes follow the input's extent at run time
 (or the whole tensor, or a per-part shape vector, ``PART_SHAPE``)
 and joined by a ``ConcatV2`` or ``AddN`` that keeps the name ``X``, so that X's consumers and
@@ -14,12 +14,12 @@ with part k of Y where Y was split alike; otherwise the hint is dropped.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, cast
 
 from fastt.errors import FasttError
-from fastt.ir import JOIN_ATTR, Graph, Op, TensorRef, TensorSpec
+from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
 from fastt.sched.split_rules import FULL, PARTIAL, SHAPE, SPLIT, SplitRule, find, part_sizes
 
 DROPPED_JOINS = "dropped_joins"  # graph payload: joins no op reads any more, by name
@@ -80,7 +80,7 @@ class _Builder:
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.joins = {o.name: o.attrs[JOIN_ATTR] for o in graph if JOIN_ATTR in o.attrs}
+        self.joins = {o.name: o.meta.join for o in graph if o.meta.join is not None}
         self.split_names: set[str] = set()  # ops split in this pass (their parts exist)
         self.rewired: set[str] = set()
         # (tensor, axis, part sizes, total of the shares) -> its parts
@@ -106,8 +106,8 @@ class _Builder:
         out.append(Op(name=name, type="SplitV", inputs=(ref,),
                       outputs=tuple(TensorSpec(spec.dtype, _with_axis(spec.shape, axis, s))
                                     for s in sizes),
-                      attrs={"axis": axis, "size_splits": list(sizes),
-                             "shares": list(shares), "_fastt_split_of": owner}))
+                      attrs={"axis": axis, "size_splits": list(sizes), "shares": list(shares)},
+                      meta=OpMeta(split_of=owner)))
         self.cuts[key] = [TensorRef(name, k) for k in range(len(sizes))]
         return self.cuts[key]
 
@@ -154,17 +154,17 @@ class _Builder:
                 outputs=(TensorSpec(spec.dtype, shape),),
                 colocate_with=tuple(f"{c}/part{k}" for c in op.colocate_with
                                     if c in self.split_names or f"{c}/part{k}" in self.graph),
-                attrs={**op.attrs, "_fastt_origin": op.attrs.get("_fastt_origin", name),
-                       "_fastt_fraction": op.attrs.get("_fastt_fraction", 1.0) * (
-                           1.0 if rule.dim == PARTIAL else shares[k] / total)}))
+                meta=replace(op.meta, origin=op.meta.origin or name,
+                             fraction=op.meta.fraction * (
+                                 1.0 if rule.dim == PARTIAL else shares[k] / total))))
         join_spec = {"kind": rule.join, "axis": rule.out_axis, "sizes": out_sizes,
                      "total": total}
         self.joins[name] = join_spec
         self.split_names.add(name)
         join = Op(name=name, type="ConcatV2" if rule.join == "concat" else "AddN",
                   inputs=tuple(TensorRef(p.name, 0) for p in parts), outputs=op.outputs,
-                  device=op.device, attrs={JOIN_ATTR: join_spec, "axis": rule.out_axis,
-                                           "N": n, "_fastt_split_of": name})
+                  device=op.device, attrs={"axis": rule.out_axis, "N": n},
+                  meta=OpMeta(split_of=name, join=join_spec))
         return out + parts + [join]
 
 
