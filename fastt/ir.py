@@ -14,18 +14,11 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator, NamedTuple, cast
 
+from fastt.op_types import BACK_EDGE_TYPES, LOOP_TYPES
 from fastt import dtypes
 from fastt.errors import GraphStructureError, UnknownDtypeError
 
 Shape = tuple[int | None, ...] | None
-
-#: Op types that define variables (their persistent bytes are the variable's size).
-VARIABLE_TYPES = frozenset(
-    {"VariableV2", "Variable", "VarHandleOp", "AutoReloadVariable", "_VarHandlesOp"})
-#: Op types of TensorFlow's v1 while-loop machinery.
-LOOP_TYPES = frozenset(
-    {"Enter", "RefEnter", "Exit", "RefExit", "NextIteration", "RefNextIteration", "LoopCond"})
-_BACK_EDGE_TYPES = frozenset({"NextIteration", "RefNextIteration"})
 
 
 class TensorRef(NamedTuple):
@@ -205,7 +198,7 @@ class Graph:
     # --- structure ----------------------------------------------------------------------
     def is_back_edge_source(self, name: str) -> bool:
         """True for NextIteration ops, whose output edge closes a while loop."""
-        return self._ops[name].type in _BACK_EDGE_TYPES
+        return self._ops[name].type in BACK_EDGE_TYPES
 
     def topological_order(self) -> list[str]:
         """Op names, producers first (Kahn). Loop back edges (out of NextIteration) are ignored.

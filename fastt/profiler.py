@@ -27,6 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from fastt.op_types import IGNORED_NODES, TRANSFER_TYPES
 from fastt import devices
 from fastt.errors import ProfileError
 from fastt.ir import Graph, TensorRef
@@ -40,8 +41,6 @@ _RECV_TENSOR = re.compile(r"edge_\d+_(?P<tensor>\S+) from (?P<src>\S+) to (?P<ds
 _ARG = re.compile(r"^_arg_(?P<name>.+)_\d+_\d+$")
 _RETVAL = re.compile(r"^_retval_(?P<name>.+)_\d+_\d+$")
 _TRANSFER_SUFFIX = re.compile(r"^(?P<base>.+)/_\d+$")
-TRANSFER_TYPES = frozenset({"_Send", "_Recv", "_HostSend", "_HostRecv"})
-IGNORED_NODES = frozenset({"_SOURCE", "_SINK"})
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from fastt.costs import CostModels, MemoryModel
 from fastt.errors import FasttError, NoBatch
 from fastt.ir import Graph, TensorRef
 from fastt.profiler import Profile, profile
-from fastt.sched.data_parallel import BATCH_SOURCES
+from fastt.op_types import BATCH_SOURCES
 from fastt.costs.source import ModelCosts
 from fastt.sched.problem import Device
 from fastt.sched.strategy import Strategy, data_parallel_fitting, plan, predict

@@ -11,22 +11,8 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from fastt.op_types import CONTRACTIONS, EPILOGUE, NORMS, NORM_PARTNERS
 from fastt.ir import Graph
-
-CONTRACTIONS = frozenset({
-    "Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul", "BatchMatMul", "BatchMatMulV2",
-    "BatchMatMulV3", "Conv2DBackpropFilter", "Conv2DBackpropInput",
-    "DepthwiseConv2dNativeBackpropFilter", "DepthwiseConv2dNativeBackpropInput"})
-EPILOGUE = frozenset({
-    "BiasAdd", "Add", "AddV2", "AddN", "Mul", "Relu", "Relu6", "Elu", "LeakyRelu", "Selu",
-    "Tanh", "Sigmoid", "Softplus", "Erf", "Pow", "Squeeze", "Identity", "FusedBatchNorm",
-    "FusedBatchNormV2", "FusedBatchNormV3"})
-# Ops that oneDNN's layout pass may merge with a neighbour: it expects them to have data inputs
-# only and aborts the process (a failed CHECK) on a control input.
-MERGE_TARGETS = CONTRACTIONS | frozenset({"BiasAdd", "BiasAddGrad", "Pad", "MirrorPad"})
-_NORMS = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3",
-                    "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"})
-_NORM_PARTNERS = frozenset({"Relu", "Relu6", "ReluGrad", "Relu6Grad", "Add", "AddV2"})
 
 
 def fusion_groups(graph: Graph, depth: int = 3) -> dict[str, str]:
@@ -59,12 +45,12 @@ def fusion_groups(graph: Graph, depth: int = 3) -> dict[str, str]:
             for reader in _readers(graph, _source(graph, op.inputs[0].op)):
                 if graph[reader].type in CONTRACTIONS:
                     union(op.name, reader)
-        if op.type in _NORMS:
+        if op.type in NORMS:
             for r in op.inputs:
-                if graph[r.op].type in _NORM_PARTNERS:
+                if graph[r.op].type in NORM_PARTNERS:
                     union(op.name, r.op)
             for e in graph.consumers(op.name):
-                if graph[e.dst].type in _NORM_PARTNERS:
+                if graph[e.dst].type in NORM_PARTNERS:
                     union(op.name, e.dst)
     return {n: find(n) for n in parent}
 

@@ -15,10 +15,11 @@ from collections import defaultdict
 from tensorflow.core.framework import graph_pb2
 
 from fastt.adapters.export import to_graph_def
-from fastt.adapters.fusion import MERGE_TARGETS, fusion_groups, fusion_hazard
+from fastt.adapters.fusion import fusion_groups, fusion_hazard
+from fastt.op_types import BATCH_SOURCES, FREE, MERGE_TARGETS
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, writes_variable
-from fastt.sched.data_parallel import BATCH_SOURCES, batch_inputs
+from fastt.sched.data_parallel import batch_inputs
 from fastt.sched.splitting import DROPPED_JOINS
 from fastt.sched.strategy import Strategy
 from tf_patches.priority_executor import PRIORITY_ATTR
@@ -85,11 +86,6 @@ def chained_ops(graph: Graph, strategy: Strategy) -> set[str]:
     return (core & set(strategy.graph.names)) - shared_ops(graph, strategy.graph)
 
 
-# Ops not worth ordering: they take no time, and a fused kernel takes them as inputs (a
-# variable read feeding a fused Conv2D + BiasAdd), so an edge on them invites a cycle.
-_FREE = frozenset({"ReadVariableOp", "Const", "Identity"})
-
-
 def order_edges(graph: Graph, strategy: Strategy) -> dict[str, list[str]]:
     """Op -> control inputs to add so that each device runs its ops in the strategy's order
     (only ``chained_ops``; pairs that kernel fusion could close into a cycle are left
@@ -101,7 +97,7 @@ def order_edges(graph: Graph, strategy: Strategy) -> dict[str, list[str]]:
     for name in strategy.order:
         # a batch source is fed, not run: a control edge on it would run it (a dequeue that
         # waits on the inner session's empty queue, a placeholder no one feeds)
-        if name in chained and graph[name].type not in _FREE | BATCH_SOURCES:
+        if name in chained and graph[name].type not in FREE | BATCH_SOURCES:
             per_device[strategy.placement[name]].append(name)
     topo = graph.topological_order()
     pos = {n: i for i, n in enumerate(topo)}

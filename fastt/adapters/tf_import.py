@@ -16,7 +16,8 @@ from tensorflow.core.protobuf import meta_graph_pb2
 
 from fastt import dtypes
 from fastt.errors import GraphFormatError, UnknownDtypeError
-from fastt.ir import VARIABLE_TYPES, Graph, Op, TensorRef, TensorSpec
+from fastt.ir import Graph, Op, TensorRef, TensorSpec
+from fastt.op_types import VARIABLE_TYPES
 
 _SKIPPED_ATTRS = frozenset({"value", "_class"})  # constants' payload; colocation kept apart
 

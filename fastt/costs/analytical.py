@@ -7,12 +7,8 @@ from __future__ import annotations
 
 import math
 
+from fastt.op_types import CONV_TYPES, MATMUL_TYPES
 from fastt.ir import Graph, Op
-
-_CONV_TYPES = frozenset({"Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter",
-                         "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropInput",
-                         "DepthwiseConv2dNativeBackpropFilter", "Conv3D"})
-_MATMUL_TYPES = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"})
 
 
 def _elements(shape: tuple[int | None, ...] | None) -> int | None:
@@ -27,7 +23,7 @@ def _input_shape(graph: Graph, op: Op, i: int) -> tuple[int | None, ...] | None:
 def flops(op: Op, graph: Graph) -> float:
     """Estimated floating-point operations of ``op`` (>= 1; 1 when nothing is known)."""
     out = _elements(op.outputs[0].shape) if op.outputs else None
-    if op.type in _CONV_TYPES:
+    if op.type in CONV_TYPES:
         # Forward conv and both backprops do the same multiply-adds: 2 * N*H*W*Cout * kh*kw*Cin.
         big = max((_elements(_input_shape(graph, op, i)) or 0 for i in range(len(op.inputs))),
                   default=0)
@@ -38,7 +34,7 @@ def flops(op: Op, graph: Graph) -> float:
             if act and kh is not None and kw is not None and cin is not None:
                 return float(2 * act * kh * kw * cin)
         return float(max(big, out or 0, 1))
-    if op.type in _MATMUL_TYPES and len(op.inputs) >= 2:
+    if op.type in MATMUL_TYPES and len(op.inputs) >= 2:
         a = _input_shape(graph, op, 0)
         if a is not None and out is not None and len(a) >= 2 and a[-1] is not None:
             k = a[-2] if op.attrs.get("transpose_a") or op.attrs.get("adj_x") else a[-1]

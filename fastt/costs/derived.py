@@ -14,11 +14,10 @@ from typing import Sequence
 
 import numpy as np
 
+from fastt.op_types import COPY_TYPES
 from fastt.costs.analytical import flops
 from fastt.costs.source import CostSource
 from fastt.ir import Graph, Op
-
-_COPY_TYPES = frozenset({"SplitV", "ConcatV2", "AddN"})
 
 
 def fit_overheads(graph: Graph, base: CostSource, device: str) -> dict[str, float]:
@@ -91,7 +90,7 @@ class DerivedCosts:
             whole = self.base.compute(origin, device)
             fixed = min(self.overheads.get(o.type, device), whole)
             return fixed + (whole - fixed) * o.meta.fraction
-        if o.type in _COPY_TYPES and (o.meta.split_of or o.meta.join is not None):
+        if o.type in COPY_TYPES and (o.meta.split_of or o.meta.join is not None):
             # Never priced by name: a join carries the name of the op it replaced.
             return sum(t.nbytes or 0 for t in o.outputs) / self.copy_bytes_per_s
         return self.base.compute(op, device)

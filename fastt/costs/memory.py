@@ -4,12 +4,9 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
+from fastt.op_types import ALIASING_TYPES
 from fastt import dtypes
 from fastt.ir import Graph, Op, TensorRef
-
-#: Ops whose outputs share their input's buffer: they need no memory of their own.
-ALIASING_TYPES = frozenset({"Identity", "IdentityN", "ReadVariableOp", "Reshape", "Squeeze",
-                            "ExpandDims", "StopGradient", "Snapshot", "PreventGradient"})
 
 
 def _variable_bytes(op: Op) -> int:

@@ -16,10 +16,9 @@ import numpy as np
 import tensorflow as tf
 
 from tf_patches.session_hook import unfinalized
+from fastt.op_types import CARRIED_VARIABLE_TYPES, ITERATOR_TYPES
 
 log = logging.getLogger("fastt")
-VARIABLE_TYPES = frozenset({"VarHandleOp", "VariableV2", "Variable"})
-ITERATOR_TYPES = frozenset({"OneShotIterator", "IteratorV2", "Iterator"})
 SCOPE = "fastt_state"
 Run = Callable[[Any, Any], Any]  # run(fetches, feed_dict) on the right session
 Value = np.ndarray | np.generic  # what Session.run returns for one tensor
@@ -38,7 +37,7 @@ def stateful_ops(graph: tf.Graph) -> tuple[list[str], list[str]]:
     for op in graph.get_operations():
         if op.name.startswith(SCOPE + "/"):
             continue
-        if op.type in VARIABLE_TYPES:
+        if op.type in CARRIED_VARIABLE_TYPES:
             variables.append(op.name)
         elif op.type in ITERATOR_TYPES:
             iterators.append(op.name)

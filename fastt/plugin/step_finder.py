@@ -14,6 +14,7 @@ import logging
 from collections import Counter
 from typing import Any, Callable
 
+from fastt.op_types import PLAIN_ASSIGNS
 from fastt.inspect import dumps
 from fastt.ir import Graph, writes_variable
 from fastt.plugin.controller import Controller
@@ -27,9 +28,6 @@ DECLINE_AFTER_RUNS = 100
 Signature = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 
 
-_PLAIN_ASSIGNS = frozenset({"Assign", "AssignVariableOp"})
-
-
 def updates_trainables(graph: Graph, names: list[str], trainable: set[str]) -> bool:
     """Whether running ``names`` updates a trainable variable (any variable when
     ``trainable`` is empty): what makes a run a training step. An update reads what it
@@ -40,7 +38,7 @@ def updates_trainables(graph: Graph, names: list[str], trainable: set[str]) -> b
         if not (writes_variable(op) and op.inputs) or \
                 (trainable and op.inputs[0].op not in trainable):
             continue
-        if op.type not in _PLAIN_ASSIGNS or len(op.inputs) < 2:
+        if op.type not in PLAIN_ASSIGNS or len(op.inputs) < 2:
             return True
         if any(o.is_variable for o in step.fan_in([op.inputs[1].op])):
             return True

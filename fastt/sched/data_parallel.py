@@ -16,30 +16,18 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+from fastt.op_types import BATCH_SOURCES, LINEAR, MAYBE_BATCH, READS, SHAPE_OPS
 from fastt.errors import NoBatch
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
 from fastt.sched.split_rules import FULL, PARTIAL, SHAPE, SPLIT, Part, SplitRule, part_sizes, \
     rules
 from fastt.sched.splitting import apply_decisions
 
-#: Ops whose outputs are training data wherever a step reads them.
-BATCH_SOURCES = frozenset({
-    "Placeholder", "PlaceholderWithDefault", "IteratorGetNext", "IteratorGetNextSync",
-    "QueueDequeue", "QueueDequeueV2", "QueueDequeueMany", "QueueDequeueManyV2",
-    "QueueDequeueUpTo", "QueueDequeueUpToV2", "PyFunc", "PyFuncStateless", "EagerPyFunc"})
-#: Ops whose outputs may be training data (synthetic inputs): the batch is looked for among
-#: them, and among reads of variables the step does not train, when no source above has it.
-_MAYBE_BATCH = frozenset({"Const", "RandomUniform", "RandomStandardNormal", "TruncatedNormal",
-                          "RandomUniformInt"})
-_READS = frozenset({"Identity", "ReadVariableOp"})
-_SHAPE_OPS = frozenset({"Shape", "ShapeN", "Size", "Rank"})
 #: An op fastt made: the shape (or size, with ``size``) of a tensor that carries the batch,
 #: ``value`` with entry ``axis`` read at run time: ``multiple`` times the batch of its input,
 #: the Shape of a batch input (exported as a few small ops).
 BATCH_SHAPE = "FasttBatchShape"
 _STOP = ("Apply", "Assign", "Scatter")  # updates of variables: the replicas end before them
-# linear: applied to a sum of parts, they are applied part by part
-_LINEAR = frozenset({"AddN", "Add", "AddV2", "Identity"})
 
 
 def batch_inputs(graph: Graph) -> tuple[int, list[TensorRef]] | None:
@@ -58,7 +46,7 @@ def batch_inputs(graph: Graph) -> tuple[int, list[TensorRef]] | None:
     for op in graph:
         if op.type in BATCH_SOURCES:
             tier = first
-        elif op.type in _MAYBE_BATCH or (op.type in _READS and op.inputs and
+        elif op.type in MAYBE_BATCH or (op.type in READS and op.inputs and
                                          graph[op.inputs[0].op].is_variable and
                                          op.inputs[0].op not in updated):
             tier = second
@@ -108,7 +96,7 @@ def fold_static_shapes(graph: Graph, batch: dict[str, tuple[TensorRef, int, int]
     for op in graph:
         dims = [graph.tensor(r).dims for r in op.inputs]
         shapes = [sh for sh in dims if sh is not None]
-        if op.type not in _SHAPE_OPS or not shapes or op.meta.dynamic or \
+        if op.type not in SHAPE_OPS or not shapes or op.meta.dynamic or \
                 len(shapes) < len(dims):
             ops.append(op)
             continue
@@ -221,7 +209,7 @@ def data_parallel(graph: Graph, n: int) -> Graph:
             decisions[name] = (rule, shares)
             if rule.join == "concat":
                 axis[f"{name}:0"] = rule.out_axis
-        elif op.type not in _SHAPE_OPS:  # runs whole; its outputs still carry the batch on
+        elif op.type not in SHAPE_OPS:  # runs whole; its outputs still carry the batch on
             for i, t in enumerate(op.outputs):  # axis 0 when sized so
                 if t.shape and t.shape[0] and t.shape[0] % B == 0 and any(
                         f"{r.op}:{r.index}" in axis for r in op.inputs):
@@ -234,7 +222,7 @@ def _sum_of_partials(op: Op, decisions: dict[str, tuple[SplitRule, list[int]]],
                      shares: list[int]) -> SplitRule | None:
     """A sum (or identity) whose every input is a sum of the replicas' parts: computed replica
     by replica."""
-    if op.type not in _LINEAR or len(op.outputs) != 1 or not op.inputs:
+    if op.type not in LINEAR or len(op.outputs) != 1 or not op.inputs:
         return None
     for r in op.inputs:
         d = decisions.get(r.op)

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from fastt.op_types import BINARY, POOL, REDUCE, UNARY
 from fastt.ir import Graph, Op
 
 SPLIT, FULL, SHAPE, PARTIAL = "split", "full", "shape", "partial"
@@ -47,19 +48,6 @@ class SplitRule:
         if not sizes or len(known) < len(sizes):
             return None
         return math.gcd(*known)
-
-
-_UNARY = frozenset({"Relu", "Relu6", "Elu", "Selu", "Tanh", "Sigmoid", "Softplus", "Neg",
-                    "Square", "Sqrt", "Rsqrt", "Exp", "Log", "Abs", "Cast", "LeakyRelu",
-                    "Softmax", "LogSoftmax", "Identity", "Reciprocal", "ZerosLike",
-                    "OnesLike", "StopGradient"})
-_BINARY = frozenset({"Add", "AddV2", "Sub", "Mul", "RealDiv", "Maximum", "Minimum",
-                     "SquaredDifference", "ReluGrad", "Relu6Grad", "EluGrad", "SigmoidGrad",
-                     "TanhGrad", "SoftplusGrad", "BiasAdd", "LeakyReluGrad", "DivNoNan",
-                     "SelectV2", "Select", "Greater", "GreaterEqual", "Less", "LessEqual",
-                     "Equal", "NotEqual", "RsqrtGrad", "SqrtGrad", "Pow", "AddN"})
-_REDUCE = frozenset({"Sum", "Mean", "Max", "Min", "Prod"})
-_POOL = frozenset({"MaxPool", "AvgPool"})
 
 
 def _channel_axis(op: Op, rank: int = 4) -> int:
@@ -105,7 +93,7 @@ def rules(op: Op, graph: Graph) -> list[SplitRule]:
                           r - 2),
                 SplitRule("cols", (Part(FULL), Part(SPLIT, r - 2 if ay else r - 1)), "concat",
                           r - 1)]
-    if t in _POOL:
+    if t in POOL:
         return [SplitRule("batch", (Part(SPLIT, 0),), "concat", 0),
                 SplitRule("channel", (Part(SPLIT, c),), "concat", c)]
     if t == "MaxPoolGrad":  # (orig_input, orig_output, grad)
@@ -125,9 +113,9 @@ def rules(op: Op, graph: Graph) -> list[SplitRule]:
                 and (rows_out % rows_in == 0 or rows_in % rows_out == 0):
             return [SplitRule("batch", (Part(SPLIT, 0), Part(SHAPE, 0)), "concat", 0)]
         return []
-    if t in _UNARY or t in _BINARY:
+    if t in UNARY or t in BINARY:
         return _elementwise(op, graph)
-    if t in _REDUCE or t == "Transpose" or t == "ExpandDims" or t == "Squeeze":
+    if t in REDUCE or t == "Transpose" or t == "ExpandDims" or t == "Squeeze":
         return _batch_local(op, graph)
     if t == "GatherV2" and len(op.inputs) == 3 and _const(graph, op, 2) == 0 \
             and not op.attrs.get("batch_dims"):  # rows of an embedding lookup

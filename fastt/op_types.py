@@ -1,0 +1,89 @@
+"""What fastt knows about TensorFlow op types, in one place (no TensorFlow here): each set
+names the ops one rule of a pass applies to."""
+
+#: Ops that define variables (their persistent bytes are the variable's size).
+VARIABLE_TYPES = frozenset({
+    "AutoReloadVariable", "VarHandleOp", "Variable", "VariableV2", "_VarHandlesOp"})
+#: TensorFlow's v1 while-loop machinery.
+LOOP_TYPES = frozenset({
+    "Enter", "Exit", "LoopCond", "NextIteration", "RefEnter", "RefExit", "RefNextIteration"})
+#: The ops that close a v1 while loop (their input edge is the loop's back edge).
+BACK_EDGE_TYPES = frozenset({"NextIteration", "RefNextIteration"})
+#: The variables whose values the plugin reads and writes back when training moves to another
+#: graph (a subset of ``VARIABLE_TYPES``).
+CARRIED_VARIABLE_TYPES = frozenset({"VarHandleOp", "Variable", "VariableV2"})
+#: Dataset iterators whose position the plugin carries to another graph.
+ITERATOR_TYPES = frozenset({"Iterator", "IteratorV2", "OneShotIterator"})
+#: Assignments: a training update only when the value comes from variables.
+PLAIN_ASSIGNS = frozenset({"Assign", "AssignVariableOp"})
+#: The nodes TensorFlow inserts to move a tensor between devices.
+TRANSFER_TYPES = frozenset({"_HostRecv", "_HostSend", "_Recv", "_Send"})
+#: The executor's bookkeeping nodes in a trace.
+IGNORED_NODES = frozenset({"_SINK", "_SOURCE"})
+#: Ops whose outputs share their input's buffer: they need no memory of their own.
+ALIASING_TYPES = frozenset({
+    "ExpandDims", "Identity", "IdentityN", "PreventGradient", "ReadVariableOp", "Reshape",
+    "Snapshot", "Squeeze", "StopGradient"})
+#: Convolutions and their gradients (analytical FLOPs).
+CONV_TYPES = frozenset({
+    "Conv2D", "Conv2DBackpropFilter", "Conv2DBackpropInput", "Conv3D", "DepthwiseConv2dNative",
+    "DepthwiseConv2dNativeBackpropFilter", "DepthwiseConv2dNativeBackpropInput"})
+#: Matrix products (analytical FLOPs).
+MATMUL_TYPES = frozenset({"BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "MatMul"})
+#: The ops fastt adds to cut and join a split op's tensors (priced as copies).
+COPY_TYPES = frozenset({"AddN", "ConcatV2", "SplitV"})
+#: Element-wise ops of one input (split along any axis).
+UNARY = frozenset({
+    "Abs", "Cast", "Elu", "Exp", "Identity", "LeakyRelu", "Log", "LogSoftmax", "Neg",
+    "OnesLike", "Reciprocal", "Relu", "Relu6", "Rsqrt", "Selu", "Sigmoid", "Softmax",
+    "Softplus", "Sqrt", "Square", "StopGradient", "Tanh", "ZerosLike"})
+#: Element-wise ops of two or more inputs, broadcasting (split along any axis).
+BINARY = frozenset({
+    "Add", "AddN", "AddV2", "BiasAdd", "DivNoNan", "EluGrad", "Equal", "Greater",
+    "GreaterEqual", "LeakyReluGrad", "Less", "LessEqual", "Maximum", "Minimum", "Mul",
+    "NotEqual", "Pow", "RealDiv", "Relu6Grad", "ReluGrad", "RsqrtGrad", "Select", "SelectV2",
+    "SigmoidGrad", "SoftplusGrad", "SqrtGrad", "SquaredDifference", "Sub", "TanhGrad"})
+#: Reductions.
+REDUCE = frozenset({"Max", "Mean", "Min", "Prod", "Sum"})
+#: Pooling.
+POOL = frozenset({"AvgPool", "MaxPool"})
+#: Ops whose outputs are training data wherever a step reads them.
+BATCH_SOURCES = frozenset({
+    "EagerPyFunc", "IteratorGetNext", "IteratorGetNextSync", "Placeholder",
+    "PlaceholderWithDefault", "PyFunc", "PyFuncStateless", "QueueDequeue", "QueueDequeueMany",
+    "QueueDequeueManyV2", "QueueDequeueUpTo", "QueueDequeueUpToV2", "QueueDequeueV2"})
+#: Ops whose outputs may be training data (synthetic inputs): the batch is looked for among
+#: them, and among reads of variables the step does not train, when no source has it.
+MAYBE_BATCH = frozenset({
+    "Const", "RandomStandardNormal", "RandomUniform", "RandomUniformInt", "TruncatedNormal"})
+#: Reads of a variable's value.
+READS = frozenset({"Identity", "ReadVariableOp"})
+#: Ops that read only their input's shape.
+SHAPE_OPS = frozenset({"Rank", "Shape", "ShapeN", "Size"})
+#: Linear ops: applied to a sum of parts, they are applied part by part.
+LINEAR = frozenset({"Add", "AddN", "AddV2", "Identity"})
+#: Contractions: oneDNN fuses an epilogue into them.
+CONTRACTIONS = frozenset({
+    "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Conv2D", "Conv2DBackpropFilter",
+    "Conv2DBackpropInput", "Conv3D", "DepthwiseConv2dNative",
+    "DepthwiseConv2dNativeBackpropFilter", "DepthwiseConv2dNativeBackpropInput", "MatMul"})
+#: What oneDNN fuses after a contraction.
+EPILOGUE = frozenset({
+    "Add", "AddN", "AddV2", "BiasAdd", "Elu", "Erf", "FusedBatchNorm", "FusedBatchNormV2",
+    "FusedBatchNormV3", "Identity", "LeakyRelu", "Mul", "Pow", "Relu", "Relu6", "Selu",
+    "Sigmoid", "Softplus", "Squeeze", "Tanh"})
+#: Ops that oneDNN's layout pass may merge with a neighbour: it expects them to have data inputs
+#: only and aborts the process (a failed CHECK) on a control input.
+MERGE_TARGETS = frozenset({
+    "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "BiasAdd", "BiasAddGrad", "Conv2D",
+    "Conv2DBackpropFilter", "Conv2DBackpropInput", "Conv3D", "DepthwiseConv2dNative",
+    "DepthwiseConv2dNativeBackpropFilter", "DepthwiseConv2dNativeBackpropInput", "MatMul",
+    "MirrorPad", "Pad"})
+#: Batch normalisation and its gradients.
+NORMS = frozenset({
+    "FusedBatchNorm", "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
+    "FusedBatchNormV2", "FusedBatchNormV3"})
+#: What oneDNN fuses into a batch normalisation.
+NORM_PARTNERS = frozenset({"Add", "AddV2", "Relu", "Relu6", "Relu6Grad", "ReluGrad"})
+#: Ops that cost nothing to run where their consumer runs.
+FREE = frozenset({"Const", "Identity", "ReadVariableOp"})
