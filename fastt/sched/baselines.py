@@ -20,9 +20,9 @@ import heapq
 from fastt.errors import DoesNotFit
 from fastt.ir import Graph
 from fastt.sched.data_parallel import replica_of
-from fastt.sched.dpos import group_memory, rank_u
+from fastt.sched.dpos import eft_list_schedule, group_memory, rank_u
 from fastt.sched.problem import Problem
-from fastt.sched.schedule import Schedule, Timeline, ready_times
+from fastt.sched.schedule import Schedule, ready_times
 from fastt.sched.simulate import simulate
 
 
@@ -58,28 +58,9 @@ def heft(p: Problem) -> Schedule:
 
 
 def _eft_list_schedule(p: Problem, visit: list[int]) -> Schedule:
-    """Each op, in ``visit`` order, to the device where it finishes first (insertion-based),
-    its colocation group following it; memory as in DPOS."""
-    D = p.num_devices
-    gmem = group_memory(p)
-    used = [0.0] * D
-    group_dev: dict[int, int] = {}
-    device, start, finish = [-1] * p.n, [0.0] * p.n, [0.0] * p.n
-    timelines = [Timeline() for _ in range(D)]
-    for i in visit:
-        g = p.group[i]
-        cands = [group_dev[g]] if g in group_dev else \
-            [d for d in range(D) if used[d] + gmem[g] <= p.devices[d].memory]
-        if not cands:
-            raise DoesNotFit(f"op {p.names[i]!r} fits in no device's remaining memory")
-        ready = ready_times(p, i, device, finish)
-        ft, st, d = min((st + p.w[i][d], st, d) for d in cands
-                        for st in (timelines[d].earliest(ready[d], p.w[i][d]),))
-        if g not in group_dev:
-            group_dev[g] = d
-            used[d] += gmem[g]
-        device[i], start[i], finish[i] = d, st, ft
-        timelines[d].insert(st, ft)
+    """Each op, in ``visit`` order, to the device where it finishes first (as in DPOS)."""
+    device, start, finish = eft_list_schedule(p, visit, group_memory(p), [0.0] * p.num_devices,
+                                              {})
     return Schedule(device, start, finish)
 
 

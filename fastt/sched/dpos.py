@@ -110,21 +110,31 @@ def dpos(p: Problem) -> Schedule:
     used = [0.0] * D
     group_dev: dict[int, int] = {}
     cp_dev = critical_path_devices(p, cp, used, gmem, group_dev)
-    cap = p.capacity
     pos = {op: k for k, op in enumerate(p.topo)}
     visit = sorted(range(n), key=lambda i: (-rank[i], pos[i]))
+    device, start, finish = eft_list_schedule(p, visit, gmem, used, group_dev, cp_dev)
+    return Schedule(device, start, finish, critical_path=cp)
 
-    device = [-1] * n
-    start = [0.0] * n
-    finish = [0.0] * n
+
+def eft_list_schedule(p: Problem, visit: list[int], gmem: dict[int, float],
+                      used: list[float], group_dev: dict[int, int],
+                      pinned: dict[int, int] | None = None
+                      ) -> tuple[list[int], list[float], list[float]]:
+    """Each op, in ``visit`` order, to the device where it finishes first, found
+    insertion-based (the earliest idle gap that fits); ``pinned`` ops to their device, a
+    colocation group following its first member; a group's memory (``gmem``) reserved where
+    it lands (``used``, ``group_dev``: updated). Device, start and finish per op. O((V + E) * D)
+    plus the gap searches."""
+    D, cap, pinned = p.num_devices, p.capacity, pinned or {}
+    device, start, finish = [-1] * p.n, [0.0] * p.n, [0.0] * p.n
     timelines = [Timeline() for _ in range(D)]
     for i in visit:
         g = p.group[i]
         placed = group_dev.get(g)
         if placed is not None:
             candidates = [placed]
-        elif i in cp_dev:
-            candidates = [cp_dev[i]]
+        elif i in pinned:
+            candidates = [pinned[i]]
         else:
             candidates = [d for d in range(D) if used[d] + gmem[g] <= cap[d]]
             if not candidates:
@@ -144,4 +154,4 @@ def dpos(p: Problem) -> Schedule:
             used[best_d] += gmem[g]
         device[i], start[i], finish[i] = best_d, best_st, best_ft
         timelines[best_d].insert(best_st, best_ft)
-    return Schedule(device, start, finish, critical_path=cp)
+    return device, start, finish
