@@ -15,6 +15,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator, NamedTuple, cast
 
 from fastt.op_types import BACK_EDGE_TYPES, LOOP_TYPES
+from networkx.utils import UnionFind
+
 from fastt import dtypes
 from fastt.errors import GraphStructureError, UnknownDtypeError
 
@@ -240,27 +242,16 @@ class Graph:
         Groups join ops named in ``_class: loc:@...`` attributes and the two ends of every
         edge that carries a reference or a resource handle (TensorFlow places those together).
         """
-        parent = {n: n for n in self._ops}
-
-        def find(x: str) -> str:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
-        def union(a: str, b: str) -> None:
-            ra, rb = find(a), find(b)
-            if ra != rb:
-                parent[max(ra, rb)] = min(ra, rb)
-
+        groups = UnionFind(self._ops)
         for op in self._ops.values():
             for other in op.colocate_with:
-                if other in parent:
-                    union(op.name, other)
+                if other in self._ops:
+                    groups.union(op.name, other)
             for ref in op.inputs:
                 if dtypes.is_ref_or_resource(self.tensor(ref).dtype):
-                    union(op.name, ref.op)
-        return {n: find(n) for n in self._ops}
+                    groups.union(op.name, ref.op)
+        # each group represented by its least name, whatever order the unions came in
+        return {n: min(members) for members in groups.to_sets() for n in members}
 
     def while_frames(self) -> dict[str, list[str]]:
         """Innermost while-loop frame name -> ops inside it (empty when the graph has no loop)."""

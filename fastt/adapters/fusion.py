@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from networkx.utils import UnionFind
+
 from fastt.op_types import CONTRACTIONS, EPILOGUE, NORMS, NORM_PARTNERS
 from fastt.ir import Graph
 
@@ -18,21 +20,8 @@ from fastt.ir import Graph
 def fusion_groups(graph: Graph, depth: int = 3) -> dict[str, str]:
     """Op -> a representative of the group of ops that may become one kernel with it (ops
     in no group represent themselves). O(n) in the graph size for a fixed ``depth``."""
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        root = x
-        while parent.get(root, root) != root:
-            root = parent[root]
-        while x != root:
-            parent[x], x = root, parent.get(x, x)
-        return root
-
-    def union(x: str, y: str) -> None:
-        rx, ry = find(x), find(y)
-        if rx != ry:
-            parent[ry] = rx
-
+    groups = UnionFind()
+    union = groups.union
     for op in graph:
         if op.type in CONTRACTIONS:
             frontier = [op.name]
@@ -52,7 +41,7 @@ def fusion_groups(graph: Graph, depth: int = 3) -> dict[str, str]:
             for e in graph.consumers(op.name):
                 if graph[e.dst].type in NORM_PARTNERS:
                     union(op.name, e.dst)
-    return {n: find(n) for n in parent}
+    return {n: groups[n] for n in groups}
 
 
 def _source(graph: Graph, name: str) -> str:
