@@ -33,33 +33,24 @@ log = logging.getLogger("fastt")
 DEVICE_NAME = "/job:localhost/replica:0/task:0/device:{type}:0"
 _KiB, _MiB, _GiB = 1 << 10, 1 << 20, 1 << 30
 
+
+def _nvidia(model: str, mhz: int, sms: int, arch: str, cuda: str, cudnn: str, l1_kib: int,
+            l2_mib: int, smem_kib: int, gib: int, gb_per_s: int) -> dict[str, Any]:
+    """An NVIDIA GPU's ``DeviceProperties`` fields (bandwidth in KB/s, as grappler reads it)."""
+    return {"type": "GPU", "vendor": "NVIDIA", "model": model, "frequency": mhz,
+            "num_cores": sms, "environment": {"architecture": arch, "cuda": cuda,
+                                              "cudnn": cudnn},
+            "num_registers": 65536, "l1_cache_size": l1_kib * _KiB,
+            "l2_cache_size": l2_mib * _MiB, "shared_memory_size_per_multiprocessor":
+            smem_kib * _KiB, "memory_size": gib * _GiB, "bandwidth": gb_per_s * 1_000_000}
+
+
 # NVIDIA Tesla V100-SXM2-16GB: 80 SMs at 1530 MHz boost (15.7 TFLOP/s fp32), HBM2 900 GB/s.
-V100: dict[str, Any] = {
-    "type": "GPU", "vendor": "NVIDIA", "model": "Tesla V100-SXM2-16GB",
-    "frequency": 1530, "num_cores": 80,
-    "environment": {"architecture": "7.0", "cuda": "10000", "cudnn": "7600"},
-    "num_registers": 65536, "l1_cache_size": 128 * _KiB, "l2_cache_size": 6 * _MiB,
-    "shared_memory_size_per_multiprocessor": 96 * _KiB,
-    "memory_size": 16 * _GiB, "bandwidth": 900_000_000,
-}
+V100 = _nvidia("Tesla V100-SXM2-16GB", 1530, 80, "7.0", "10000", "7600", 128, 6, 96, 16, 900)
 # NVIDIA Tesla P100-SXM2-16GB: 56 SMs at 1480 MHz (10.6 TFLOP/s fp32), HBM2 732 GB/s.
-P100: dict[str, Any] = {
-    "type": "GPU", "vendor": "NVIDIA", "model": "Tesla P100-SXM2-16GB",
-    "frequency": 1480, "num_cores": 56,
-    "environment": {"architecture": "6.0", "cuda": "9000", "cudnn": "7000"},
-    "num_registers": 65536, "l1_cache_size": 24 * _KiB, "l2_cache_size": 4 * _MiB,
-    "shared_memory_size_per_multiprocessor": 64 * _KiB,
-    "memory_size": 16 * _GiB, "bandwidth": 732_000_000,
-}
+P100 = _nvidia("Tesla P100-SXM2-16GB", 1480, 56, "6.0", "9000", "7000", 24, 4, 64, 16, 732)
 # NVIDIA A100-SXM4-40GB: 108 SMs at 1410 MHz (19.5 TFLOP/s fp32, no tensor cores), 1555 GB/s.
-A100: dict[str, Any] = {
-    "type": "GPU", "vendor": "NVIDIA", "model": "A100-SXM4-40GB",
-    "frequency": 1410, "num_cores": 108,
-    "environment": {"architecture": "8.0", "cuda": "11000", "cudnn": "8000"},
-    "num_registers": 65536, "l1_cache_size": 192 * _KiB, "l2_cache_size": 40 * _MiB,
-    "shared_memory_size_per_multiprocessor": 164 * _KiB,
-    "memory_size": 40 * _GiB, "bandwidth": 1_555_000_000,
-}
+A100 = _nvidia("A100-SXM4-40GB", 1410, 108, "8.0", "11000", "8000", 192, 40, 164, 40, 1555)
 # A generic 8-core 2.5 GHz server CPU. Grappler rates a CPU at num_cores * frequency FLOP/s
 # (no SIMD, no FMA), so its estimates are far slower than a real CPU: use for ranking only.
 CPU: dict[str, Any] = {

@@ -169,23 +169,25 @@ def _collections(meta: meta_graph_pb2.MetaGraphDef) -> dict[str, list[str]]:
     return out
 
 
-def _parse_meta_binary(data: bytes) -> tuple[graph_pb2.GraphDef, dict[str, Any]] | None:
-    meta = meta_graph_pb2.MetaGraphDef()
+def _parse_binary(data: bytes, proto: Any) -> Any:
+    """``data`` parsed into a new ``proto`` message, or None when it is not one."""
+    msg = proto()
     try:
-        meta.ParseFromString(data)
+        msg.ParseFromString(data)
     except message.DecodeError:
         return None
+    return msg
+
+
+def _parse_meta_binary(data: bytes) -> tuple[graph_pb2.GraphDef, dict[str, Any]] | None:
+    meta = _parse_binary(data, meta_graph_pb2.MetaGraphDef)
     return (meta.graph_def, {"collections": _collections(meta)}) \
-        if _plausible(meta.graph_def) else None
+        if meta is not None and _plausible(meta.graph_def) else None
 
 
 def _parse_graph_binary(data: bytes) -> tuple[graph_pb2.GraphDef, dict[str, Any]] | None:
-    gd = graph_pb2.GraphDef()
-    try:
-        gd.ParseFromString(data)
-    except message.DecodeError:
-        return None
-    return (gd, {}) if _plausible(gd) else None
+    gd = _parse_binary(data, graph_pb2.GraphDef)
+    return (gd, {}) if gd is not None and _plausible(gd) else None
 
 
 def _parse_text(data: bytes, proto: Any) -> Any:

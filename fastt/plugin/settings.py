@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 from fastt.cluster.spec import ClusterSpec, from_tf_config, parse_cluster_spec
 from fastt.errors import ClusterError, FasttError
@@ -35,32 +35,31 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise SettingsError(f"{name}={raw!r}: expected 1/0 (or true/false, on/off, yes/no)")
 
 
-def _count(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+def _number(env: Mapping[str, str], name: str, default: float, parse: type,
+            ok: Callable[[float], bool], expected: str) -> Any:
+    """``env[name]`` read by ``parse`` (``default`` when unset); ``expected`` names what
+    ``ok`` accepts, in the error."""
     raw = env.get(name)
     if raw is None or not raw.strip():
         return default
     try:
-        v = int(raw)
+        v = parse(raw)
     except ValueError:
-        raise SettingsError(f"{name}={raw!r}: expected a whole number >= {minimum}") from None
-    if v < minimum:
-        raise SettingsError(f"{name}={raw!r}: expected a whole number >= {minimum}")
+        raise SettingsError(f"{name}={raw!r}: expected {expected}") from None
+    if not ok(v):
+        raise SettingsError(f"{name}={raw!r}: expected {expected}")
     return v
+
+
+def _count(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    return int(_number(env, name, default, int, lambda v: v >= minimum,
+                       f"a whole number >= {minimum}"))
 
 
 def _real(env: Mapping[str, str], name: str, default: float, high: float, expected: str
           ) -> float:
     """A number in [0, ``high``) from ``env[name]``; ``expected`` names the range in errors."""
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        v = float(raw)
-    except ValueError:
-        v = -1.0
-    if not 0.0 <= v < high:
-        raise SettingsError(f"{name}={raw!r}: expected {expected}")
-    return v
+    return float(_number(env, name, default, float, lambda v: 0.0 <= v < high, expected))
 
 
 _DEVICE = re.compile(r"^(/job:[\w-]+(/replica:\d+)?(/task:\d+)?)?/device:(CPU|GPU):\d+$",
