@@ -61,20 +61,17 @@ def fifo_step(strategy, ds, costs, graph) -> float:
 
 def case(graph, fetch, seconds, spec: str, batch: int) -> dict:
     """Every strategy and the OS-DPOS ablations on one device set."""
-    from fastt.errors import FasttError
     from fastt.costs.source import StaticCosts
+    from fastt.plan_cmd import Setup, plan_each
     from fastt.sched.device_spec import parse
     from fastt.sched.strategy import plan
     ds = parse(spec)
     costs = StaticCosts(seconds, ds)
     row: dict = {"devices": spec, "gpus": gpus(spec), "batch": batch, "strategies": {}}
     planned = {}
-    for name in STRATEGIES:
-        try:
-            s = plan(graph, ds.devices, costs, name, ds.copy_bytes_per_s,
-                     workers=os.cpu_count() or 1, fetches=fetch)
-        except FasttError as e:
-            row["strategies"][name] = {"error": str(e)}
+    for name, s in plan_each(Setup(graph, spec, ds, fetch, costs), STRATEGIES).items():
+        if isinstance(s, str):
+            row["strategies"][name] = {"error": s}
             continue
         planned[name] = s
         row["strategies"][name] = {

@@ -15,7 +15,7 @@ from fastt.ir import Graph
 from fastt.costs.source import StaticCosts
 from fastt.sched.device_spec import DeviceSet, parse
 from fastt.costs.source import CostSource, ModelCosts
-from fastt.sched.registry import STRATEGIES
+from fastt.sched.registry import STRATEGIES, kind
 from fastt.sched.strategy import Strategy, plan
 
 log = logging.getLogger("fastt")
@@ -88,21 +88,29 @@ def prepare(graph: Graph, spec: str, costs: str = "analytical",
 def plan_all(setup: Setup, strategy: str = "os-dpos", baselines: Sequence[str] = STRATEGIES,
              progress: Any = None) -> tuple[Strategy, dict[str, Strategy | str]]:
     """The chosen strategy and every baseline (or why it could not be computed)."""
+    chosen = plan_each(setup, [strategy], raise_errors=True)[strategy]
+    assert isinstance(chosen, Strategy)
+    return chosen, plan_each(setup, [b for b in baselines if b != strategy], progress)
+
+
+def plan_each(setup: Setup, names: Sequence[str], progress: Any = None,
+              raise_errors: bool = False) -> dict[str, Strategy | str]:
+    """Each strategy of ``names``, or why it could not be computed (``raise_errors``: the
+    error itself); OS-DPOS's split search on every core."""
     devs, copy = setup.devices.devices, setup.devices.copy_bytes_per_s
-    chosen = plan(setup.graph, devs, setup.costs, strategy, copy,
-                  workers=os.cpu_count() or 1, fetches=setup.fetches)
-    others: dict[str, Strategy | str] = {}
-    for name in baselines:
-        if name == strategy:
-            continue
+    out: dict[str, Strategy | str] = {}
+    for name in names:
         if progress:
             progress(name)
         try:
-            others[name] = plan(setup.graph, devs, setup.costs, name, copy,
-                                fetches=setup.fetches)
+            out[name] = plan(setup.graph, devs, setup.costs, name, copy,
+                             workers=(os.cpu_count() or 1) if kind(name).search else 1,
+                             fetches=setup.fetches)
         except FasttError as e:
-            others[name] = str(e)
-    return chosen, others
+            if raise_errors:
+                raise
+            out[name] = str(e)
+    return out
 
 
 def run(graph: Graph, spec: str, strategy: str = "os-dpos", costs: str = "analytical",
