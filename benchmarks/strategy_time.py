@@ -10,6 +10,7 @@ Each timing is the median of --repeats runs (DPOS) or one run (OS-DPOS).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -101,7 +102,7 @@ def _load_model(name: str):
     from fastt.adapters.tf_import import from_tf_graph
     built = zoo.build(name, **MODELS[name])
     g = from_tf_graph(built.graph, name=name)
-    g.payload["collections"] = {"train_op": [built.train_op.name]}
+    g.meta = dataclasses.replace(g.meta, collections={"train_op": [built.train_op.name]})
     return g
 
 

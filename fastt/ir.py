@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Iterator, NamedTuple, cast
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, cast
 
 from fastt.op_types import BACK_EDGE_TYPES, LOOP_TYPES
 from networkx.utils import UnionFind
@@ -89,6 +89,16 @@ class OpMeta:
 _NO_META = OpMeta()
 
 
+@dataclass(frozen=True)
+class GraphMeta:
+    """What a graph carries besides its ops, through every pass."""
+    library: bytes | None = None  # the GraphDef's function library (serialized), if any
+    collections: Mapping[str, list[str]] = field(default_factory=dict)  # e.g. train_op
+    # joins of split ops that no op reads any more, by name (the rewriter rebuilds one that
+    # the user fetches)
+    dropped_joins: Mapping[str, "Op"] = field(default_factory=dict)
+
+
 @dataclass(slots=True)
 class Op:
     """One node of the graph. ``device`` is the device the user requested ("" if none)."""
@@ -114,9 +124,9 @@ class Graph:
     """An ordered, validated set of ops. Build a new one to change it."""
 
     def __init__(self, ops: Iterable[Op], name: str = "",
-                 payload: dict[str, Any] | None = None) -> None:
+                 meta: GraphMeta | None = None) -> None:
         self.name = name
-        self.payload: dict[str, Any] = dict(payload or {})  # adapter data carried by passes
+        self.meta = meta or GraphMeta()
         self._ops: dict[str, Op] = {}
         for op in ops:
             if op.name in self._ops:
@@ -283,7 +293,7 @@ class Graph:
         if missing:
             raise KeyError(f"replace_ops: no such ops {sorted(missing)[:5]}")
         return Graph((changed.get(n, op) for n, op in self._ops.items()), name=self.name,
-                     payload=self.payload)
+                     meta=self.meta)
 
     def with_output_shapes(self, shapes: dict[TensorRef, tuple[int, ...]],
                            nbytes: dict[TensorRef, int] | None = None) -> "Graph":
@@ -314,7 +324,7 @@ class Graph:
         return self.replace_ops(changed) if changed else self
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-able description (without the adapter's payload)."""
+        """A JSON-able description (without ``meta``)."""
         return {"name": self.name, "ops": [_op_to_dict(op) for op in self._ops.values()]}
 
     def fan_in(self, names: Iterable[str]) -> "Graph":
@@ -334,7 +344,7 @@ class Graph:
             stack.extend(r.op for r in op.inputs)
             stack.extend(op.control_inputs)
         return Graph((op for n, op in self._ops.items() if n in keep), name=self.name,
-                     payload=self.payload)
+                     meta=self.meta)
 
     def loop_summary(self) -> dict[str, Any]:
         """What loops the graph has: v1 while frames and functional While ops."""

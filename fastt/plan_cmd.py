@@ -5,7 +5,7 @@ import functools
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from fastt import devices as devnames
@@ -34,7 +34,7 @@ def load(graph_path: str | None, model: str | None, batch_size: int | None) -> G
     tf.compat.v1.disable_eager_execution()
     built = zoo.build(model, **({"batch_size": batch_size} if batch_size else {}))
     g = tf_import.from_tf_graph(built.graph, name=model)
-    g.payload["collections"] = {"train_op": [built.train_op.name]}
+    g.meta = replace(g.meta, collections={"train_op": [built.train_op.name]})
     return g
 
 
@@ -45,7 +45,7 @@ def fetches(graph: Graph, explicit: Sequence[str] = ()) -> list[str]:
         if missing:
             raise FasttError(f"--fetch names ops that are not in the graph: {missing}")
         return list(explicit)
-    train = graph.payload.get("collections", {}).get("train_op")
+    train = graph.meta.collections.get("train_op")
     if train:
         return list(train)
     raise FasttError("the graph names no train op: pass --fetch OP (e.g. the optimizer's "

@@ -80,7 +80,7 @@ def test_graph_and_meta_graph_files(tmp_path):
         assert set(ir.names) == names, f
         assert set(ir.data_edges()) == tf_edges(g), f
     meta = tf_import.load_graph(tmp_path / "m.meta")
-    assert model.train_op.name in meta.payload["collections"]["train_op"]
+    assert model.train_op.name in meta.meta.collections["train_op"]
 
 
 def mlp_unknown_batch():

@@ -57,7 +57,7 @@ class Engine:
             ir = from_tf_graph(self.graph, name=self.name)
             if self._exclude:
                 ir = Graph([op for op in ir if not op.name.startswith(self._exclude)],
-                           name=ir.name, payload=ir.payload)
+                           name=ir.name, meta=ir.meta)
             self._ir = ir.with_output_shapes(self._shapes) if self._shapes else ir
         return self._ir
 

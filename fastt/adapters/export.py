@@ -191,7 +191,7 @@ def to_graph_def(graph: Graph, placement: Mapping[str, str] | None = None
             if op.colocate_with and not placed:
                 node.attr["_class"].list.s.extend(f"loc:@{c}".encode() for c in
                                                   op.colocate_with)
-    library = graph.payload.get("library")
+    library = graph.meta.library
     if library:
         gd.library.ParseFromString(library)
     return gd

@@ -20,7 +20,6 @@ from fastt.op_types import BATCH_SOURCES, FREE, MERGE_TARGETS
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, writes_variable
 from fastt.sched.data_parallel import batch_inputs
-from fastt.sched.splitting import DROPPED_JOINS
 from fastt.sched.strategy import Strategy
 from tf_patches.priority_executor import PRIORITY_ATTR
 
@@ -29,7 +28,7 @@ def merged_graph(original: Graph, strategy: Strategy) -> Graph:
     """The planned step plus the original ops it does not cover (and joins they need)."""
     planned = strategy.graph
     ops: dict[str, Op] = {op.name: op for op in planned}
-    dropped = planned.payload.get(DROPPED_JOINS, {})
+    dropped = planned.meta.dropped_joins
     for op in original:
         if op.name not in ops and op.name not in dropped:
             ops[op.name] = op
@@ -37,7 +36,7 @@ def merged_graph(original: Graph, strategy: Strategy) -> Graph:
         if name not in ops:
             first = join.inputs[0].op
             ops[name] = join.with_(device=strategy.placement.get(first, join.device))
-    return Graph(ops.values(), name=original.name, payload=planned.payload)
+    return Graph(ops.values(), name=original.name, meta=planned.meta)
 
 
 def _implied(preds: dict[str, list[str]], pos: dict[str, int], a: str, b: str) -> bool:

@@ -7,6 +7,7 @@ knows nothing of TensorFlow. The NodeDef of every op travels in ``Op.node_def`` 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any, Mapping
 
 import tensorflow as tf
@@ -16,7 +17,7 @@ from tensorflow.core.protobuf import meta_graph_pb2
 
 from fastt import dtypes
 from fastt.errors import GraphFormatError, UnknownDtypeError
-from fastt.ir import Graph, Op, TensorRef, TensorSpec
+from fastt.ir import Graph, GraphMeta, Op, TensorRef, TensorSpec
 from fastt.op_types import VARIABLE_TYPES
 
 _SKIPPED_ATTRS = frozenset({"value", "_class"})  # constants' payload; colocation kept apart
@@ -121,8 +122,8 @@ def from_tf_graph(graph: tf.Graph, name: str = "") -> Graph:
             stateful=stateful, is_variable=tf_op.type in VARIABLE_TYPES,
             attrs=_attrs(node), node_def=node.SerializeToString()))
     library = graph.as_graph_def().library
-    payload = {"library": library.SerializeToString()} if library.function else {}
-    return Graph(ops, name=name, payload=payload)
+    return Graph(ops, name=name, meta=GraphMeta(
+        library=library.SerializeToString() if library.function else None))
 
 
 def from_graph_def(graph_def: graph_pb2.GraphDef, name: str = "") -> Graph:
@@ -210,10 +211,10 @@ def _parse_graph_text(data: bytes) -> tuple[graph_pb2.GraphDef, dict[str, Any]] 
 
 def load_graph(path: str | os.PathLike[str]) -> Graph:
     """The IR of a GraphDef or MetaGraphDef file; a MetaGraphDef's collections go in
-    ``graph.payload['collections']`` (e.g. ``train_op``)."""
+    ``graph.meta.collections`` (e.g. ``train_op``)."""
     graph_def, extra = read_graph_def(path)
     g = from_graph_def(graph_def, name=os.path.basename(os.fspath(path)))
-    g.payload.update(extra)
+    g.meta = replace(g.meta, **extra)
     return g
 
 

@@ -134,7 +134,7 @@ def fold_static_shapes(graph: Graph, batch: dict[str, tuple[TensorRef, int, int]
             ops.append(Op(name=op.name, type="IdentityN", outputs=op.outputs, device=op.device,
                           inputs=tuple(TensorRef(c.name, 0) for c in made),
                           meta=OpMeta(folded=op.type)))
-    return Graph(ops, name=graph.name, payload=graph.payload) if folded else graph
+    return Graph(ops, name=graph.name, meta=graph.meta) if folded else graph
 
 
 def _batch_descent(graph: Graph, inputs: list[TensorRef], axis: dict[str, int], B: int

@@ -22,7 +22,6 @@ from fastt.errors import FasttError
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
 from fastt.sched.split_rules import FULL, PARTIAL, SHAPE, SPLIT, SplitRule, find, part_sizes
 
-DROPPED_JOINS = "dropped_joins"  # graph payload: joins no op reads any more, by name
 #: An op fastt made: a shape vector, ``value`` with entry ``axis`` set at run time to the
 #: extent of its input on ``like_axis`` times ``num / den`` (exported as a few small ops).
 PART_SHAPE = "FasttPartShape"
@@ -187,14 +186,14 @@ def apply_decisions(graph: Graph, decisions: dict[str, tuple[SplitRule, list[int
             ops.extend(builder.expand(op, *decisions[name]))
         else:
             ops.append(op)
-    new = Graph(ops, name=graph.name, payload=graph.payload)
+    new = Graph(ops, name=graph.name, meta=graph.meta)
     dead = {j for j in builder.rewired if not new.consumers(j) and not new.control_successors(j)}
     if not dead:
         return new
     # Kept aside (not scheduled) so that the rewriter can rebuild them for a user's fetch.
-    dropped = {**graph.payload.get(DROPPED_JOINS, {}), **{j: new[j] for j in dead}}
+    dropped = {**graph.meta.dropped_joins, **{j: new[j] for j in dead}}
     return Graph((o for o in new if o.name not in dead), name=graph.name,
-                 payload={**graph.payload, DROPPED_JOINS: dropped})
+                 meta=replace(graph.meta, dropped_joins=dropped))
 
 
 def decide(graph: Graph, name: str, dim: str, n: int,
