@@ -10,11 +10,11 @@ Graphs are treated as values: passes build a new ``Graph`` instead of editing on
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, cast
 
 from fastt.op_types import BACK_EDGE_TYPES, LOOP_TYPES
+import networkx as nx
 from networkx.utils import UnionFind
 
 from fastt import dtypes
@@ -213,38 +213,37 @@ class Graph:
         return self._ops[name].type in BACK_EDGE_TYPES
 
     def topological_order(self) -> list[str]:
-        """Op names, producers first (Kahn). Loop back edges (out of NextIteration) are ignored.
+        """Op names, producers first, generation by generation (networkx's
+        ``topological_generations``: Kahn's algorithm, first in first out). Loop back edges
+        (out of NextIteration) are ignored.
 
         Raises GraphStructureError naming ops on a cycle that no while loop explains.
         """
         if self._topo is None:
-            self._topo = self._kahn()
+            dag = self.dag()
+            try:
+                self._topo = [n for gen in nx.topological_generations(dag) for n in gen]
+            except nx.NetworkXUnfeasible:
+                cycle = sorted({a for a, _ in nx.find_cycle(dag)})[:5]
+                raise GraphStructureError(
+                    f"graph has a cycle outside any while loop, through {cycle}") from None
         return list(self._topo)
 
-    def _kahn(self) -> list[str]:
-        indeg = {n: len(self._dag_preds(op)) for n, op in self._ops.items()}
-        ready = deque(n for n, d in indeg.items() if d == 0)
-        order: list[str] = []
-        while ready:
-            n = ready.popleft()
-            order.append(n)
-            if self.is_back_edge_source(n):
-                continue
-            for s in self._succ_multi(n):
-                indeg[s] -= 1
-                if indeg[s] == 0:
-                    ready.append(s)
-        if len(order) != len(self._ops):
-            stuck = sorted(n for n, d in indeg.items() if d > 0)[:5]
-            raise GraphStructureError(f"graph has a cycle outside any while loop, through {stuck}")
-        return order
+    def dag(self) -> "nx.DiGraph[str]":
+        """The graph as a networkx DAG over op names, loop back edges left out; each op's
+        successors are its data consumers, then its control successors, in graph order."""
+        dag: nx.DiGraph[str] = nx.DiGraph()
+        dag.add_nodes_from(self._ops)
+        back = {n for n in self._ops if self.is_back_edge_source(n)}
+        ops = self._ops.values()
+        dag.add_edges_from((r.op, op.name) for op in ops for r in op.inputs if r.op not in back)
+        dag.add_edges_from((c, op.name) for op in ops for c in op.control_inputs
+                           if c not in back)
+        return dag
 
     def _dag_preds(self, op: Op) -> list[str]:
         preds = [ref.op for ref in op.inputs] + list(op.control_inputs)
         return [p for p in preds if not self.is_back_edge_source(p)]
-
-    def _succ_multi(self, name: str) -> list[str]:
-        return [e.dst for e in self.consumers(name)] + self.control_successors(name)
 
     def colocation_groups(self) -> dict[str, str]:
         """Op name -> representative of its colocation group (hard constraints).
