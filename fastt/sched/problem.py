@@ -225,6 +225,8 @@ class Problem:
 
 def _topological(preds: list[list[tuple[int, int]]],
                  succs: list[list[tuple[int, int]]]) -> list[int]:
+    """Kahn's algorithm on op indices (not networkx: problems are compiled in OS-DPOS's
+    search loop, and a DiGraph of ints would be built for every candidate)."""
     indeg = [len(p) for p in preds]
     ready = [i for i, d in enumerate(indeg) if d == 0]
     order: list[int] = []
