@@ -76,6 +76,7 @@ setup(
         "numpy>=1.26",
         "scikit-learn>=1.3",
         "networkx>=3.0",
+        "scipy>=1.11",  # HiGHS, for m-SCT's linear program
         "grpcio>=1.60",
         "matplotlib>=3.7",  # the charts of strategy reports (fastt.inspect)
     ],

@@ -24,7 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 SHORT = {"single": "single", "data-parallel": "DP", "dpos": "DPOS", "os-dpos": "OS-DPOS",
-         "heft": "HEFT", "m-topo": "m-TOPO", "m-etf": "m-ETF"}
+         "heft": "HEFT", "m-topo": "m-TOPO", "m-etf": "m-ETF", "m-sct": "m-SCT"}
 
 
 def _load(out: str, name: str) -> dict | None:

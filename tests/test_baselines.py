@@ -3,12 +3,13 @@ import random
 import pytest
 
 from fastt.sched import Device, Problem, dpos
-from fastt.sched.baselines import heft, m_etf, m_topo, single
+from fastt.sched.baselines import heft, m_etf, m_sct, m_topo, single
+from fastt.sched.msct import favourite_children
 from fastt.sched.simulate import simulate
 from tests.exact import check_schedule
 from tests.test_dpos import random_problem
 
-PLACERS = {"single": single, "heft": heft, "m_topo": m_topo, "m_etf": m_etf}
+PLACERS = {"single": single, "heft": heft, "m_topo": m_topo, "m_etf": m_etf, "m_sct": m_sct}
 
 
 @pytest.mark.parametrize("name", sorted(PLACERS))
@@ -46,3 +47,28 @@ def test_heft_uses_mean_costs_and_dpos_the_max():
     # place it on its fast device.
     p = Problem.build(2, [(0, 1, 0)], [[1, 9], [1, 1]], [Device("/gpu:0"), Device("/gpu:1")])
     assert heft(p).device[0] == 0 and dpos(p).device[0] == 0
+
+
+def test_sct_gives_each_op_at_most_one_favourite_child_and_parent():
+    rnd = random.Random(7)
+    for _ in range(40):
+        p = random_problem(rnd, homogeneous=False, memory=False)
+        fav = favourite_children(p)
+        assert len(set(fav.values())) == len(fav)  # no child with two favourite parents
+        for i, j in fav.items():
+            assert j in {k for k, _ in p.succs[i]}
+
+
+def test_m_sct_keeps_a_chain_with_dear_transfers_on_one_device_where_m_etf_spreads_it():
+    # A fork: op 0 feeds a long chain (1..4) and a short op 5; transfers cost as much as the
+    # ops. ETF starts the chain's next op on whichever device frees first; SCT's favourite
+    # children keep the chain together.
+    edges = [(0, 1, 0), (1, 2, 0), (2, 3, 0), (3, 4, 0), (0, 5, 0)]
+    p = Problem.build(6, edges, [[1, 1]] * 6, [Device("/gpu:0"), Device("/gpu:1")],
+                      intercept=[[0, 1.0], [1.0, 0]], slope=[[0, 0], [0, 0]])
+    fav = favourite_children(p)
+    assert [fav.get(i) for i in range(4)] == [1, 2, 3, 4]  # the chain's edges cost nothing
+    s = m_sct(p)
+    assert len({s.device[i] for i in range(5)}) == 1
+    assert s.makespan <= m_etf(p).makespan
+    check_schedule(p, s)

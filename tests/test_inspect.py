@@ -283,3 +283,13 @@ def test_commands_name_what_is_wrong(tmp_path, capsys):
     assert main(["inspect", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "does not follow the strategy schema: $: missing key 'source'" in err
+
+
+def test_the_dump_schema_names_every_registered_strategy():
+    import json
+
+    from fastt.sched.registry import STRATEGIES
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fastt",
+                        "inspect", "schemas", "strategy.schema.json")
+    schema = json.load(open(path, encoding="utf-8"))
+    assert sorted(schema["$defs"]["strategy_name"]["enum"]) == sorted(STRATEGIES)

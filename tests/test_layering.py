@@ -133,3 +133,4 @@ def test_the_checker_sees_a_violation(tmp_path):
     assert _chain_to_tf_side("a", modules, False) == ["a", "b", "tensorflow"]
     b.write_text("from fastt.adapters import rewrite\n")
     assert _chain_to_tf_side("a", modules, True) == ["a", "b", "fastt.adapters"]
+

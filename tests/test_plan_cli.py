@@ -25,7 +25,7 @@ def test_plan_vgg19_on_4_v100_is_no_worse_than_data_parallel(tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert doc["strategy"] == "os-dpos" and len(doc["devices"]) == 4
     assert set(doc["baselines"]) == {"dpos", "data-parallel", "single", "heft", "m-topo",
-                                     "m-etf"}
+                                     "m-etf", "m-sct"}
     assert doc["predicted_step_time_s"] <= doc["baselines"]["data-parallel"]
     assert doc["baselines"]["data-parallel"] < doc["baselines"]["single"]
     assert set(doc["placement"]) == set(doc["order"])
@@ -48,10 +48,10 @@ def test_compare_shows_every_strategy_and_dumps_them(tmp_path, capsys):
     assert header.split()[:3] == ["strategy", "predicted", "step"] and "ops per device" in header
     from fastt.sched.registry import STRATEGIES
     names = ("os-dpos", *(n for n in STRATEGIES if n != "os-dpos"))  # the chosen one first
-    assert len(names) == 7
+    assert len(names) == 8
     for name in names:
         assert re.search(rf"^{re.escape(name)}( \*)? +\d+\.\d{{3}} ms", captured.out, re.M)
-    assert "dumping m-etf..." in captured.err  # progress, on stderr
+    assert "dumping m-sct..." in captured.err  # progress, on stderr
     dumps = sorted(out.iterdir(), key=lambda p: int(p.name.split("-")[1]))
     assert [json.loads((d / "strategy.json").read_text())["strategy"] for d in dumps] == \
         list(names)
@@ -62,4 +62,5 @@ def test_compare_shows_every_strategy_and_dumps_them(tmp_path, capsys):
         assert (d / "report.html").exists() and (d / "predicted_trace.json").exists()
     assert main(["inspect", str(out)]) == 0
     summary = capsys.readouterr().out
-    assert "7 strategies in 1 session" in summary and summary.count(" planned ") == 7
+    assert f"{len(names)} strategies in 1 session" in summary
+    assert summary.count(" planned ") == len(names)

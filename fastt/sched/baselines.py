@@ -7,6 +7,8 @@
   topological order fill one device up to ``sum(mem) / D + max(mem)``, then the next.
 - ``data_parallel``: each replica of the data-parallel graph on its own device, the shared
   ops on device 0 (TF-slim's layout).
+- ``m_sct``: Baechi's m-SCT: m-ETF, each op's favourite child (Hanen and Munier's SCT linear
+  relaxation, ``fastt.sched.msct``) kept on its parent's device.
 - ``m_etf``: Baechi's memory-constrained Earliest Task First: repeatedly schedule the (op, device)
   pair that can start earliest, if the device's memory holds the op. O(V * D * log V).
 
@@ -16,6 +18,7 @@ placers' own model); ``fastt.sched.simulate`` replays any of them under link con
 from __future__ import annotations
 
 import heapq
+from typing import Iterable
 
 from fastt.errors import DoesNotFit
 from fastt.ir import Graph
@@ -90,6 +93,17 @@ def m_topo(p: Problem) -> Schedule:
 
 
 def m_etf(p: Problem) -> Schedule:
+    return _etf(p, {})
+
+
+def m_sct(p: Problem) -> Schedule:
+    """Baechi's m-SCT: m-ETF, each favourite child (SCT's linear relaxation,
+    ``fastt.sched.msct``) on its parent's device while that device's memory holds it."""
+    from fastt.sched.msct import favourite_children  # SciPy: imported when m-SCT runs
+    return _etf(p, favourite_children(p))
+
+
+def _etf(p: Problem, favourite: dict[int, int]) -> Schedule:
     D = p.num_devices
     gmem = group_memory(p)
     used = [0.0] * D
@@ -99,29 +113,49 @@ def m_etf(p: Problem) -> Schedule:
     missing = [len(p.preds[i]) for i in range(p.n)]
     heaps: list[list[tuple[float, int]]] = [[] for _ in range(D)]  # (data-ready time, op)
     placed = [False] * p.n
+    parent = {child: i for i, child in favourite.items()}
 
-    def release(i: int) -> None:
+    followers: set[int] = set()  # favourite children queued on their parent's device only
+
+    def release(i: int, follow: bool = True) -> None:
         ready = ready_times(p, i, device, finish)
         g = p.group[i]
-        for d in ([group_dev[g]] if g in group_dev else range(D)):
+        if g in group_dev:
+            devices: Iterable[int] = [group_dev[g]]
+        elif follow and i in parent:
+            devices = [device[parent[i]]]  # a favourite child follows its parent
+            followers.add(i)
+        else:
+            devices = range(D)
+        for d in devices:
             heapq.heappush(heaps[d], (ready[d], i))
 
     for i in range(p.n):
         if missing[i] == 0:
             release(i)
-    for _ in range(p.n):
+    left = p.n
+    while left:
         best = None  # (earliest start, data-ready, device, op)
+        spilled = []  # favourite children whose parent's device is full: queued anywhere
         for d in range(D):
             h = heaps[d]
             while h and (placed[h[0][1]] or _blocked(p, h[0][1], d, used, gmem, group_dev)):
-                heapq.heappop(h)
+                _, i = heapq.heappop(h)
+                if i in followers and not placed[i]:
+                    followers.discard(i)
+                    spilled.append(i)
             if h:
                 cand = (max(free[d], h[0][0]), h[0][0], d, h[0][1])
                 if best is None or cand < best:
                     best = cand
+        for i in spilled:
+            release(i, follow=False)
+        if spilled:
+            continue  # the heaps changed under the scan
         if best is None:
             stuck = next(p.names[i] for i in range(p.n) if not placed[i])
             raise DoesNotFit(f"op {stuck!r} fits in no device's remaining memory")
+        left -= 1
         st, _, d, i = best
         heapq.heappop(heaps[d])
         g = p.group[i]

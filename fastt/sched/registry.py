@@ -50,6 +50,8 @@ KINDS: dict[str, StrategyKind] = {k.name: k for k in (
                  "Baechi's m-TOPO: topological order, devices filled in turn"),
     StrategyKind("m-etf", _model_only(baselines.m_etf), "model", False,
                  "Baechi's m-ETF: the op that can start earliest, memory permitting"),
+    StrategyKind("m-sct", _model_only(baselines.m_sct), "model", False,
+                 "Baechi's m-SCT: m-ETF, favourite children (SCT's LP) with their parent"),
 )}
 STRATEGIES = tuple(KINDS)
 
