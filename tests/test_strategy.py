@@ -32,15 +32,16 @@ def test_every_strategy_places_and_orders_every_op(name):
             "placement", "order"} <= set(doc)
 
 
-def test_os_dpos_is_never_worse_than_dpos_or_data_parallel():
-    ds = parse("4xV100")
+@pytest.mark.parametrize("spec", ["2xV100", "4xV100", "2x4xV100"])
+def test_os_dpos_is_never_simulated_slower_than_any_registered_strategy(spec):
+    # OS-DPOS starts from every placer of the registry, so none can beat it
+    ds = parse(spec)
     g = training_graph(B=16)
     c = costs(ds, g)
     got = {n: plan(g, ds.devices, c, n).simulated_step_time_s for n in STRATEGIES}
-    assert got["os-dpos"] <= got["dpos"] + 1e-12
-    assert got["os-dpos"] <= got["data-parallel"] + 1e-12
-    assert got["os-dpos"] <= got["single"] + 1e-12
-    assert plan(g, ds.devices, c, "data-parallel").replicas == 4
+    assert len(got) == len(STRATEGIES) >= 8
+    assert all(got["os-dpos"] <= t + 1e-12 for t in got.values()), got
+    assert plan(g, ds.devices, c, "data-parallel").replicas == len(ds.devices)
 
 
 def test_os_dpos_keeps_everything_on_one_device_when_links_are_too_slow():
@@ -79,7 +80,6 @@ def test_os_dpos_keeps_the_replicas_when_dpos_cannot_place_their_graph(monkeypat
     # DPOS reserves memory op by op (no frees): it can refuse a graph whose replicas fit.
     import dataclasses
 
-    import fastt.sched.strategy as strategy
     from fastt.errors import DoesNotFit
     from fastt.sched import registry
 
@@ -88,7 +88,6 @@ def test_os_dpos_keeps_the_replicas_when_dpos_cannot_place_their_graph(monkeypat
     ds = parse("4xV100")
     g = training_graph(B=16)
     dp = plan(g, ds.devices, costs(ds, g), "data-parallel")
-    monkeypatch.setattr(strategy, "dpos", no_room)  # OS-DPOS's first placement
     monkeypatch.setitem(registry.KINDS, "dpos", dataclasses.replace(
         registry.KINDS["dpos"], place=lambda p, _: no_room(p)))
     s = plan(g, ds.devices, costs(ds, g), "os-dpos", split=False)

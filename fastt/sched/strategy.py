@@ -2,16 +2,17 @@
 
 ``plan(graph, devices, costs, name)`` returns a ``Strategy``: the graph it refers to (the
 data-parallel graph and splits included), the split list, a device for every op, the execution
-order, and the predicted step time. ``dpos`` and ``os-dpos`` run from the data-parallel graph
-when every replica fits its device (FastT's choice: never worse than data parallelism) and
-from the model graph, and keep the faster plan (so never worse than DPOS on the model either);
-OS-DPOS also starts from the data-parallel placement itself and from the whole model on one
-device when those are faster than DPOS's, and of its starting plans and its split plan returns
-the one fastest when links carry one transfer at a time (so it is never simulated slower than
-data parallelism, no parallelism or DPOS, by construction; ``dpos`` stays pure DPOS). ``heft``,
-``m-topo``, ``m-etf`` and ``single`` place the model graph, as their papers do;
-``data-parallel`` puts replica k on device k and the shared ops (updates, whole-batch ops) on
-device 0.
+order, and the predicted step time. The strategies are those of ``fastt.sched.registry``.
+``dpos`` and ``os-dpos`` run from the data-parallel graph when every replica fits its device
+(FastT's choice: never worse than data parallelism) and from the model graph, and keep the
+faster plan (so never worse than DPOS on the model either). OS-DPOS also starts from every
+other placer of the registry (the data-parallel layout; one device, HEFT, m-TOPO, m-ETF and
+m-SCT on the model graph), splits from the fastest starting plan, and of its starting plans
+and its split plan returns the one fastest when links carry one transfer at a time: so it is
+never simulated slower than any strategy of the registry, by construction (``dpos`` stays
+pure DPOS). ``heft``, ``m-topo``, ``m-etf``, ``m-sct`` and ``single`` place the model graph,
+as their papers do; ``data-parallel`` puts replica k on device k and the shared ops (updates,
+whole-batch ops) on device 0.
 
 Every strategy's step time is predicted the same way: its placement and per-device order
 replayed by the simulator with contention-free links (``predicted_step_time_s``, the model
@@ -32,9 +33,8 @@ from fastt.ir import Graph
 from fastt.sched import baselines
 from fastt.sched._gc import without_gc
 from fastt.sched.data_parallel import data_parallel
-from fastt.sched.dpos import dpos
 from fastt.sched.osdpos import Plan, compiler, os_dpos
-from fastt.sched.registry import StrategyKind, kind
+from fastt.sched.registry import KINDS, StrategyKind, kind
 from fastt.costs.source import CostSource
 from fastt.sched.problem import Device, Problem
 from fastt.sched.schedule import Schedule
@@ -126,15 +126,6 @@ def _feasible(attempts: list[Any]) -> list[Any]:
     return results
 
 
-def _single_if_it_fits(p: Problem) -> Schedule | None:
-    """All on one device: OS-DPOS's third starting point, so that what it plans is never
-    slower than not parallelizing at all."""
-    try:
-        return baselines.single(p)
-    except DoesNotFit:
-        return None
-
-
 def _replay(p: Problem, s: Schedule) -> tuple[float, float]:
     orders = s.device_orders(p.num_devices)
     free = simulate(p, s.device, orders, link_concurrency=None).makespan
@@ -222,19 +213,17 @@ Plan_ = tuple[Graph, Problem, Schedule, list[Split], int]  # graph, problem, sch
 
 def _searched(starts: list[tuple[Graph, int]], compile_graph: Any, D: int, workers: int,
               split: bool) -> tuple[Plan_, int]:
-    """OS-DPOS: DPOS from each starting point (and the starting layout itself: data
-    parallelism, or one device), the split search from the fastest, then of all these the
-    plan that runs fastest when links carry one transfer at a time; and DPOS runs made."""
+    """OS-DPOS: from each starting graph, DPOS and every other placer that starts there (the
+    data-parallel layout on the data-parallel graph; one device, HEFT, m-TOPO, m-ETF and m-SCT
+    on the model graph); the split search from the fastest of these, then of all of them the
+    plan that runs fastest when links carry one transfer at a time (so OS-DPOS is never
+    simulated slower than any strategy of the registry); and DPOS runs made."""
     def start_from(g0: Graph, reps: int) -> list[tuple[Plan, int]]:
         p0 = compile_graph(g0)
-        initial = baselines.data_parallel(p0, g0) if reps > 1 else _single_if_it_fits(p0)
-        try:
-            first = dpos(p0)
-        except DoesNotFit:  # DPOS reserves memory op by op: replicas may fit, it not
-            if initial is None:
-                raise
-            first = None
-        return [(Plan(g0, p0, s0), reps) for s0 in (first, initial) if s0 is not None]
+        kinds = [KINDS["dpos"]] + [k for k in KINDS.values() if k.starts == (
+            "data-parallel" if reps > 1 else "model")]
+        plans = _feasible([functools.partial(k.place, p0, g0) for k in kinds])
+        return [(Plan(g0, p0, s0), reps) for s0 in plans]
 
     plans = [c for cs in _feasible([functools.partial(start_from, g0, r)
                                     for g0, r in starts]) for c in cs]
