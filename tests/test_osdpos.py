@@ -128,3 +128,24 @@ def test_parallel_candidate_evaluation_gives_the_same_plan():
     parallel = os_dpos(g, compile_graph, 4, workers=2)
     assert parallel.splits == serial.splits and parallel.tried == serial.tried
     assert parallel.makespan == serial.makespan
+
+
+def test_the_search_goes_past_a_split_that_does_not_pay():
+    # The dearest critical-path op (a Mul over 64 MiB) costs more to cut and re-join than
+    # splitting saves; the next one (a MatMul over small tensors) halves when split. FastT's
+    # search stopped at the first; this one goes on (up to MISSES ops in a row).
+    g = Graph([
+        op("x", "Placeholder", out=((64, 128),)),
+        op("w", "Const", out=((128, 128),)),
+        op("mm", "MatMul", ["x", "w"], out=((64, 128),)),
+        op("s", "Sum", ["mm"], out=((),)),
+        op("big", "Placeholder", out=((64, 32, 32, 256),)),
+        op("scale", "Mul", ["big", "s"], out=((64, 32, 32, 256),)),
+        op("loss", "Sum", ["scale"], out=((),)),
+    ])
+    costs = TableCosts({"mm": 5e-3, "scale": 6e-3, "s": 1e-5, "loss": 1e-4})
+    compile_graph = compiler(devs(2), costs, g)
+    plan = os_dpos(g, compile_graph, 2)
+    assert [s.op for s in plan.splits] == ["mm"]
+    assert plan.makespan < dpos(compile_graph(g)).makespan - 2e-3
+    check_schedule(plan.problem, plan.schedule)

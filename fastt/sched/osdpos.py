@@ -2,9 +2,11 @@
 
 Run DPOS; take the critical path of the resulting schedule, its ops by decreasing compute
 time; for each, try every split rule of its type and every part count 2..#devices, re-running
-DPOS on each split graph; accept the best split if it lowers the predicted step time and go on,
-else stop. Ops with no split rule are passed over rather than ending the search. The result is
-never worse than DPOS on the input graph. Each candidate costs one DPOS run: O(C * R * D)
+DPOS on each split graph; accept the best split if it lowers the predicted step time and go on.
+FastT stops at the first op whose best split does not pay; here the search stops after
+``MISSES`` such ops in a row (the budget), so that a split that pays behind one that does not
+is still found. Ops with no split rule are passed over. The result is never worse than DPOS on
+the input graph. Each candidate costs one DPOS run: O(C * R * D)
 DPOS runs for C critical-path ops, R rules per op and D devices; the candidates of one op are
 independent and can be evaluated in parallel (``workers``).
 """
@@ -29,6 +31,9 @@ from fastt.sched.splitting import Split, parameter_bytes, split_operation
 log = logging.getLogger("fastt")
 
 Compile = Callable[[Graph], Problem]
+#: Critical-path ops in a row whose best split does not pay before the search stops (FastT
+#: stops at the first: a split that pays can sit behind one that does not).
+MISSES = 3
 
 
 @dataclass
@@ -114,6 +119,7 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
     cp = schedule_critical_path(p, s)
     cp_names = [p.names[i] for i in sorted(cp, key=lambda i: -p.w[i][s.device[i]])]
     top = min(max_parts or num_devices, num_devices)
+    misses = 0
     for name in cp_names:
         if name not in best.graph:
             continue
@@ -126,7 +132,11 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
         best.tried += sum(t is not None for t in spans)
         scored = [(t, c) for t, c in zip(spans, candidates) if t is not None]
         if not scored or min(scored)[0] >= best.makespan:
-            break
+            misses += 1
+            if misses >= MISSES:
+                break
+            continue
+        misses = 0
         dim, n = min(scored)[1]
         g2 = split_operation(best.graph, name, dim, n)
         p2 = compile_graph(g2)
