@@ -114,11 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=5, help="profiled steps (default 5)")
     p.set_defaults(func=_demo)
 
-    from fastt.sched.registry import STRATEGIES
+    from fastt.sched.registry import KINDS, STRATEGIES
     p = sub.add_parser("plan", help="compute a strategy for a training graph; compare it with "
                                     "every baseline")
     _graph_arguments(p)
-    p.add_argument("--strategy", default="os-dpos", choices=STRATEGIES)
+    p.add_argument("--strategy", default="os-dpos", choices=STRATEGIES,
+                   help="; ".join(f"{k.name}: {k.summary}" for k in KINDS.values()))
     p.add_argument("--json", help="write the strategy as JSON (schema in the README)")
     p.add_argument("--dump", metavar="DIR", help="write the strategy's dump (strategy-<k>/: "
                                                  "document, predicted trace, graph, report)")

@@ -13,12 +13,12 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Iterator, Mapping, NamedTuple, cast
 
-from fastt.op_types import BACK_EDGE_TYPES, LOOP_TYPES
 import networkx as nx
 from networkx.utils import UnionFind
 
 from fastt import dtypes
 from fastt.errors import GraphStructureError, UnknownDtypeError
+from fastt.op_types import BACK_EDGE_TYPES, LOOP_TYPES
 
 Shape = tuple[int | None, ...] | None
 
@@ -30,6 +30,12 @@ class TensorRef(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.op}:{self.index}"
+
+    @classmethod
+    def parse(cls, name: str) -> "TensorRef":
+        """The reference named ``op:index``."""
+        op, _, index = name.rpartition(":")
+        return cls(op, int(index))
 
 
 class Edge(NamedTuple):
@@ -260,7 +266,11 @@ class Graph:
                 if dtypes.is_ref_or_resource(self.tensor(ref).dtype):
                     groups.union(op.name, ref.op)
         # each group represented by its least name, whatever order the unions came in
-        return {n: min(members) for members in groups.to_sets() for n in members}
+        out: dict[str, str] = {}
+        for members in groups.to_sets():
+            root = min(members)
+            out.update(dict.fromkeys(members, root))
+        return out
 
     def while_frames(self) -> dict[str, list[str]]:
         """Innermost while-loop frame name -> ops inside it (empty when the graph has no loop)."""

@@ -10,11 +10,10 @@ from typing import Any, Callable, Sequence
 
 from fastt import devices as devnames
 from fastt.costs import CostModels
+from fastt.costs.source import CostSource, ModelCosts, StaticCosts
 from fastt.errors import FasttError
 from fastt.ir import Graph
-from fastt.costs.source import StaticCosts
 from fastt.sched.device_spec import DeviceSet, parse
-from fastt.costs.source import CostSource, ModelCosts
 from fastt.sched.registry import STRATEGIES, kind
 from fastt.sched.strategy import Strategy, plan
 
@@ -88,27 +87,28 @@ def prepare(graph: Graph, spec: str, costs: str = "analytical",
 def plan_all(setup: Setup, strategy: str = "os-dpos", baselines: Sequence[str] = STRATEGIES,
              progress: Any = None) -> tuple[Strategy, dict[str, Strategy | str]]:
     """The chosen strategy and every baseline (or why it could not be computed)."""
-    chosen = plan_each(setup, [strategy], raise_errors=True)[strategy]
-    assert isinstance(chosen, Strategy)
-    return chosen, plan_each(setup, [b for b in baselines if b != strategy], progress)
+    return plan_one(setup, strategy), plan_each(setup, [b for b in baselines if b != strategy],
+                                                progress)
 
 
-def plan_each(setup: Setup, names: Sequence[str], progress: Any = None,
-              raise_errors: bool = False) -> dict[str, Strategy | str]:
-    """Each strategy of ``names``, or why it could not be computed (``raise_errors``: the
-    error itself); OS-DPOS's split search on every core."""
-    devs, copy = setup.devices.devices, setup.devices.copy_bytes_per_s
+def plan_one(setup: Setup, name: str) -> Strategy:
+    """Strategy ``name`` for ``setup``; OS-DPOS's split search on every core."""
+    devs = setup.devices
+    return plan(setup.graph, devs.devices, setup.costs, name, devs.copy_bytes_per_s,
+                workers=(os.cpu_count() or 1) if kind(name).search else 1,
+                fetches=setup.fetches)
+
+
+def plan_each(setup: Setup, names: Sequence[str], progress: Any = None
+              ) -> dict[str, Strategy | str]:
+    """Each strategy of ``names`` (``plan_one``), or why it could not be computed."""
     out: dict[str, Strategy | str] = {}
     for name in names:
         if progress:
             progress(name)
         try:
-            out[name] = plan(setup.graph, devs, setup.costs, name, copy,
-                             workers=(os.cpu_count() or 1) if kind(name).search else 1,
-                             fetches=setup.fetches)
+            out[name] = plan_one(setup, name)
         except FasttError as e:
-            if raise_errors:
-                raise
             out[name] = str(e)
     return out
 

@@ -27,10 +27,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from fastt.op_types import IGNORED_NODES, TRANSFER_TYPES
 from fastt import devices
 from fastt.errors import ProfileError
 from fastt.ir import Graph, TensorRef
+from fastt.op_types import IGNORED_NODES, TRANSFER_TYPES
 from fastt.sharing import processor_sharing
 
 TransferCpu = Callable[[str, str], tuple[float, float]]  # (src, dst) -> (send, recv) share

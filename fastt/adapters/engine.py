@@ -20,11 +20,11 @@ from fastt.adapters.rewrite import merged_graph, rewrite
 from fastt.adapters.runner import traced_run
 from fastt.adapters.tf_import import from_tf_graph, inferred_shapes
 from fastt.costs import CostModels, MemoryModel
+from fastt.costs.source import ModelCosts
 from fastt.errors import FasttError, NoBatch
 from fastt.ir import Graph, TensorRef
-from fastt.profiler import Profile, profile
 from fastt.op_types import BATCH_SOURCES
-from fastt.costs.source import ModelCosts
+from fastt.profiler import Profile, profile
 from fastt.sched.problem import Device
 from fastt.sched.strategy import Strategy, data_parallel_fitting, plan, predict
 
@@ -47,6 +47,7 @@ class Engine:
         self._ir: Graph | None = None
         self._version = -1
         self._shapes: dict[TensorRef, tuple[int, ...]] = {}
+        self._step: tuple[Graph, tuple[str, ...], Graph] | None = None
 
     # -- the graph -------------------------------------------------------------------------
     @property
@@ -63,8 +64,11 @@ class Engine:
 
     @property
     def step(self) -> Graph:
-        """What the training step runs."""
-        return self.ir.fan_in(self.fetches)
+        """What the training step runs (found again when the IR or the fetches change)."""
+        ir, key = self.ir, tuple(self.fetches)
+        if self._step is None or self._step[0] is not ir or self._step[1] != key:
+            self._step = (ir, key, ir.fan_in(self.fetches))
+        return self._step[2]
 
     def graph_def(self) -> graph_pb2.GraphDef:
         """The graph as it is (less the excluded ops): what the original runs."""
@@ -86,7 +90,7 @@ class Engine:
         p = profile(run_metadata, graph or self.ir, untraced_s,
                     self.models.comm.cpu_share if self.models is not None else None)
         if self.models is None:
-            fed = {_ref(n): tuple(s) for n, s in feed_shapes.items()}
+            fed = {TensorRef.parse(n): tuple(s) for n, s in feed_shapes.items()}
             measured = {**p.output_shapes, **fed}
             ir = self.ir
             inputs = {f"{r.op}:{r.index}": s for r, s in measured.items()
@@ -166,7 +170,3 @@ class Engine:
             raise FasttError("no profile observed yet: the cost models are empty")
         return self.models
 
-
-def _ref(name: str) -> TensorRef:
-    op, _, index = name.rpartition(":")
-    return TensorRef(op, int(index))

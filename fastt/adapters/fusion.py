@@ -13,8 +13,8 @@ from typing import Iterable, Mapping
 
 from networkx.utils import UnionFind
 
-from fastt.op_types import CONTRACTIONS, EPILOGUE, NORMS, NORM_PARTNERS
 from fastt.ir import Graph
+from fastt.op_types import CONTRACTIONS, EPILOGUE, NORM_PARTNERS, NORMS
 
 
 def fusion_groups(graph: Graph, depth: int = 3) -> dict[str, str]:

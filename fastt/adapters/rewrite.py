@@ -12,13 +12,14 @@ else drags in nothing of the training step beyond what precedes it.
 from __future__ import annotations
 
 from collections import defaultdict
+
 from tensorflow.core.framework import graph_pb2
 
 from fastt.adapters.export import to_graph_def
 from fastt.adapters.fusion import fusion_groups, fusion_hazard
-from fastt.op_types import BATCH_SOURCES, FREE, MERGE_TARGETS
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, writes_variable
+from fastt.op_types import BATCH_SOURCES, FREE, MERGE_TARGETS
 from fastt.sched.data_parallel import batch_inputs
 from fastt.sched.strategy import Strategy
 from tf_patches.priority_executor import PRIORITY_ATTR

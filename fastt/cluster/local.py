@@ -8,9 +8,9 @@ dies; ``detached=True`` (``fastt cluster up``) leaves them running for ``fastt c
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
-import ctypes
 import shutil
 import signal
 import socket

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 
-from fastt.op_types import CONV_TYPES, MATMUL_TYPES
 from fastt.ir import Graph, Op
+from fastt.op_types import CONV_TYPES, MATMUL_TYPES
 
 
 def _elements(shape: tuple[int | None, ...] | None) -> int | None:

@@ -14,10 +14,10 @@ from typing import Sequence
 
 import numpy as np
 
-from fastt.op_types import COPY_TYPES
 from fastt.costs.analytical import flops
 from fastt.costs.source import CostSource
 from fastt.ir import Graph, Op
+from fastt.op_types import COPY_TYPES
 
 
 def fit_overheads(graph: Graph, base: CostSource, device: str) -> dict[str, float]:

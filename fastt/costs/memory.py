@@ -4,9 +4,9 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from fastt.op_types import ALIASING_TYPES
 from fastt import dtypes
 from fastt.ir import Graph, Op, TensorRef
+from fastt.op_types import ALIASING_TYPES
 
 
 def _variable_bytes(op: Op) -> int:

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from fastt import devices as devnames
+from fastt.costs.source import CostSource
 from fastt.errors import FasttError
 from fastt.ir import Graph, TensorRef
 from fastt.op_types import IGNORED_NODES, TRANSFER_TYPES
 from fastt.profiler import node_label
-from fastt.costs.source import CostSource
 from fastt.sched.problem import Device
 from fastt.sched.strategy import Strategy, replay
 

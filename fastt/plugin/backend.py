@@ -48,8 +48,7 @@ class PluginBackend:
         """The links and device reaches a plan needs, measured once (on a cluster, every
         server checked first: the probes run on each)."""
         if self.engine.unprobed():
-            if self.plugin.watch is not None:
-                self.plugin.watch.check(force=True)
+            self.plugin.guard.check(force=True)
             with hook.plain_sessions():
                 self.engine.probe()
 
@@ -67,7 +66,8 @@ class PluginBackend:
     def activate(self, strategy: Strategy | None, ordered: bool = True) -> None:
         """Run ``strategy`` (None: the original graph) in a new inner session holding the
         running one's state; the running one closes."""
-        p, config = self.plugin, self.inner_config()
+        p = self.plugin
+        config = p.inner_config()
         mechanism = self.order_mechanism() if ordered and strategy is not None else "none"
         gd, graph = self.engine.rewrite(strategy, mechanism)
         if mechanism == "priority-executor" and not config.experimental.executor_type:
@@ -77,8 +77,7 @@ class PluginBackend:
             self._streams_said = True
             log.warning("fastt: %s", skipped_note(left))
         inits = [op.name for op in p.graph.get_collection(_tf1.GraphKeys.TABLE_INITIALIZERS)]
-        if p.watch is not None:  # TensorFlow waits for ever on a lost server here
-            p.watch.check(force=True)
+        p.guard.check(force=True)  # TensorFlow waits for ever on a lost server here
         new = activation.start(gd, strategy, graph, p.target, config, p.current,
                                p.user.state.variables, p.user.state.iterators, inits, counters,
                                p.iterator_inits.last)
@@ -94,9 +93,6 @@ class PluginBackend:
         if not self.plugin.target and priority_executor.load():
             return "priority-executor"
         return "control-dependencies"
-
-    def inner_config(self) -> Any:
-        return self.plugin.inner_config()
 
     def record(self, entry: Entry, history: list[Entry]) -> str:
         ctl = self.plugin.controller

@@ -56,8 +56,7 @@ def call(p: "SessionPlugin", c: StepCallable, args: tuple[Any, ...], run_metadat
         opts.CopyFrom(c.options)
         if trace:
             opts.run_options.trace_level = config_pb2.RunOptions.FULL_TRACE
-        opts.run_options.CopyFrom(p.guard.options(opts.run_options, cur is not p.user,
-                                                  p.original_s()))
+        opts.run_options.CopyFrom(p.guard.options(opts.run_options, cur is not p.user))
         if cur is p.user:
             opts.fetch.extend(t.name for t in extra)
             fn = hook.original("_make_callable_from_options")(cur.sess, opts)

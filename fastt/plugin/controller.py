@@ -19,9 +19,9 @@ import statistics
 from typing import Any, Callable, Protocol
 
 from fastt.errors import WorkerLostError
-from fastt.plugin.load import Reading, other_load
 from fastt.plugin import messages as say
 from fastt.plugin.entry import Entry, Sample, session_id
+from fastt.plugin.load import Reading, other_load
 from fastt.plugin.measure import CONFIDENCE, compare, settled
 from fastt.plugin.settings import Settings
 
@@ -337,16 +337,14 @@ class Controller:
         graph before it to be measured again, is recorded as unfinished, with how far it got
         (its record is not lost); then the closing line."""
         entry = self._measuring or self._rechecking
-        running = self.active
-        if entry is not None and self.phase in ("measure", "recheck"):
-            running = entry if self.phase == "measure" else self.active
+        running = self._measuring or self.active  # the graph the session ends on
+        if entry is not None:
             self._measuring = self._rechecking = None
             entry.status = "unfinished"
             entry.reason = say.unfinished(entry, self.step - self._window_step, self.active)
             entry.dump = self.backend.record(entry, self.history)
             entry.timeline = None
-            log.info("fastt: left %s unfinished: %s%s", say.label(entry), entry.reason,
-                     f"; dump {entry.dump}" if entry.dump else "")
+            log.info(say.left_unfinished(entry))
         if self.history or self.phase == "warmup":
             self.log_closing(running)
 

@@ -31,10 +31,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from fastt.costs import CostModels
+from fastt.costs.source import ModelCosts
 from fastt.inspect import dumps, trace
 from fastt.ir import Graph
 from fastt.plugin.entry import Entry
-from fastt.costs.source import ModelCosts
 from fastt.sched.problem import Device
 
 

@@ -4,7 +4,7 @@ original graph) and on every step on fastt's cluster (a server that hangs), whos
 checked every few seconds and after a failed step, so that a lost one is an error naming it."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import tensorflow as tf
 
@@ -16,10 +16,11 @@ FIRST_STEP_TIMEOUT_S = 120.0  # at least; 50 original steps when longer
 
 
 class Guard:
-    """The deadlines and server checks of one user session (``watch``: on fastt's cluster)."""
+    """The deadlines and server checks of one user session (``watch``: on fastt's cluster;
+    ``original_s``: the original graph's median step time, once measured)."""
 
-    def __init__(self, watch: Watch | None) -> None:
-        self.watch = watch
+    def __init__(self, watch: Watch | None, original_s: Callable[[], float | None]) -> None:
+        self.watch, self.original_s = watch, original_s
 
     def check(self, force: bool = False) -> None:
         """On the cluster: every server answers (checked every few seconds, or now)."""
@@ -32,13 +33,13 @@ class Guard:
         if self.watch is not None and isinstance(error, remote.STEP_ERRORS):
             self.watch.check(force=True, cause=error)
 
-    def options(self, options: Any, first: bool, original_s: float | None) -> Any:
+    def options(self, options: Any, first: bool) -> Any:
         """The run options of a step (``first``: a new graph's first): with a deadline of
-        at least ``FIRST_STEP_TIMEOUT_S`` and 50 original steps (``original_s``) on a first
-        step and on the cluster, unless the user set one; as the user gave them otherwise."""
+        at least ``FIRST_STEP_TIMEOUT_S`` and 50 original steps on a first step and on the
+        cluster, unless the user set one; as the user gave them otherwise."""
         if not first and self.watch is None or options is not None and options.timeout_in_ms:
             return options
-        limit = max(FIRST_STEP_TIMEOUT_S, 50 * (original_s or 0.0))
+        limit = max(FIRST_STEP_TIMEOUT_S, 50 * (self.original_s() or 0.0))
         return with_fields(options, timeout_in_ms=int(1e3 * limit))
 
 

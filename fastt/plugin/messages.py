@@ -43,6 +43,12 @@ def unfinished(entry: Entry, steps: int, running: Entry | None) -> str:
             "confirmed")
 
 
+def left_unfinished(entry: Entry) -> str:
+    """The line logged when the session closes before ``entry`` was decided."""
+    return (f"fastt: left {label(entry)} unfinished: {entry.reason}"
+            + (f"; dump {entry.dump}" if entry.dump else ""))
+
+
 def speedup(original_s: float | None, e: Entry) -> float:
     mine = e.measured_median_s
     return original_s / mine if original_s and mine else float("nan")

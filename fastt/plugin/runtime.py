@@ -26,11 +26,11 @@ from fastt.plugin.activation import Running
 from fastt.plugin.backend import PluginBackend
 from fastt.plugin.callables import StepCallable
 from fastt.plugin.controller import Controller
+from fastt.plugin.entry import session_id
 from fastt.plugin.guard import Guard, with_fields
 from fastt.plugin.input_stage import InputStage, fed_name
 from fastt.plugin.settings import Settings
 from fastt.plugin.state import SCOPE, IteratorInits, RunFanIn, StateOps, stateful_ops
-from fastt.plugin.entry import session_id
 from fastt.plugin.step_finder import StepDetector, updates_trainables
 from fastt.plugin.streams import StreamCounter
 from tf_patches import session_hook as hook
@@ -57,7 +57,7 @@ class SessionPlugin:
         self.config, self.settings = config, settings
         cluster = settings.cluster
         self.watch = Watch(cluster) if cluster and target == cluster.target else None
-        self.guard = Guard(self.watch)
+        self.guard = Guard(self.watch, self.original_s)
         # the pipeline on the user's graph (fastt's own state reads left out); its devices
         # and training step are set once the step is found
         self.engine = Engine(self.graph, [], [], exclude=SCOPE)
@@ -126,7 +126,7 @@ class SessionPlugin:
             values = hook.run_elements(
                 cur.sess, found[:nf], found[nf:nf + nt],
                 dict(zip(found[nf + nt:], req.feeds.values())),
-                self.guard.options(options, first, self.original_s()), meta)
+                self.guard.options(options, first), meta)
             if first:
                 cur.snapshot = None
         except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
@@ -139,8 +139,7 @@ class SessionPlugin:
         """TensorFlow's own run on the user's session (bounded and watched on a cluster)."""
         try:
             return hook.original("run")(self.sess, fetches, feed_dict,
-                                        self.guard.options(options, False, self.original_s()),
-                                        meta)
+                                        self.guard.options(options, False), meta)
         except remote.STEP_ERRORS as e:
             self.guard.failed(e)
             raise

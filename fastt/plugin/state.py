@@ -15,8 +15,8 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from tf_patches.session_hook import unfinalized
 from fastt.op_types import CARRIED_VARIABLE_TYPES, ITERATOR_TYPES
+from tf_patches.session_hook import unfinalized
 
 log = logging.getLogger("fastt")
 SCOPE = "fastt_state"

@@ -14,9 +14,9 @@ import logging
 from collections import Counter
 from typing import Any, Callable
 
-from fastt.op_types import PLAIN_ASSIGNS
 from fastt.inspect import dumps
 from fastt.ir import Graph, writes_variable
+from fastt.op_types import PLAIN_ASSIGNS
 from fastt.plugin.controller import Controller
 from fastt.plugin.settings import Settings
 

@@ -26,7 +26,6 @@ from tensorflow.core.framework import attr_value_pb2, graph_pb2, node_def_pb2, t
 from fastt.plugin.state import RunFanIn, Value
 from tf_patches.control_flow import in_control_flow
 
-
 STATELESS = {"RandomUniform": "StatelessRandomUniformV2",
              "RandomStandardNormal": "StatelessRandomNormalV2",
              "TruncatedNormal": "StatelessTruncatedNormalV2",

@@ -2,8 +2,8 @@
 
 Imports no TensorFlow.
 """
-from fastt.sched.dpos import critical_path, dpos, rank_u
 from fastt.costs.source import CostSource
+from fastt.sched.dpos import critical_path, dpos, rank_u
 from fastt.sched.problem import Device, Problem
 from fastt.sched.schedule import Schedule, Timeline
 

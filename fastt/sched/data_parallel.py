@@ -16,11 +16,10 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from fastt.op_types import BATCH_SOURCES, LINEAR, MAYBE_BATCH, READS, SHAPE_OPS
 from fastt.errors import NoBatch
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
-from fastt.sched.split_rules import FULL, PARTIAL, SHAPE, SPLIT, Part, SplitRule, part_sizes, \
-    rules
+from fastt.op_types import BATCH_SOURCES, LINEAR, MAYBE_BATCH, READS, SHAPE_OPS
+from fastt.sched.split_rules import FULL, PARTIAL, SHAPE, SPLIT, Part, SplitRule, part_sizes, rules
 from fastt.sched.splitting import apply_decisions
 
 #: An op fastt made: the shape (or size, with ``size``) of a tensor that carries the batch,
@@ -149,8 +148,9 @@ def _batch_descent(graph: Graph, inputs: list[TensorRef], axis: dict[str, int], 
                 origin[name] = found
     out = {}
     for t, a in axis.items():
-        op_name, _, index = t.rpartition(":")
-        extent = (graph.tensor(TensorRef(op_name, int(index))).shape or ())[a]
+        ref = TensorRef.parse(t)
+        op_name = ref.op
+        extent = (graph.tensor(ref).shape or ())[a]
         if op_name in origin and extent and extent % B == 0:
             out[t] = (origin[op_name], a, extent // B)
     return out

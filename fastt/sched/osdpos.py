@@ -17,12 +17,12 @@ import multiprocessing as mp
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from fastt.costs.derived import DerivedCosts, Overheads
 from fastt.costs.memory import MemoryModel
+from fastt.costs.source import CostSource
 from fastt.errors import FasttError
 from fastt.ir import Graph
-from fastt.costs.derived import DerivedCosts, Overheads
 from fastt.sched.dpos import dpos
-from fastt.costs.source import CostSource
 from fastt.sched.problem import Device, Problem
 from fastt.sched.schedule import Schedule
 from fastt.sched.split_rules import rules

@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from fastt.op_types import BINARY, POOL, REDUCE, UNARY
 from fastt.ir import Graph, Op
+from fastt.op_types import BINARY, POOL, REDUCE, UNARY
 
 SPLIT, FULL, SHAPE, PARTIAL = "split", "full", "shape", "partial"
 

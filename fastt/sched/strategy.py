@@ -28,15 +28,15 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from fastt.costs.memory import MemoryModel
+from fastt.costs.source import CostSource
 from fastt.errors import DoesNotFit, FasttError, NoBatch
 from fastt.ir import Graph
 from fastt.sched import baselines
 from fastt.sched._gc import without_gc
 from fastt.sched.data_parallel import data_parallel
 from fastt.sched.osdpos import Plan, compiler, os_dpos
-from fastt.sched.registry import KINDS, StrategyKind, kind
-from fastt.costs.source import CostSource
 from fastt.sched.problem import Device, Problem
+from fastt.sched.registry import KINDS, StrategyKind, kind
 from fastt.sched.schedule import Schedule
 from fastt.sched.simulate import SimResult, simulate, simulate_fifo
 from fastt.sched.splitting import Split, apply_splits
@@ -188,16 +188,16 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, k: StrategyKin
     compile_graph = compiler(devices, costs, graph, copy_bytes_per_s)
     starts = _starts(graph, devices, k, forced)
     if k.search:
-        best, runs = _searched(starts, compile_graph, len(devices), workers, split)
+        (best, replicas), runs = _searched(starts, compile_graph, len(devices), workers, split)
     else:
-        def place(start: Graph, reps: int) -> Plan_:
+        def place(start: Graph, reps: int) -> tuple[Plan, int]:
             p = compile_graph(start)
-            return start, p, k.place(p, start), [], reps
+            return Plan(start, p, k.place(p, start)), reps
         # of the starting points that fit, the faster plan (DPOS: never worse than either)
         cands = _feasible([functools.partial(place, g0, r) for g0, r in starts])
-        best = min(cands, key=lambda cand: cand[2].makespan)
+        best, replicas = min(cands, key=lambda cand: cand[0].makespan)
         runs = len(cands) if k.name == "dpos" else 0
-    g, p, s, splits, replicas = best
+    g, p, s, splits = best.graph, best.problem, best.schedule, best.splits
     plan_time = time.perf_counter() - t0
     predicted, simulated = (t + step_overhead(costs) for t in _replay(p, s))
     names = [d.name for d in devices]
@@ -208,11 +208,8 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, k: StrategyKin
                     splits=forced + splits, replicas=replicas, dpos_runs=runs)
 
 
-Plan_ = tuple[Graph, Problem, Schedule, list[Split], int]  # graph, problem, schedule, splits, reps
-
-
 def _searched(starts: list[tuple[Graph, int]], compile_graph: Any, D: int, workers: int,
-              split: bool) -> tuple[Plan_, int]:
+              split: bool) -> tuple[tuple[Plan, int], int]:
     """OS-DPOS: from each starting graph, DPOS and every other placer that starts there (the
     data-parallel layout on the data-parallel graph; one device, HEFT, m-TOPO, m-ETF and m-SCT
     on the model graph); the split search from the fastest of these, then of all of them the
@@ -235,8 +232,7 @@ def _searched(starts: list[tuple[Graph, int]], compile_graph: Any, D: int, worke
     # transfers would queue).
     final, reps = min([(result, reps)] + plans, key=lambda pr: _replay(
         pr[0].problem, pr[0].schedule)[::-1])
-    return ((final.graph, final.problem, final.schedule, final.splits, reps),
-            result.tried + len(starts))
+    return (final, reps), result.tried + len(starts)
 
 
 def replay(strategy: Strategy, devices: Sequence[Device], costs: CostSource, original: Graph,
