@@ -85,6 +85,7 @@ class OpMeta:
     join: dict[str, Any] | None = None
     folded: str | None = None  # the shape op (its type) folded into this one
     dynamic: bool = False  # a Shape op fastt made: never folded into a constant
+    replica: int | None = None  # the data-parallel replica it runs in (all-reduce, mirrors)
 
     def as_dict(self) -> dict[str, Any]:
         """The fields that differ from the defaults."""

@@ -3,8 +3,9 @@
 Ops read from TensorFlow carry their NodeDef and are written back with the IR's name, inputs,
 device and colocation. Ops fastt made have no NodeDef and are synthesised from their type and
 attributes: ``SplitV`` (cut along ``axis`` into ``size_splits``), ``ConcatV2`` and ``AddN``
-joins, integer ``Const`` vectors (per-part shapes, folded shape queries) and ``IdentityN``.
-Sub-ops ``X/part{k}`` reuse X's NodeDef under their own name.
+joins, integer ``Const`` vectors (per-part shapes, folded shape queries), ``IdentityN``,
+``Identity``, ``Reshape`` and the reads and assigns that keep a variable's copies equal to it. Sub-ops ``X/part{k}`` and mirrored copies ``X/mirror{k}`` reuse
+X's NodeDef under their own name (a variable's copy with a ``shared_name`` of its own).
 """
 from __future__ import annotations
 
@@ -157,6 +158,19 @@ def _synthesise(op: Op) -> list[node_def_pb2.NodeDef]:
     elif op.type == "AddN":
         node.attr["N"].i = len(op.inputs)
         node.attr["T"].type = _enum(op.outputs[0].dtype)
+    elif op.type == "Reshape":
+        node.input.insert(len(op.inputs), f"{op.name}/shape")
+        extra = [_const(f"{op.name}/shape", op.attrs["shape"], "int32", dev)]
+        node.attr["T"].type = _enum(op.outputs[0].dtype)
+        node.attr["Tshape"].type = _enum("int32")
+    elif op.type == "Identity":
+        node.attr["T"].type = _enum(op.outputs[0].dtype)
+    elif op.type in ("ReadVariableOp", "AssignVariableOp"):
+        node.attr["dtype"].type = _enum(op.attrs["dtype"])
+    elif op.type == "Assign":
+        node.attr["T"].type = _enum(op.attrs["dtype"])
+        node.attr["use_locking"].b = True
+        node.attr["validate_shape"].b = True
     elif op.type == "IdentityN":
         node.attr["T"].list.type.extend(_enum(t.dtype) for t in op.outputs)
     elif op.type == "Shape":
@@ -178,6 +192,9 @@ def to_graph_def(graph: Graph, placement: Mapping[str, str] | None = None
             op = op.with_(device=placement[op.name])
         if op.node_def is None:
             gd.node.extend(_synthesise(op))
+            if op.colocate_with and not placed:
+                gd.node[-1].attr["_class"].list.s.extend(f"loc:@{c}".encode()
+                                                         for c in op.colocate_with)
             continue
         node = gd.node.add()
         node.ParseFromString(op.node_def)
@@ -191,6 +208,8 @@ def to_graph_def(graph: Graph, placement: Mapping[str, str] | None = None
             if op.colocate_with and not placed:
                 node.attr["_class"].list.s.extend(f"loc:@{c}".encode() for c in
                                                   op.colocate_with)
+            if op.is_variable:  # a variable's copy: a resource of its own, on any device
+                node.attr["shared_name"].s = op.name.encode()
     library = graph.meta.library
     if library:
         gd.library.ParseFromString(library)

@@ -20,6 +20,7 @@ from fastt.adapters.fusion import fusion_groups, fusion_hazard
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, writes_variable
 from fastt.op_types import BATCH_SOURCES, FREE, MERGE_TARGETS
+from fastt.sched.allreduce import sync_writes
 from fastt.sched.data_parallel import batch_inputs
 from fastt.sched.strategy import Strategy
 from tf_patches.priority_executor import PRIORITY_ATTR
@@ -37,7 +38,7 @@ def merged_graph(original: Graph, strategy: Strategy) -> Graph:
         if name not in ops:
             first = join.inputs[0].op
             ops[name] = join.with_(device=strategy.placement.get(first, join.device))
-    return Graph(ops.values(), name=original.name, meta=planned.meta)
+    return sync_writes(Graph(ops.values(), name=original.name, meta=planned.meta))
 
 
 def _implied(preds: dict[str, list[str]], pos: dict[str, int], a: str, b: str) -> bool:

@@ -17,7 +17,7 @@ import numpy as np
 from fastt.costs.analytical import flops
 from fastt.costs.source import CostSource
 from fastt.ir import Graph, Op
-from fastt.op_types import COPY_TYPES
+from fastt.op_types import ALIASING_TYPES, COPY_TYPES
 
 
 def fit_overheads(graph: Graph, base: CostSource, device: str) -> dict[str, float]:
@@ -90,9 +90,13 @@ class DerivedCosts:
             whole = self.base.compute(origin, device)
             fixed = min(self.overheads.get(o.type, device), whole)
             return fixed + (whole - fixed) * o.meta.fraction
-        if o.type in COPY_TYPES and (o.meta.split_of or o.meta.join is not None):
-            # Never priced by name: a join carries the name of the op it replaced.
-            return sum(t.nbytes or 0 for t in o.outputs) / self.copy_bytes_per_s
+        if o.meta.split_of or o.meta.join is not None:
+            # Never priced by name: a join carries the name of the op it replaced; views
+            # (a reshape, an identity) move no bytes.
+            if o.type in ALIASING_TYPES:
+                return 0.0
+            if o.type in COPY_TYPES:
+                return sum(t.nbytes or 0 for t in o.outputs) / self.copy_bytes_per_s
         return self.base.compute(op, device)
 
     def link(self, src: str, dst: str) -> tuple[float, float]:

@@ -232,7 +232,10 @@ def _sum_of_partials(op: Op, decisions: dict[str, tuple[SplitRule, list[int]]],
 
 
 def replica_of(op: Op) -> int | None:
-    """Replica index of a sub-op made by ``data_parallel`` (None for shared ops)."""
+    """Replica index of a sub-op made by ``data_parallel`` or ``all_reduce`` (None for
+    shared ops)."""
+    if op.meta.replica is not None:
+        return op.meta.replica
     if op.meta.origin is None:
         return None
     tail = op.name.rsplit("/part", 1)

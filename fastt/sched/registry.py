@@ -3,7 +3,8 @@ benchmarks and the tests read.
 
 Each is a placer over one interface, a starting graph compiled into a ``Problem`` in and a
 ``Schedule`` out (``place(problem, start)``), plus where it may start: the model graph, the
-data-parallel graph (one replica per device), or both (the faster plan is kept). OS-DPOS is
+data-parallel graph (one replica per device; with mirrored variables and ring all-reduce, or
+in TF-slim's parameter-server layout), or all of them (the fastest plan is kept). OS-DPOS is
 DPOS from its starting points followed by the split search (``fastt.sched.osdpos``), which
 ``fastt.sched.strategy.plan`` runs when ``search`` is set.
 """
@@ -26,7 +27,7 @@ Place = Callable[[Problem, Graph], Schedule]
 class StrategyKind:
     name: str
     place: Place
-    starts: str  # "model", "data-parallel" (only) or "both"
+    starts: str  # "model", "data-parallel" or "data-parallel-ps" (only), or "both"
     search: bool  # OS-DPOS's split search after placing
     summary: str
 
@@ -39,7 +40,9 @@ KINDS: dict[str, StrategyKind] = {k.name: k for k in (
     StrategyKind("single", _model_only(baselines.single), "model", False,
                  "every op on the one device that runs the graph fastest"),
     StrategyKind("data-parallel", baselines.data_parallel, "data-parallel", False,
-                 "one replica per device, gradients summed on device 0"),
+                 "one replica per device, mirrored variables, ring all-reduce"),
+    StrategyKind("data-parallel-ps", baselines.data_parallel, "data-parallel-ps", False,
+                 "one replica per device, gradients summed on device 0 (TF-slim's)"),
     StrategyKind("dpos", _model_only(dpos), "both", False,
                  "FastT's DPOS: critical path on the fastest device, the rest by EFT"),
     StrategyKind("os-dpos", _model_only(dpos), "both", True,

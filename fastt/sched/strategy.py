@@ -33,6 +33,7 @@ from fastt.errors import DoesNotFit, FasttError, NoBatch
 from fastt.ir import Graph
 from fastt.sched import baselines
 from fastt.sched._gc import without_gc
+from fastt.sched.allreduce import all_reduce
 from fastt.sched.data_parallel import data_parallel
 from fastt.sched.osdpos import Plan, compiler, os_dpos
 from fastt.sched.problem import Device, Problem
@@ -94,12 +95,16 @@ class _UnitCosts:
         return (0.0, 0.0)
 
 
-def data_parallel_fitting(graph: Graph, devices: Sequence[Device]) -> Graph | None:
+def data_parallel_fitting(graph: Graph, devices: Sequence[Device], ring: bool = True
+                          ) -> Graph | None:
     """The data-parallel graph over ``devices`` when every device holds its replica (each
-    with its share of the batch; gradients summed on device 0), else None. Memory is the
-    simulated peak of the replicas' placement, ops in topological order."""
+    with its share of the batch; with ``ring``, mirrored variables and ring all-reduce, else
+    gradients summed on device 0), else None. Memory is the simulated peak of the replicas'
+    placement, ops in topological order."""
     D = len(devices)
     dp = data_parallel(graph, D)
+    if ring:
+        dp = all_reduce(dp, D)
     if all(d.memory == math.inf for d in devices):
         return dp
     mem = MemoryModel.from_graph(dp)
@@ -156,25 +161,33 @@ def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
     return result
 
 
+Start = tuple[Graph, int, str]  # (graph, replicas, layout: "model" or a data-parallel one)
+LAYOUTS = ("data-parallel", "data-parallel-ps")
+
+
 def _starts(graph: Graph, devices: list[Device], k: StrategyKind, forced: list[Split]
-            ) -> list[tuple[Graph, int]]:
-    """Where strategy ``k`` starts: (graph, replicas), the data-parallel graph first."""
+            ) -> list[Start]:
+    """Where strategy ``k`` starts, the data-parallel graphs first."""
     if forced:  # a split list names the user's ops: it starts from the model graph
-        if k.starts == "data-parallel":
+        if k.starts in LAYOUTS:
             raise FasttError("a split list cannot be combined with the data-parallel "
                              "strategy; plan it with dpos or os-dpos")
-        return [(apply_splits(graph, forced), 1)]
-    starts = [] if k.starts == "data-parallel" else [(graph, 1)]
-    if k.starts != "model" and len(devices) > 1:
+        return [(apply_splits(graph, forced), 1, "model")]
+    only = k.starts in LAYOUTS
+    starts: list[Start] = [] if only else [(graph, 1, "model")]
+    if k.starts == "model" or len(devices) < 2:
+        return starts
+    layouts = [k.starts] if only else list(LAYOUTS)
+    for layout in reversed(layouts):
         try:
-            dp = data_parallel_fitting(graph, devices)
+            dp = data_parallel_fitting(graph, devices, ring=layout == "data-parallel")
         except NoBatch:
-            if k.starts == "data-parallel":
+            if only:
                 raise
-            dp = None
+            return starts
         if dp is not None:
-            starts.insert(0, (dp, len(devices)))
-        elif k.starts == "data-parallel":
+            starts.insert(0, (dp, len(devices), layout))
+        elif only:
             raise DoesNotFit("data parallelism needs every replica (the model with its share "
                              f"of the batch) to fit one device ({len(devices)} devices given)")
     return starts
@@ -193,8 +206,8 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, k: StrategyKin
         def place(start: Graph, reps: int) -> tuple[Plan, int]:
             p = compile_graph(start)
             return Plan(start, p, k.place(p, start)), reps
-        # of the starting points that fit, the faster plan (DPOS: never worse than either)
-        cands = _feasible([functools.partial(place, g0, r) for g0, r in starts])
+        # of the starting points that fit, the fastest plan (DPOS: never worse than any)
+        cands = _feasible([functools.partial(place, g0, r) for g0, r, _ in starts])
         best, replicas = min(cands, key=lambda cand: cand[0].makespan)
         runs = len(cands) if k.name == "dpos" else 0
     g, p, s, splits = best.graph, best.problem, best.schedule, best.splits
@@ -208,22 +221,21 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, k: StrategyKin
                     splits=forced + splits, replicas=replicas, dpos_runs=runs)
 
 
-def _searched(starts: list[tuple[Graph, int]], compile_graph: Any, D: int, workers: int,
+def _searched(starts: list[Start], compile_graph: Any, D: int, workers: int,
               split: bool) -> tuple[tuple[Plan, int], int]:
     """OS-DPOS: from each starting graph, DPOS and every other placer that starts there (the
     data-parallel layout on the data-parallel graph; one device, HEFT, m-TOPO, m-ETF and m-SCT
     on the model graph); the split search from the fastest of these, then of all of them the
     plan that runs fastest when links carry one transfer at a time (so OS-DPOS is never
     simulated slower than any strategy of the registry); and DPOS runs made."""
-    def start_from(g0: Graph, reps: int) -> list[tuple[Plan, int]]:
+    def start_from(g0: Graph, reps: int, layout: str) -> list[tuple[Plan, int]]:
         p0 = compile_graph(g0)
-        kinds = [KINDS["dpos"]] + [k for k in KINDS.values() if k.starts == (
-            "data-parallel" if reps > 1 else "model")]
+        kinds = [KINDS["dpos"]] + [k for k in KINDS.values() if k.starts == layout]
         plans = _feasible([functools.partial(k.place, p0, g0) for k in kinds])
         return [(Plan(g0, p0, s0), reps) for s0 in plans]
 
-    plans = [c for cs in _feasible([functools.partial(start_from, g0, r)
-                                    for g0, r in starts]) for c in cs]
+    plans = [c for cs in _feasible([functools.partial(start_from, *start)
+                                    for start in starts]) for c in cs]
     start_plan, reps = min(plans, key=lambda pr: pr[0].makespan)
     result = (os_dpos(start_plan.graph, compile_graph, D, start=start_plan, workers=workers)
               if split else start_plan)

@@ -1,0 +1,394 @@
+"""Ring all-reduce with mirrored variables: data parallelism as TensorFlow's
+MirroredStrategy and Horovod run it, built from ordinary ops on the data-parallel graph.
+
+``all_reduce(graph, n)`` takes ``data_parallel(graph, n)`` (replica k = the ops ``X/part{k}``,
+each weight gradient summed by one ``AddN`` join) and returns a graph where:
+
+- every replica k >= 1 keeps its own copy of each variable whose updates can be mirrored
+  (``V/mirror{k}``; replica 0 keeps the user's) and applies the same summed gradient to it
+  with its own copy of the update (``A/mirror{k}``), so no weight crosses a link; the reads
+  its forward pass takes of the weights, and the ops between the summed gradients and the
+  updates (weight decay, clipping by the global norm), are mirrored with them;
+- the replicas' partial gradients are fused into buckets of about ``bucket_bytes``
+  (flattened and concatenated, in the order the backward pass produces them, so the first
+  buckets travel while it goes on), each bucket cut into n chunks; chunk c is summed along
+  the ring from replica c+1 to replica c (reduce-scatter: n-1 sums), then passed along the
+  ring to every replica (all-gather: n-1 copies), so each link carries 2(n-1)/n of the
+  bucket's bytes (Patarasuk and Yuan, JPDC 2009). The summed gradient keeps the join's name
+  on replica 0 and is ``J/mirror{k}`` on replica k.
+
+A variable is mirrored when every op of the step that writes it is a dense optimizer update
+(``Apply*``) whose inputs, traced back to the summed gradients and the variables, carry
+neither the batch nor other state; the others (sparse updates, BatchNorm's scale behind a
+whole-batch op, variables assigned in the step) keep one copy, summed as in the PS layout.
+Writes outside the step (initializers, restores) reach the copies through ``sync_writes``.
+O(V + E) to find what to mirror, plus the ops made: (n-1) per mirrored op and O(n^2) per
+bucket.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable
+
+from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec, writes_variable
+from fastt.op_types import READS
+from fastt.sched.data_parallel import replica_of
+from fastt.sched.split_rules import part_sizes
+
+BUCKET_BYTES = 25 * 2 ** 20  # PyTorch DDP's default bucket
+MIRROR = "/mirror"
+SCOPE = "fastt_allreduce"
+
+
+def mirror_name(name: str, k: int) -> str:
+    """Replica k's copy of op ``name`` (replica 0's is the op itself)."""
+    return name if k == 0 else f"{name}{MIRROR}{k}"
+
+
+def mirrors(graph: Graph) -> dict[str, list[str]]:
+    """User's variable -> its copies in ``graph`` (made by ``all_reduce``)."""
+    out: dict[str, list[str]] = {}
+    for op in graph:
+        if op.is_variable and op.meta.origin is not None and MIRROR in op.name:
+            out.setdefault(op.meta.origin, []).append(op.name)
+    return out
+
+
+def _dense_update(op: Op) -> bool:
+    return writes_variable(op) and "Apply" in op.type and "Sparse" not in op.type
+
+
+def _pure(op: Op) -> bool:
+    """Computes the same value on every replica from the same inputs."""
+    return not op.stateful or op.type in READS
+
+
+def _forward(graph: Graph, sources: Iterable[str], through: Callable[[str], bool]
+             ) -> set[str]:
+    """Ops reachable from ``sources`` over data edges, entering only ops ``through`` admits
+    (the sources are included)."""
+    seen = set(sources)
+    stack = list(seen)
+    while stack:
+        for e in graph.consumers(stack.pop()):
+            if e.dst not in seen and through(e.dst):
+                seen.add(e.dst)
+                stack.append(e.dst)
+    return seen
+
+
+class _Analysis:
+    """What ``all_reduce`` mirrors and which sums it reduces along the ring."""
+
+    def __init__(self, graph: Graph, n: int) -> None:
+        self.graph, self.n = graph, n
+        g = graph
+        self.joins = {op.name for op in g if op.type == "AddN" and op.meta.join is not None
+                      and op.meta.join["kind"] == "sum" and len(op.inputs) == n}
+        self.replicated = {op.name for op in g if replica_of(op) is not None}
+        # ops that carry the batch beyond the sums of the replicas' gradients
+        self.batchy = _forward(g, self.replicated, lambda x: x not in self.joins)
+        writers: dict[str, list[str]] = {}
+        for op in g:
+            if writes_variable(op):
+                for v in self._written(op):
+                    writers.setdefault(v, []).append(op.name)
+        self.writers = writers
+        updates = [op.name for op in g if _dense_update(op)]
+        regions = {a: self._region(a) for a in updates}
+        mirrored = {a for a, r in regions.items() if r is not None}
+        while True:  # a variable is mirrored when all its writers are; fixpoint
+            vars_ok = {v for v, ws in writers.items() if v and all(w in mirrored for w in ws)}
+            keep = {a for a in mirrored if regions[a] is not None and
+                    regions[a][1] <= vars_ok}  # type: ignore[index]
+            if keep == mirrored:
+                break
+            mirrored = keep
+        self.updates = mirrored
+        self.variables = {v for a in mirrored for v in regions[a][1]}  # type: ignore[index]
+        region: set[str] = set()
+        for a in mirrored:
+            region |= regions[a][0]  # type: ignore[index]
+        self.reduced = {x for x in region if x in self.joins}
+        # what the replicas' forward passes read of the mirrored variables
+        reads = _forward(g, self.variables, lambda x: x not in self.replicated and
+                         x not in self.batchy and x not in self.joins and _pure(g[x])
+                         and not g[x].is_variable)
+        wanted = {r.op for x in self.replicated for r in g[x].inputs if r.op in reads}
+        self.mirror = (region - self.joins) | self._back(wanted, reads) | self.variables
+
+    def _written(self, op: Op) -> list[str]:
+        """The variables an update writes: those it takes by reference or handle (an
+        optimizer's slots too)."""
+        g = self.graph
+        return [r.op for r in op.inputs if g[r.op].is_variable and (
+            g.tensor(r).dtype.endswith("_ref") or g.tensor(r).dtype == "resource")]
+
+    def _back(self, names: set[str], within: set[str]) -> set[str]:
+        seen, stack = set(names), list(names)
+        while stack:
+            for r in self.graph[stack.pop()].inputs:
+                if r.op in within and r.op not in seen:
+                    seen.add(r.op)
+                    stack.append(r.op)
+        return seen
+
+    def _region(self, update: str) -> tuple[set[str], set[str]] | None:
+        """(the ops to mirror with ``update``, the variables it reads or writes), or None when
+        it cannot be mirrored: traced back over data edges, stopping at the summed
+        gradients and at variables; ops that no sum or variable feeds (a learning rate) are
+        read from where they are."""
+        g = self.graph
+        seen, stack, sources = {update}, [update], set()
+        while stack:
+            x = stack.pop()
+            if x in self.joins:
+                sources.add(x)
+                continue
+            op = g[x]
+            if op.is_variable:
+                sources.add(x)
+                continue
+            for r in op.inputs:
+                if r.op not in seen:
+                    seen.add(r.op)
+                    stack.append(r.op)
+        variables = {x for x in sources if g[x].is_variable}
+        # a variable only read (a learning rate, Adam's beta powers) stays shared
+        written = {v for v in variables if update in self.writers.get(v, ())}
+        read_only = variables - written
+        region = _forward(g, (sources - read_only), lambda x: x in seen) & seen
+        for x in region:
+            if x == update or x in sources:
+                continue
+            if x in self.batchy or not _pure(g[x]) or x in self.replicated:
+                return None
+        if not written or set(self._written(g[update])) != written:
+            return None
+        return region, written
+
+
+def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES) -> Graph:
+    """The data-parallel ``graph`` of ``n`` replicas with ring all-reduce and mirrored
+    variables (see the module docstring); ``graph`` itself when nothing can be mirrored."""
+    if n < 2:
+        return graph
+    a = _Analysis(graph, n)
+    if not a.updates:
+        return graph
+    g = graph
+    ops: dict[str, Op] = {}
+    ring = _ring_ops(g, a, n, bucket_bytes)
+    reduced = {op.name for op in ring if op.name in a.reduced}
+    changed: dict[str, Op] = {}
+    order = g.topological_order()
+
+    def remap(refs: tuple[TensorRef, ...], k: int) -> tuple[TensorRef, ...]:
+        return tuple(TensorRef(mirror_name(r.op, k), r.index)
+                     if r.op in a.mirror or r.op in reduced else r for r in refs)
+
+    def remap_names(names: tuple[str, ...], k: int) -> tuple[str, ...]:
+        return tuple(mirror_name(c, k) if c in a.mirror else c for c in names)
+
+    # Gradients gated per op (``gate_gradients``: the backward pass goes on once an op's
+    # gradients are all computed) would make each replica wait for the summed ones, and a
+    # bucket wait for itself: the replicas drop such gates (they order, they compute
+    # nothing).
+    after_sums = _after(g, reduced, a.replicated)
+    copies: list[Op] = []
+    for name in order:
+        op = g[name]
+        if name in a.mirror:
+            changed[name] = op.with_(meta=_with_replica(op.meta, 0))
+            for k in range(1, n):
+                copies.append(op.with_(
+                    name=mirror_name(name, k), inputs=remap(op.inputs, k),
+                    control_inputs=remap_names(op.control_inputs, k),
+                    colocate_with=remap_names(op.colocate_with, k),
+                    meta=OpMeta(origin=name, replica=k)))
+            continue
+        k = replica_of(op)
+        if k is not None:  # a replica's op reading mirrored weights reads its own copy
+            gates = tuple(c for c in op.control_inputs if c not in after_sums)
+            new = op.with_(inputs=remap(op.inputs, k), control_inputs=remap_names(gates, k))
+            if new != op:
+                changed[name] = new
+            continue
+        after = [u for u in a.updates if u in op.control_inputs or
+                 any(r.op == u for r in op.inputs)]
+        if after:  # what waits for an update waits for every copy of it
+            changed[name] = op.with_(control_inputs=op.control_inputs + tuple(
+                mirror_name(u, k) for u in after for k in range(1, n)))
+    for name in order:
+        if name in reduced:
+            continue
+        ops[name] = changed.get(name, g[name])
+    for op in ring:
+        ops[op.name] = op
+    for op in copies:
+        ops[op.name] = op
+    return Graph(ops.values(), name=g.name, meta=g.meta)
+
+
+def _after(g: Graph, sources: set[str], stop: set[str]) -> set[str]:
+    """Ops after ``sources`` (data or control), not entering ``stop``; no writes."""
+    seen, stack = set(sources), list(sources)
+    while stack:
+        for s in g.successors(stack.pop()):
+            if s not in seen and s not in stop and not writes_variable(g[s]):
+                seen.add(s)
+                stack.append(s)
+    return seen
+
+
+def _with_replica(meta: OpMeta, k: int) -> OpMeta:
+    d = meta.as_dict()
+    d["replica"] = k
+    return OpMeta(**d)
+
+
+def _ring_ops(g: Graph, a: _Analysis, n: int, bucket_bytes: float) -> list[Op]:
+    """The ops of the ring all-reduce of every summed gradient ``a.reduced``."""
+    pos = {name: i for i, name in enumerate(g.topological_order())}
+    buckets: list[list[str]] = []
+    filling: dict[str, tuple[list[str], list[float]]] = {}  # dtype -> (bucket, its bytes)
+    for j in sorted(a.reduced, key=pos.__getitem__):
+        spec = g[j].outputs[0]
+        if spec.dims is None or spec.nbytes is None:
+            continue  # unknown size: summed as before (the join stays)
+        if spec.dtype not in filling:
+            filling[spec.dtype] = ([], [0.0])
+            buckets.append(filling[spec.dtype][0])
+        bucket, used = filling[spec.dtype]
+        bucket.append(j)
+        used[0] += spec.nbytes
+        if used[0] >= bucket_bytes:
+            del filling[spec.dtype]
+    out: list[Op] = []
+    for i, b in enumerate(buckets):
+        out += _bucket(g, f"{SCOPE}/bucket{i}", b, n)
+    return out
+
+
+def _made(name: str, type_: str, inputs: list[TensorRef], spec: TensorSpec, k: int,
+          scope: str, **attrs: object) -> Op:
+    return Op(name=name, type=type_, inputs=tuple(inputs), outputs=(spec,), attrs=dict(attrs),
+              meta=OpMeta(split_of=scope, replica=k))
+
+
+def _bucket(g: Graph, scope: str, joins: list[str], n: int) -> list[Op]:
+    """Fuse, reduce-scatter, all-gather and unfuse the sums ``joins`` over ``n`` replicas."""
+    dtype = g[joins[0]].outputs[0].dtype
+    numel = [math.prod(g[j].outputs[0].dims or ()) for j in joins]
+    total = sum(numel)
+    chunks = part_sizes(total, n)
+    ops: list[Op] = []
+
+    def vec(m: int) -> TensorSpec:
+        return TensorSpec(dtype, (m,))
+
+    pieces: list[list[TensorRef]] = []  # replica -> its chunks
+    for k in range(n):
+        flats = []
+        for j, m in zip(joins, numel):
+            part = g[j].inputs[_input_of(g, j, k)]
+            if len(g.tensor(part).dims or ()) == 1:
+                flats.append(part)
+                continue
+            ops.append(_made(f"{scope}/flat/{_short(j)}/part{k}", "Reshape", [part], vec(m),
+                             k, scope, shape=[-1]))
+            flats.append(TensorRef(ops[-1].name, 0))
+        buf = flats[0]
+        if len(flats) > 1:
+            ops.append(_made(f"{scope}/fused/part{k}", "ConcatV2", flats, vec(total), k, scope,
+                             axis=0))
+            buf = TensorRef(ops[-1].name, 0)
+        ops.append(Op(name=f"{scope}/chunks/part{k}", type="SplitV", inputs=(buf,),
+                      outputs=tuple(vec(c) for c in chunks),
+                      attrs={"axis": 0, "size_splits": chunks},
+                      meta=OpMeta(split_of=scope, replica=k)))
+        pieces.append([TensorRef(ops[-1].name, c) for c in range(n)])
+    gathered: list[list[TensorRef]] = [[] for _ in range(n)]  # replica -> reduced chunks
+    for c in range(n):
+        acc = pieces[(c + 1) % n][c]
+        for h in range(1, n):  # reduce-scatter: chunk c ends summed on replica c
+            r = (c + 1 + h) % n
+            ops.append(_made(f"{scope}/reduce{c}/part{r}", "AddN", [acc, pieces[r][c]],
+                             vec(chunks[c]), r, scope))
+            acc = TensorRef(ops[-1].name, 0)
+        gathered[c] = [acc] * n
+        for h in range(1, n):  # all-gather: passed on along the ring
+            r = (c + h) % n
+            ops.append(_made(f"{scope}/gather{c}/part{r}", "Identity", [acc], vec(chunks[c]),
+                             r, scope))
+            acc = TensorRef(ops[-1].name, 0)
+            gathered[c][r] = acc
+    for k in range(n):
+        parts = [gathered[c][k] for c in range(n)]
+        ops.append(_made(f"{scope}/summed/part{k}", "ConcatV2", parts, vec(total), k, scope,
+                         axis=0))
+        full = TensorRef(ops[-1].name, 0)
+        outs = [full]
+        if len(joins) > 1:
+            ops.append(Op(name=f"{scope}/unfused/part{k}", type="SplitV", inputs=(full,),
+                          outputs=tuple(vec(m) for m in numel),
+                          attrs={"axis": 0, "size_splits": numel},
+                          meta=OpMeta(split_of=scope, replica=k)))
+            outs = [TensorRef(ops[-1].name, i) for i in range(len(joins))]
+        for j, ref in zip(joins, outs):
+            spec = g[j].outputs[0]
+            ops.append(_made(mirror_name(j, k), "Reshape", [ref], spec, k, scope,
+                             shape=list(spec.dims or ())))
+    return ops
+
+
+def _short(name: str) -> str:
+    return name.replace("/", "_")
+
+
+def _input_of(g: Graph, join: str, k: int) -> int:
+    """The input of ``join`` that replica k computed."""
+    for i, r in enumerate(g[join].inputs):
+        if replica_of(g[r.op]) == k:
+            return i
+    return k
+
+
+def sync_writes(graph: Graph) -> Graph:
+    """``graph`` (a planned step merged with the user's other ops) where every write of a
+    mirrored variable outside the mirrored updates (its initializer, a restore, an assign)
+    is followed by copies of the written value into the variable's copies, run by whatever
+    waits for that write (``global_variables_initializer``, a saver's ``restore_all``)."""
+    copies = mirrors(graph)
+    if not copies:
+        return graph
+    made: list[Op] = []
+    follow: dict[str, list[str]] = {}  # write -> the ops copying its value
+    for op in graph:
+        if not writes_variable(op) or mirror_name(op.name, 1) in graph:
+            continue
+        for v in {r.op for r in op.inputs} & set(copies):
+            var = graph[v]
+            dtype = str(var.attrs.get("dtype", var.outputs[0].dtype)).removesuffix("_ref")
+            resource = var.outputs[0].dtype == "resource"
+            read = Op(name=f"{op.name}/fastt_sync/{_short(v)}", inputs=(TensorRef(v, 0),),
+                      type="ReadVariableOp" if resource else "Identity",
+                      outputs=(TensorSpec(dtype, var.outputs[0].shape if not resource
+                                          else None),),
+                      control_inputs=(op.name,), colocate_with=(v,), stateful=resource,
+                      attrs={"dtype": dtype}, meta=OpMeta(origin=op.name, replica=0))
+            made.append(read)
+            for copy in copies[v]:
+                k = int(copy.rsplit(MIRROR, 1)[1])
+                made.append(Op(name=f"{read.name}/mirror{k}",
+                               type="AssignVariableOp" if resource else "Assign",
+                               inputs=(TensorRef(copy, 0), TensorRef(read.name, 0)),
+                               outputs=() if resource else (graph[copy].outputs[0],),
+                               colocate_with=(copy,), stateful=True,
+                               attrs={"dtype": dtype}, meta=OpMeta(origin=op.name, replica=k)))
+                follow.setdefault(op.name, []).append(made[-1].name)
+    ops = []
+    for op in graph:
+        extra = [s for c in op.control_inputs for s in follow.get(c, ())]
+        ops.append(op.with_(control_inputs=op.control_inputs + tuple(extra)) if extra else op)
+    return Graph(ops + made, name=graph.name, meta=graph.meta)
