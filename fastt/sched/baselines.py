@@ -22,11 +22,13 @@ from typing import Iterable
 
 from fastt.errors import DoesNotFit
 from fastt.ir import Graph
-from fastt.sched.data_parallel import replica_of
+from fastt.op_types import SHAPE_OPS
+from fastt.sched.data_parallel import BATCH_SHAPE, replica_of
 from fastt.sched.dpos import eft_list_schedule, group_memory, rank_u
 from fastt.sched.problem import Problem
 from fastt.sched.schedule import Schedule, ready_times
 from fastt.sched.simulate import simulate
+from fastt.sched.splitting import PART_SHAPE
 
 
 def _timed(p: Problem, device: list[int], order: list[int]) -> Schedule:
@@ -180,15 +182,24 @@ def _blocked(p: Problem, i: int, d: int, used: list[float], gmem: dict[int, floa
     return used[d] + gmem[g] > p.devices[d].memory
 
 
+SHAPE_READERS = SHAPE_OPS | {BATCH_SHAPE, PART_SHAPE}
+
+
 def data_parallel(p: Problem, g: Graph) -> Schedule:
     """The data-parallel graph ``g``'s replica k on device k (mod D), the ops shared by the
-    replicas (updates, whole-batch ops) on device 0, colocation groups with their first
-    member; each device's ops by decreasing upward rank."""
+    replicas (updates, whole-batch ops) on device 0 (the ops reading a tensor's shape next
+    to it), colocation groups with their first member; each device's ops by decreasing
+    upward rank."""
     D = p.num_devices
-    device = []
-    for name in p.names:
-        k = replica_of(g[name])
-        device.append(0 if k is None else k % D)
+    device = [0] * p.n
+    index = {name: i for i, name in enumerate(p.names)}
+    for i in p.topo:
+        op = g[p.names[i]]
+        k = replica_of(op)
+        if k is None and op.type in SHAPE_READERS and op.inputs and op.inputs[0].op in index:
+            device[i] = device[index[op.inputs[0].op]]  # a shape is read where its tensor is
+        else:
+            device[i] = 0 if k is None else k % D
     groups: dict[int, int] = {}
     for i, grp in enumerate(p.group):  # colocation wins: a group follows its first member
         device[i] = groups.setdefault(grp, device[i])
