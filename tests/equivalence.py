@@ -11,6 +11,7 @@ from fastt import zoo
 from fastt.adapters.rewrite import rewrite
 from fastt.adapters.tf_import import from_tf_graph
 from fastt.costs.source import StaticCosts
+from fastt.sched.allreduce import mirrors
 from fastt.sched.device_spec import parse
 from fastt.sched.split_rules import rules
 from fastt.sched.splitting import Split
@@ -49,7 +50,7 @@ REF = "_ref"
 # still runs on each of them); the small models cover every combination on 2 and 4 devices.
 HEAVY = {"vgg_16", "inception_v3", "resnet_v2_50"}
 HEAVY_ORDER = {"placement": "control", "splits": "priority", "data-parallel": "none",
-               "os-dpos": "control"}
+               "data-parallel-ps": "control", "os-dpos": "control"}
 TOL = {"sgd": (1e-4, 1e-5), "momentum": (1e-4, 1e-5), "adam": (1e-3, 1e-4)}
 
 
@@ -99,16 +100,24 @@ def check(name, D):
     m, ir = build(name)
     ref_losses, ref_values = _reference(m, ir, D)
     rtol, atol = TOL[opt]
-    for mode in ("placement", "splits", "data-parallel", "os-dpos"):
+    for mode in ("placement", "splits", "data-parallel", "data-parallel-ps", "os-dpos"):
         s = strategy(ir, m, D, mode)
         if mode == "placement":
             assert len(set(s.placement.values())) > 1  # really spread over devices
         if mode == "splits":
             assert len(s.splits) >= 2
+        copies = mirrors(s.graph)
+        # every trained variable mirrored on every replica, and only in the all-reduce layout
+        assert (mode == "data-parallel") == bool(copies)
+        if mode == "data-parallel":
+            trained = {ir[u].inputs[0].op for u in ir.fan_in([m.train_op.name]).names
+                       if "Apply" in ir[u].type}
+            assert trained <= set(copies) and all(len(c) == D - 1 for c in copies.values())
         for order in [HEAVY_ORDER[mode]] if name in HEAVY else ["none", "control", "priority"]:
             gd = rewrite(ir, s, enforce_order=order == "control", priority=order == "priority")
             assert set(ir.names) <= {n.name for n in gd.node}  # every op keeps its name
-            losses, values = _run_with_values(gd, m, ir, D, priority=order == "priority")
+            losses, values = _run_with_values(gd, m, ir, D, priority=order == "priority",
+                                              copies=copies)
             np.testing.assert_allclose(losses, ref_losses, rtol=rtol, atol=atol,
                                        err_msg=f"{mode} order={order}")
             for v, got, want in zip(_variables(ir), values, ref_values):
@@ -120,19 +129,21 @@ def _variables(ir):
     return sorted(op.name for op in ir if op.type in ("VarHandleOp", "VariableV2"))
 
 
-def _value_fetches(g, ir):
-    """A read of every variable, built in ``g`` (resource handles are not values; a
-    reference variable's output is its value)."""
+def _value_fetches(g, ir, names=None):
+    """A read of every variable (or of ``names``: variable -> the op to read), built in ``g``
+    (resource handles are not values; a reference variable's output is its value)."""
+    names = names or {v: v for v in _variables(ir)}
     with g.as_default():
-        return [tf1.raw_ops.ReadVariableOp(resource=g.get_tensor_by_name(v + ":0"),
+        return [tf1.raw_ops.ReadVariableOp(resource=g.get_tensor_by_name(op + ":0"),
                                            dtype=tf.as_dtype(ir[v].attrs["dtype"]))
-                if ir[v].type == "VarHandleOp" else g.get_tensor_by_name(v + ":0")
-                for v in _variables(ir)]
+                if ir[v].type == "VarHandleOp" else g.get_tensor_by_name(op + ":0")
+                for v, op in names.items()]
 
 
-def _run_with_values(graph_or_def, m, ir, D, priority=False):
+def _run_with_values(graph_or_def, m, ir, D, priority=False, copies=None):
     """Losses of STEPS training steps and the variables after them; ``priority``: under
-    fastt's priority executor."""
+    fastt's priority executor; ``copies`` (variable -> its mirrored copies): each copy must
+    hold exactly its variable's value."""
     g = graph_or_def
     if not isinstance(g, tf.Graph):
         g = tf.Graph()
@@ -149,7 +160,13 @@ def _run_with_values(graph_or_def, m, ir, D, priority=False):
         losses = [sess.run([g.get_tensor_by_name(m.loss.name),
                             g.get_operation_by_name(m.train_op.name)], feed)[0]
                   for _ in range(STEPS)]
-        return losses, sess.run(reads)
+        values = sess.run(reads)
+        for v, names in (copies or {}).items():
+            want = values[_variables(ir).index(v)]
+            for name in names:
+                got = sess.run(_value_fetches(g, ir, {v: name})[0])
+                np.testing.assert_array_equal(got, want, err_msg=f"copy {name} of {v}")
+        return losses, values
 
 
 def _reference(m, ir, D):

@@ -335,3 +335,41 @@ def test_data_parallelism_splits_a_batch_fed_without_a_static_size(plugin, tmp_p
     assert placement["conv/part0"] == devices[0] and placement["conv/part1"] == devices[1]
     backward = [n for n in placement if n.startswith("gradients/") and n.endswith("/part1")]
     assert any("Conv2DBackpropFilter" in n for n in backward), backward
+
+
+def test_mirrored_copies_follow_every_write_of_their_variable(plugin, tmp_path):
+    """Data parallelism with mirrored variables (ring all-reduce), kept active: after it is
+    active the script assigns a weight directly, runs the initializer of another, and
+    restores a checkpoint (a saver's group of assigns); each replica's copy follows (replica
+    1 reads its copy: a stale one would change the losses), so the losses stay those of
+    training without fastt."""
+    def script(m, sess_factory):
+        with m.g.as_default():
+            w1 = next(v for v in tf1.global_variables() if v.op.name == "w1")
+            w2 = next(v for v in tf1.global_variables() if v.op.name == "w2")
+            halve = w1.assign(w1 * 0.5)
+            value = np.full((64, 4), 0.01, np.float32)
+        sess = sess_factory()
+        sess.run(m.init)
+        losses = []
+        for i in range(3 * STEPS // 2):
+            if i == STEPS // 2:
+                path = m.saver.save(sess, str(tmp_path / "ckpt" / "m"))
+            if i == STEPS:
+                sess.run(halve)
+            if i == STEPS + 5:
+                w2.load(value, sess)  # its initializer, fed
+            if i == STEPS + 10:
+                m.saver.restore(sess, path)
+            losses.append(sess.run([m.train, m.loss], m.feeds[i % len(m.feeds)])[1])
+        return sess, losses
+
+    m = build()
+    _, ref = script(m, lambda: tf1.Session(graph=m.g))
+    plugin(strategy="data-parallel", rollback=False, max_rounds=1)
+    m = build()
+    sess, losses = script(m, lambda: tf1.Session(graph=m.g))
+    cur = session_hook.plugin_of(sess).current
+    assert cur is not session_hook.plugin_of(sess).user
+    assert cur.strategy.name == "data-parallel" and cur.has("w1/mirror1")
+    np.testing.assert_allclose(losses, ref, rtol=1e-4)

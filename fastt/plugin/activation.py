@@ -15,7 +15,8 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 from fastt.ir import Graph
-from fastt.plugin.state import State, StateOps, has_op
+from fastt.sched.allreduce import followers
+from fastt.plugin.state import State, StateOps, executed, has_op
 from fastt.plugin.streams import StreamCounter
 from tf_patches import session_hook as hook
 
@@ -38,6 +39,8 @@ class Running:
         # part-way (or never ends) may have updated some variables.
         self.snapshot: State | None = None
         self.callables: dict[tuple[Any, ...], Any] = {}  # (callable, traced, extra fetches)
+        self._followers: dict[str, list[str]] | None = None
+        self._syncs: dict[Any, list[str]] = {}
 
     def element(self, name: str) -> Any:
         e = self._elements.get(name)
@@ -58,6 +61,21 @@ class Running:
         if self.streams is not None:
             state.values.update(self.streams.values())
         return state
+
+    def followers(self, fetches: list[str], targets: list[str], feeds: Any) -> list[Any]:
+        """The ops that copy what a run's writes wrote into the variables' mirrored copies,
+        when the run does not run them itself (a variable's initializer or assign fetched
+        alone; a group of them runs them already)."""
+        if self._followers is None:
+            self._followers = followers(op.name for op in self.graph.get_operations())
+        if not self._followers:
+            return []
+        key = (tuple(fetches), tuple(targets), tuple(sorted(feeds)))
+        if key not in self._syncs:
+            ran = executed(self.graph, fetches, targets, set(feeds))
+            self._syncs[key] = [f for w in ran if w in self._followers
+                                for f in self._followers[w] if f not in ran]
+        return [self.element(f) for f in self._syncs[key]]
 
     def close(self) -> None:
         if self.inner:

@@ -123,8 +123,9 @@ class SessionPlugin:
         nf, nt = len(req.fetch_names), len(req.target_names)
         first = cur.snapshot is not None
         try:
+            syncs = cur.followers(req.fetch_names, req.target_names, req.feeds)
             values = hook.run_elements(
-                cur.sess, found[:nf], found[nf:nf + nt],
+                cur.sess, found[:nf], found[nf:nf + nt] + syncs,
                 dict(zip(found[nf + nt:], req.feeds.values())),
                 self.guard.options(options, first), meta)
             if first:

@@ -1,7 +1,8 @@
 """Carry a training's state from one session to another, bit for bit.
 
-The state is every variable (global, local, optimizer slots, the global step, metrics) and
-the position of every ``tf.data`` iterator (serialized by TensorFlow itself, shuffle buffers
+The state is every variable (global, local, optimizer slots, the global step, metrics; written
+into its mirrored copies too, where a strategy made them) and the position of every
+``tf.data`` iterator (serialized by TensorFlow itself, shuffle buffers
 and random state included). Values travel as numpy arrays, so they arrive unchanged. Reads
 use the variable's own read op where the graph has one; what is missing is added under
 ``fastt_state/`` (to the user's graph too, even when finalized: reads only).
@@ -16,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from fastt.op_types import CARRIED_VARIABLE_TYPES, ITERATOR_TYPES
+from fastt.sched.allreduce import mirror_name
 from tf_patches.session_hook import unfinalized
 
 log = logging.getLogger("fastt")
@@ -116,11 +118,9 @@ class StateOps:
                     op = g.get_operation_by_name(name)
                     ph = tf.compat.v1.placeholder(op.get_attr("dtype"), name="value")
                     feeds[name] = ph
-                    if op.type == "VarHandleOp":
-                        ops[name] = tf.raw_ops.AssignVariableOp(resource=op.outputs[0], value=ph)
-                    else:
-                        ops[name] = tf.raw_ops.Assign(ref=op.outputs[0], value=ph,
-                                                      validate_shape=False).op
+                    writes = [_assign(g.get_operation_by_name(n), ph)
+                              for n in [name] + _copies(g, name)]
+                    ops[name] = writes[0] if len(writes) == 1 else tf.group(*writes)
                 for name in self.iterators:
                     ph = tf.compat.v1.placeholder(tf.string, [], name="iterator")
                     feeds[name] = ph
@@ -142,6 +142,20 @@ class StateOps:
             names = [n for n in group if n in ops]
             if names:
                 run([ops[n] for n in names], {feeds[n]: group[n] for n in names})
+
+
+def _copies(graph: tf.Graph, name: str) -> list[str]:
+    """The mirrored copies of variable ``name`` in ``graph`` (``V/mirror1``, ...)."""
+    out: list[str] = []
+    while has_op(graph, mirror_name(name, len(out) + 1)):
+        out.append(mirror_name(name, len(out) + 1))
+    return out
+
+
+def _assign(op: tf.Operation, value: Any) -> tf.Operation:
+    if op.type == "VarHandleOp":
+        return tf.raw_ops.AssignVariableOp(resource=op.outputs[0], value=value)
+    return tf.raw_ops.Assign(ref=op.outputs[0], value=value, validate_shape=False).op
 
 
 def executed(graph: tf.Graph, fetches: list[str], targets: list[str], fed: set[str]

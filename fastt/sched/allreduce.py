@@ -38,6 +38,7 @@ from fastt.sched.split_rules import part_sizes
 BUCKET_BYTES = 25 * 2 ** 20  # PyTorch DDP's default bucket
 MIRROR = "/mirror"
 SCOPE = "fastt_allreduce"
+SYNC = "/fastt_sync/"  # the ops after a write that copy its value into the copies
 
 
 def mirror_name(name: str, k: int) -> str:
@@ -371,7 +372,7 @@ def sync_writes(graph: Graph) -> Graph:
             var = graph[v]
             dtype = str(var.attrs.get("dtype", var.outputs[0].dtype)).removesuffix("_ref")
             resource = var.outputs[0].dtype == "resource"
-            read = Op(name=f"{op.name}/fastt_sync/{_short(v)}", inputs=(TensorRef(v, 0),),
+            read = Op(name=f"{op.name}{SYNC}{_short(v)}", inputs=(TensorRef(v, 0),),
                       type="ReadVariableOp" if resource else "Identity",
                       outputs=(TensorSpec(dtype, var.outputs[0].shape if not resource
                                           else None),),
@@ -392,3 +393,14 @@ def sync_writes(graph: Graph) -> Graph:
         extra = [s for c in op.control_inputs for s in follow.get(c, ())]
         ops.append(op.with_(control_inputs=op.control_inputs + tuple(extra)) if extra else op)
     return Graph(ops + made, name=graph.name, meta=graph.meta)
+
+
+def followers(names: Iterable[str]) -> dict[str, list[str]]:
+    """Write -> the ops of ``names`` (a graph's) that copy its value into the variable's
+    copies (``sync_writes``): a run of the write alone runs them too."""
+    out: dict[str, list[str]] = {}
+    for name in names:
+        writer, sep, rest = name.partition(SYNC)
+        if sep and MIRROR in rest:
+            out.setdefault(writer, []).append(name)
+    return out
