@@ -28,7 +28,7 @@ def _progress(what: str) -> Any:
 def _plan(args: argparse.Namespace) -> int:
     from fastt import plan_cmd
     graph = plan_cmd.load(args.graph, args.model, args.batch_size)
-    setup = plan_cmd.prepare(graph, args.devices, args.costs, args.fetch or ())
+    setup = plan_cmd.prepare(graph, args.devices, args.costs, args.fetch or (), args.bucket_mb)
     compare = args.command == "compare"
     print(f"planning {'every strategy' if compare else args.strategy}...", file=sys.stderr,
           flush=True)
@@ -173,6 +173,9 @@ def _graph_arguments(p: argparse.ArgumentParser) -> None:
                         "model JSON file written by fastt")
     p.add_argument("--fetch", action="append", help="op a training step runs (default: the "
                                                     "MetaGraphDef's train_op collection)")
+    p.add_argument("--bucket-mb", type=float, default=25.0,
+                   help="gradient bucket of data parallelism's ring all-reduce (default 25; "
+                        "0: each gradient on its own)")
 
 
 def _positive(text: str) -> int:

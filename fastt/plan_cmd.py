@@ -14,6 +14,7 @@ from fastt.costs.source import CostSource, ModelCosts, StaticCosts
 from fastt.errors import FasttError
 from fastt.ir import Graph
 from fastt.sched.device_spec import DeviceSet, parse
+from fastt.sched.allreduce import BUCKET_BYTES
 from fastt.sched.registry import STRATEGIES, kind
 from fastt.sched.strategy import Strategy, plan
 
@@ -70,6 +71,7 @@ class Setup:
     devices: DeviceSet
     fetches: list[str]
     costs: CostSource
+    bucket_bytes: float = BUCKET_BYTES
 
     @property
     def models(self) -> CostModels | None:
@@ -78,10 +80,13 @@ class Setup:
 
 
 def prepare(graph: Graph, spec: str, costs: str = "analytical",
-            fetch: Sequence[str] = ()) -> Setup:
+            fetch: Sequence[str] = (), bucket_mb: float = BUCKET_BYTES / 2 ** 20) -> Setup:
+    if not bucket_mb >= 0:  # 0: each gradient reduced on its own
+        raise FasttError(f"bucket size {bucket_mb} MB: expected a number >= 0")
     device_set = parse(spec)
     step = fetches(graph, fetch)
-    return Setup(graph, spec, device_set, step, cost_source(graph, device_set, costs, step))
+    return Setup(graph, spec, device_set, step, cost_source(graph, device_set, costs, step),
+                 bucket_mb * 2 ** 20)
 
 
 def plan_all(setup: Setup, strategy: str = "os-dpos", baselines: Sequence[str] = STRATEGIES,
@@ -96,7 +101,7 @@ def plan_one(setup: Setup, name: str) -> Strategy:
     devs = setup.devices
     return plan(setup.graph, devs.devices, setup.costs, name, devs.copy_bytes_per_s,
                 workers=(os.cpu_count() or 1) if kind(name).search else 1,
-                fetches=setup.fetches)
+                fetches=setup.fetches, bucket_bytes=setup.bucket_bytes)
 
 
 def plan_each(setup: Setup, names: Sequence[str], progress: Any = None

@@ -1,7 +1,9 @@
 """The rewriter's equivalence check for one zoo model: each strategy's rewritten graph, under
 each order mechanism, trains like the original. ``python -m tests.equivalence NAME D`` runs
 one case in a process of its own (each builds and drops dozens of graphs: in one long-lived
-process their memory is never returned) and exits non-zero with the mismatch."""
+process their memory is never returned) and exits non-zero with the mismatch;
+``python -m tests.equivalence --cluster [NAME...]`` checks both data-parallel layouts over a
+local 2-worker gRPC cluster."""
 import sys
 
 import numpy as np
@@ -10,9 +12,11 @@ import tensorflow as tf
 from fastt import zoo
 from fastt.adapters.rewrite import rewrite
 from fastt.adapters.tf_import import from_tf_graph
+from fastt.cluster import LocalCluster
 from fastt.costs.source import StaticCosts
 from fastt.sched.allreduce import mirrors
-from fastt.sched.device_spec import parse
+from fastt.sched.device_spec import DeviceSet, parse
+from fastt.sched.problem import Device
 from fastt.sched.split_rules import rules
 from fastt.sched.splitting import Split
 from fastt.sched.strategy import plan
@@ -140,10 +144,10 @@ def _value_fetches(g, ir, names=None):
                 for v, op in names.items()]
 
 
-def _run_with_values(graph_or_def, m, ir, D, priority=False, copies=None):
+def _run_with_values(graph_or_def, m, ir, D, priority=False, copies=None, target=""):
     """Losses of STEPS training steps and the variables after them; ``priority``: under
     fastt's priority executor; ``copies`` (variable -> its mirrored copies): each copy must
-    hold exactly its variable's value."""
+    hold exactly its variable's value; ``target``: a cluster's master."""
     g = graph_or_def
     if not isinstance(g, tf.Graph):
         g = tf.Graph()
@@ -154,7 +158,7 @@ def _run_with_values(graph_or_def, m, ir, D, priority=False, copies=None):
     if priority:
         assert priority_executor.load(), "the priority executor is not built"
         cfg.experimental.executor_type = priority_executor.EXECUTOR_TYPE
-    with tf1.Session(graph=g, config=cfg) as sess:
+    with tf1.Session(target, graph=g, config=cfg) as sess:
         sess.run(g.get_operation_by_name(m.init.name))
         feed = {g.get_tensor_by_name(k + ":0"): v for k, v in m.feeds.items()}
         losses = [sess.run([g.get_tensor_by_name(m.loss.name),
@@ -177,6 +181,41 @@ def _reference(m, ir, D):
 
 
 
+# The in-process models that are not HEAVY: each trains in seconds on two one-core workers.
+CLUSTER_MODELS = [n for n in MODELS if n not in HEAVY]
+
+
+def check_cluster(names):
+    """Both data-parallel layouts of each model over a local cluster of 2 gRPC workers (one
+    core each): the losses and variables of the original graph run in-process. Workers keep
+    variables across sessions, so their containers are reset before each run."""
+    with LocalCluster(workers=2) as cluster:
+        devices = [Device(cluster.device(i)) for i in range(2)]
+        ds = DeviceSet("CPU", devices, {(a.name, b.name): (1e-4, 1e9) for a in devices
+                                        for b in devices if a != b})
+        for name in names:
+            m, ir = build(name)
+            ref_losses, ref_values = _reference(m, ir, 2)
+            rtol, atol = TOL[MODELS[name][0]]
+            costs = StaticCosts({o.name: 1e-4 for o in ir}, ds)
+            for mode in ("data-parallel", "data-parallel-ps"):
+                s = plan(ir, devices, costs, mode, fetches=[m.train_op.name, m.loss.name])
+                assert set(s.placement.values()) == {d.name for d in devices}
+                tf1.Session.reset(cluster.target)
+                losses, values = _run_with_values(rewrite(ir, s, enforce_order=True), m, ir,
+                                                  2, copies=mirrors(s.graph),
+                                                  target=cluster.target)
+                np.testing.assert_allclose(losses, ref_losses, rtol=rtol, atol=atol,
+                                           err_msg=f"{name} {mode} on the cluster")
+                for v, got, want in zip(_variables(ir), values, ref_values):
+                    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol,
+                                               err_msg=f"{name} {mode} variable {v}")
+            print(f"{name}: both layouts as the original on the cluster", flush=True)
+
+
 if __name__ == "__main__":
     tf1.disable_eager_execution()
-    check(sys.argv[1], int(sys.argv[2]))
+    if sys.argv[1] == "--cluster":
+        check_cluster(sys.argv[2:] or CLUSTER_MODELS)
+    else:
+        check(sys.argv[1], int(sys.argv[2]))

@@ -20,7 +20,8 @@ from fastt.ir import writes_variable  # noqa: E402
 from fastt.costs.source import StaticCosts  # noqa: E402
 from fastt.sched.device_spec import parse  # noqa: E402
 from fastt.sched.strategy import plan  # noqa: E402
-from tests.equivalence import HEAVY, MODELS, build, forced_splits, strategy  # noqa: E402
+from tests.equivalence import (CLUSTER_MODELS, HEAVY, MODELS, build, forced_splits,  # noqa: E402
+                               strategy)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,6 +34,16 @@ def test_rewritten_graphs_train_like_the_original(name, D):
     p = subprocess.run([sys.executable, "-m", "tests.equivalence", name, str(D)], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-4000:]
+
+
+def test_data_parallel_layouts_train_like_the_original_on_a_two_worker_cluster():
+    """Mirrored variables with ring all-reduce, and TF-slim's layout, over two gRPC workers:
+    the eight models that are not HEAVY, in one process of their own."""
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    p = subprocess.run([sys.executable, "-m", "tests.equivalence", "--cluster"], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-4000:]
+    assert p.stdout.count("both layouts as the original") == len(CLUSTER_MODELS) >= 8
 
 
 @pytest.mark.parametrize("grappler", [False, True], ids=["plain", "grappler"])

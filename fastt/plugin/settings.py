@@ -99,6 +99,7 @@ class Settings:
     devices: list[str] = field(default_factory=list)  # empty: decided from the machine
     logical_cpus: int = 1
     strategy: str = "os-dpos"
+    bucket_mb: float = 25.0  # the ring all-reduce's gradient buckets
     dump_dir: str = ""
     warmup_steps: int = 5
     profile_steps: int = 3
@@ -150,6 +151,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError(f"FASTT_LOG_LEVEL={level!r}: expected DEBUG, INFO, WARNING or ERROR")
     return Settings(
         enabled=enabled, devices=devices, logical_cpus=cpus, strategy=strategy,
+        bucket_mb=_real(env, "FASTT_BUCKET_MB", 25.0, float("inf"), "megabytes >= 0"),
         dump_dir=env.get("FASTT_DUMP_DIR", "").strip(),
         warmup_steps=_count(env, "FASTT_WARMUP_STEPS", 5, 2),
         profile_steps=_count(env, "FASTT_PROFILE_STEPS", 3, 1),

@@ -208,10 +208,11 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES) -> Grap
                     colocate_with=remap_names(op.colocate_with, k),
                     meta=OpMeta(origin=name, replica=k)))
             continue
-        k = replica_of(op)
-        if k is not None:  # a replica's op reading mirrored weights reads its own copy
+        rep = replica_of(op)
+        if rep is not None:  # a replica's op reading mirrored weights reads its own copy
             gates = tuple(c for c in op.control_inputs if c not in after_sums)
-            new = op.with_(inputs=remap(op.inputs, k), control_inputs=remap_names(gates, k))
+            new = op.with_(inputs=remap(op.inputs, rep),
+                           control_inputs=remap_names(gates, rep))
             if new != op:
                 changed[name] = new
             continue

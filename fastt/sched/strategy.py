@@ -33,7 +33,7 @@ from fastt.errors import DoesNotFit, FasttError, NoBatch
 from fastt.ir import Graph
 from fastt.sched import baselines
 from fastt.sched._gc import without_gc
-from fastt.sched.allreduce import all_reduce
+from fastt.sched.allreduce import BUCKET_BYTES, all_reduce
 from fastt.sched.data_parallel import data_parallel
 from fastt.sched.osdpos import Plan, compiler, os_dpos
 from fastt.sched.problem import Device, Problem
@@ -95,16 +95,17 @@ class _UnitCosts:
         return (0.0, 0.0)
 
 
-def data_parallel_fitting(graph: Graph, devices: Sequence[Device], ring: bool = True
-                          ) -> Graph | None:
+def data_parallel_fitting(graph: Graph, devices: Sequence[Device], ring: bool = True,
+                          bucket_bytes: float = BUCKET_BYTES) -> Graph | None:
     """The data-parallel graph over ``devices`` when every device holds its replica (each
     with its share of the batch; with ``ring``, mirrored variables and ring all-reduce, else
-    gradients summed on device 0), else None. Memory is the simulated peak of the replicas'
+    gradients summed on device 0; ``bucket_bytes``: the all-reduce's fusion buckets), else
+    None. Memory is the simulated peak of the replicas'
     placement, ops in topological order."""
     D = len(devices)
     dp = data_parallel(graph, D)
     if ring:
-        dp = all_reduce(dp, D)
+        dp = all_reduce(dp, D, bucket_bytes)
     if all(d.memory == math.inf for d in devices):
         return dp
     mem = MemoryModel.from_graph(dp)
@@ -140,15 +141,16 @@ def _replay(p: Problem, s: Schedule) -> tuple[float, float]:
 
 def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
          name: str = "os-dpos", copy_bytes_per_s: float = 10e9, workers: int = 1,
-         fetches: Sequence[str] = (), splits: Sequence[Split] = (), split: bool = True
-         ) -> Strategy:
+         fetches: Sequence[str] = (), splits: Sequence[Split] = (), split: bool = True,
+         bucket_bytes: float = BUCKET_BYTES) -> Strategy:
     """Compute strategy ``name`` (``fastt.sched.registry``) for ``graph`` on ``devices``
     under ``costs``; ops fastt adds (split, concat, sum) copy ``copy_bytes_per_s`` on a
     device; OS-DPOS evaluates candidate splits on ``workers`` processes. With ``fetches`` (a
     training step's train op and loss) only what they run is planned; initializers, savers and
     the like are left out. ``splits`` (of the user's ops, e.g. a saved strategy's) are applied
     to the model graph first; with ``split=False`` OS-DPOS keeps its starting plan (DPOS or
-    data parallel, no splits). ``DoesNotFit`` when no starting point fits the devices."""
+    data parallel, no splits); ``bucket_bytes``: the size of the all-reduce's gradient
+    buckets. ``DoesNotFit`` when no starting point fits the devices."""
     k = kind(name)
     if fetches:
         try:
@@ -156,7 +158,7 @@ def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
         except KeyError as e:
             raise FasttError(f"fetches name an op that is not in the graph: {e}") from None
     result = _plan(graph, list(devices), costs, k, copy_bytes_per_s, workers, list(splits),
-                   split)
+                   split, bucket_bytes)
     result.fetches = list(fetches)
     return result
 
@@ -165,8 +167,8 @@ Start = tuple[Graph, int, str]  # (graph, replicas, layout: "model" or a data-pa
 LAYOUTS = ("data-parallel", "data-parallel-ps")
 
 
-def _starts(graph: Graph, devices: list[Device], k: StrategyKind, forced: list[Split]
-            ) -> list[Start]:
+def _starts(graph: Graph, devices: list[Device], k: StrategyKind, forced: list[Split],
+            bucket_bytes: float = BUCKET_BYTES) -> list[Start]:
     """Where strategy ``k`` starts, the data-parallel graphs first."""
     if forced:  # a split list names the user's ops: it starts from the model graph
         if k.starts in LAYOUTS:
@@ -180,7 +182,7 @@ def _starts(graph: Graph, devices: list[Device], k: StrategyKind, forced: list[S
     layouts = [k.starts] if only else list(LAYOUTS)
     for layout in reversed(layouts):
         try:
-            dp = data_parallel_fitting(graph, devices, ring=layout == "data-parallel")
+            dp = data_parallel_fitting(graph, devices, layout == "data-parallel", bucket_bytes)
         except NoBatch:
             if only:
                 raise
@@ -195,11 +197,11 @@ def _starts(graph: Graph, devices: list[Device], k: StrategyKind, forced: list[S
 
 @without_gc
 def _plan(graph: Graph, devices: list[Device], costs: CostSource, k: StrategyKind,
-          copy_bytes_per_s: float, workers: int, forced: list[Split], split: bool = True
-          ) -> Strategy:
+          copy_bytes_per_s: float, workers: int, forced: list[Split], split: bool = True,
+          bucket_bytes: float = BUCKET_BYTES) -> Strategy:
     t0 = time.perf_counter()
     compile_graph = compiler(devices, costs, graph, copy_bytes_per_s)
-    starts = _starts(graph, devices, k, forced)
+    starts = _starts(graph, devices, k, forced, bucket_bytes)
     if k.search:
         (best, replicas), runs = _searched(starts, compile_graph, len(devices), workers, split)
     else:
