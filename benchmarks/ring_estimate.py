@@ -1,0 +1,99 @@
+"""fastt's all-reduce data parallelism against the analytical ring all-reduce estimate.
+
+    python benchmarks/ring_estimate.py [--out benchmarks/results]
+
+On simulated V100s (NVLink, 25 GB/s per link direction), VGG-19 and ResNet-200 at the
+simulated testbed's strong-scaling batch, 4 and 8 GPUs. The estimate is the compute of one
+replica (one device running the model at its share of the batch) plus the ring's transfer
+time, 2(n-1)/n x the gradient bytes / the link bandwidth, with no overlap (an upper bound
+on a ring that is not slowed by anything else) and with full overlap (max of the two, a
+lower bound). fastt's data-parallel step is its graph (mirrored variables, fused buckets,
+reduce-scatter and all-gather along the ring) simulated with one transfer at a time per
+link direction; TF-slim's layout (``data-parallel-ps``) beside it. Writes
+ring_estimate.json and ring_estimate.md.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import models as zoo_models  # noqa: E402
+from benchmarks.common import write_json  # noqa: E402
+from benchmarks.simulated import training_graph  # noqa: E402
+
+from fastt import dtypes  # noqa: E402
+from fastt.costs.source import StaticCosts  # noqa: E402
+from fastt.sched.device_spec import LINKS, parse  # noqa: E402
+from fastt.sched.strategy import plan  # noqa: E402
+
+MODELS = ("vgg_19", "resnet_200")
+GPUS = (4, 8)
+
+
+def gradient_bytes(graph) -> float:
+    """Bytes of the weights the step trains (one gradient each)."""
+    trained = {op.inputs[0].op for op in graph if "Apply" in op.type}
+    return float(sum(math.prod(graph[v].attrs["shape"]) *
+                     (dtypes.itemsize(str(graph[v].attrs["dtype"])) or 4) for v in trained))
+
+
+def row(model: zoo_models.Model, n: int) -> dict:
+    graph, fetch, seconds = training_graph(model, model.batch)
+    ds = parse(f"{n}xV100")
+    costs = StaticCosts(seconds, ds)
+    out = {"model": model.name, "gpus": n, "batch": model.batch}
+    for name in ("data-parallel", "data-parallel-ps"):
+        s = plan(graph, ds.devices, costs, name, ds.copy_bytes_per_s, fetches=fetch)
+        out[name] = s.simulated_step_time_s
+    rg, rfetch, rseconds = training_graph(model, model.batch // n)
+    one = parse("1xV100")
+    out["replica_compute_s"] = plan(rg, one.devices, StaticCosts(rseconds, one), "single",
+                                    one.copy_bytes_per_s, fetches=rfetch).simulated_step_time_s
+    out["gradient_bytes"] = gradient_bytes(graph)
+    latency, bandwidth = LINKS["nvlink"]
+    out["ring_s"] = 2 * (n - 1) / n * out["gradient_bytes"] / bandwidth
+    out["estimate_no_overlap_s"] = out["replica_compute_s"] + out["ring_s"]
+    out["estimate_full_overlap_s"] = max(out["replica_compute_s"], out["ring_s"])
+    out["ratio_to_no_overlap"] = out["data-parallel"] / out["estimate_no_overlap_s"]
+    return out
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| model | GPUs | batch | one replica's compute | ring transfers | estimate "
+             "(no overlap / full) | fastt all-reduce DP | ratio | TF-slim PS DP |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ms = {k: r[k] * 1e3 for k in r if k.endswith("_s") or k.startswith("data-")}
+        lines.append(
+            f"| {r['model']} | {r['gpus']} | {r['batch']} | {ms['replica_compute_s']:.1f} ms "
+            f"| {ms['ring_s']:.1f} ms ({r['gradient_bytes'] / 1e6:.0f} MB) "
+            f"| {ms['estimate_no_overlap_s']:.1f} / {ms['estimate_full_overlap_s']:.1f} ms "
+            f"| {ms['data-parallel']:.1f} ms | {r['ratio_to_no_overlap']:.3f} "
+            f"| {ms['data-parallel-ps']:.1f} ms |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    args = ap.parse_args()
+    by_name = {m.name: m for m in zoo_models.SIMULATED}
+    rows = []
+    for name in MODELS:
+        for n in GPUS:
+            rows.append(row(by_name[name], n))
+            print(table(rows[-1:]).splitlines()[-1], flush=True)
+    assert all(math.isfinite(r["data-parallel"]) for r in rows)
+    write_json(os.path.join(args.out, "ring_estimate.json"), {"rows": rows})
+    with open(os.path.join(args.out, "ring_estimate.md"), "w", encoding="utf-8") as f:
+        f.write("# All-reduce data parallelism against the analytical ring estimate "
+                "(simulated V100s)\n\n" + table(rows) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
