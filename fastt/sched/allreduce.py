@@ -179,7 +179,12 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES) -> Grap
         return graph
     g = graph
     ops: dict[str, Op] = {}
-    ring = _ring_ops(g, a, n, bucket_bytes)
+    # Gradients gated per op (``gate_gradients``: the backward pass goes on once an op's
+    # gradients are all computed) would make each replica wait for the summed ones, and a
+    # bucket wait for itself: the replicas drop such gates (they order, they compute
+    # nothing).
+    after_sums = _after(g, a.reduced, a.replicated)
+    ring = _ring_ops(g, a, n, bucket_bytes, after_sums)
     reduced = {op.name for op in ring if op.name in a.reduced}
     changed: dict[str, Op] = {}
     order = g.topological_order()
@@ -191,11 +196,6 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES) -> Grap
     def remap_names(names: tuple[str, ...], k: int) -> tuple[str, ...]:
         return tuple(mirror_name(c, k) if c in a.mirror else c for c in names)
 
-    # Gradients gated per op (``gate_gradients``: the backward pass goes on once an op's
-    # gradients are all computed) would make each replica wait for the summed ones, and a
-    # bucket wait for itself: the replicas drop such gates (they order, they compute
-    # nothing).
-    after_sums = _after(g, reduced, a.replicated)
     copies: list[Op] = []
     for name in order:
         op = g[name]
@@ -249,21 +249,39 @@ def _with_replica(meta: OpMeta, k: int) -> OpMeta:
     return OpMeta(**d)
 
 
-def _ring_ops(g: Graph, a: _Analysis, n: int, bucket_bytes: float) -> list[Op]:
-    """The ops of the ring all-reduce of every summed gradient ``a.reduced``."""
-    pos = {name: i for i, name in enumerate(g.topological_order())}
+def _ring_ops(g: Graph, a: _Analysis, n: int, bucket_bytes: float, gates: set[str]
+              ) -> list[Op]:
+    """The ops of the ring all-reduce of every summed gradient ``a.reduced``. A bucket
+    never holds a sum that another of its sums needs (BatchNorm's backward goes on from the
+    sum of its gradient over the batch): the bucket is closed before it. ``gates``: control
+    inputs the replicas drop."""
+    order = g.topological_order()
+    joins = sorted(a.reduced, key={name: i for i, name in enumerate(order)}.__getitem__)
+    bit = {j: 1 << i for i, j in enumerate(joins)}
+    needs: dict[str, int] = {}  # op -> the sums it needs (bit set), itself included
+    for name in order:
+        op = g[name]
+        control = op.control_inputs if name not in a.replicated else \
+            [c for c in op.control_inputs if c not in gates]
+        mask = bit.get(name, 0)
+        for p in [r.op for r in op.inputs] + list(control):
+            mask |= needs[p]
+        needs[name] = mask
     buckets: list[list[str]] = []
-    filling: dict[str, tuple[list[str], list[float]]] = {}  # dtype -> (bucket, its bytes)
-    for j in sorted(a.reduced, key=pos.__getitem__):
+    filling: dict[str, tuple[list[str], list[int]]] = {}  # dtype -> (bucket, [bytes, sums])
+    for j in joins:
         spec = g[j].outputs[0]
         if spec.dims is None or spec.nbytes is None:
             continue  # unknown size: summed as before (the join stays)
+        if spec.dtype in filling and needs[j] & ~bit[j] & filling[spec.dtype][1][1]:
+            del filling[spec.dtype]
         if spec.dtype not in filling:
-            filling[spec.dtype] = ([], [0.0])
+            filling[spec.dtype] = ([], [0, 0])
             buckets.append(filling[spec.dtype][0])
         bucket, used = filling[spec.dtype]
         bucket.append(j)
         used[0] += spec.nbytes
+        used[1] |= bit[j]
         if used[0] >= bucket_bytes:
             del filling[spec.dtype]
     out: list[Op] = []
