@@ -9,7 +9,9 @@ these variants run on the same cluster, in blocks of S steps, rotating who goes 
 repeats; the median step time of each is reported as samples/second:
 
 - ``one worker``: the original graph as the user's script runs it (all on worker 0);
-- ``data-parallel``: in-graph replicas, one per worker, gradients summed on worker 0;
+- ``data-parallel``: in-graph replicas, one per worker, each with its own copy of the
+  variables, gradients summed by a ring all-reduce;
+- ``data-parallel-ps``: in-graph replicas, gradients summed on worker 0 (TF-slim's layout);
 - ``fastt``: OS-DPOS, its order enforced (control dependencies: gRPC workers run
   TensorFlow's own executor) and its splits;
 - ``fastt, no order``: the same placement and splits, TensorFlow's own order;
@@ -18,7 +20,10 @@ repeats; the median step time of each is reported as samples/second:
   session plugin's second round: split ops' own times measured);
 - ``fastt, replanned, no order``: the same, in TensorFlow's own order;
 - ``m-topo``: FastT's model-parallel baseline, the ops spread over both workers in
-  topological order (a plan of its own for the ranking).
+  topological order (a plan of its own for the ranking);
+- ``MWMS``: the same model trained by TensorFlow's MultiWorkerMirroredStrategy (tf-keras,
+  two worker processes on the same two cores, ``benchmarks/mwms.py``), right after the
+  other variants' blocks (it cannot share their cluster), R blocks of S steps.
 
 ``fastt, adaptive`` is where the session plugin would end, decided as it decides, on steps of
 their own before the timed blocks: from the original graph, each round (data parallelism,
@@ -49,6 +54,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import models as zoo_models  # noqa: E402
+from benchmarks import mwms  # noqa: E402
 from benchmarks.common import block, keeps_candidate, previous_full_run, training_session, \
     with_row, write_json  # noqa: E402
 
@@ -60,11 +66,13 @@ from fastt.sched.problem import Device  # noqa: E402
 
 tf1 = tf.compat.v1
 COSTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "real_costs")
-VARIANTS = ("one worker", "data-parallel", "fastt", "fastt, no order", "fastt, no splits",
-            "fastt, replanned", "fastt, replanned, no order", "m-topo")
+VARIANTS = ("one worker", "data-parallel", "data-parallel-ps", "fastt", "fastt, no order",
+            "fastt, no splits", "fastt, replanned", "fastt, replanned, no order", "m-topo")
 ROUNDS = ("data-parallel", "fastt", "fastt, replanned")  # the plugin's, after the original
 FIFO_OF = {"fastt": "fastt, no order", "fastt, replanned": "fastt, replanned, no order"}
-FIFO = ("one worker", "data-parallel", *FIFO_OF.values())  # run in TensorFlow's own order
+# run in TensorFlow's own order
+FIFO = ("one worker", "data-parallel", "data-parallel-ps", *FIFO_OF.values())
+MWMS = "MWMS"  # TensorFlow's MultiWorkerMirroredStrategy on the same cores (benchmarks/mwms.py)
 
 
 class Run:
@@ -145,7 +153,8 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
         "fastt, no splits": engine.plan("os-dpos", split=False)}
     strategies["fastt, no order"] = strategies["fastt"]
     strategies["m-topo"] = engine.plan("m-topo")
-    start("fastt", "fastt, no order", "fastt, no splits", "m-topo")
+    strategies["data-parallel-ps"] = engine.plan("data-parallel-ps")
+    start("fastt", "fastt, no order", "fastt, no splits", "m-topo", "data-parallel-ps")
     profile_into(engine, runs["fastt"], graphs["fastt"], 3)
     strategies["fastt, replanned"] = engine.plan("os-dpos", workers=2)
     strategies["fastt, replanned, no order"] = strategies["fastt, replanned"]
@@ -168,6 +177,9 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
             times[name].append(block(runs[name].step, steps))
     for r in runs.values():
         r.sess.close()
+    anchor = mwms.measure(model, steps, repeats)  # right after, on the same cores
+    if anchor is not None:
+        times[MWMS] = anchor["block_s"]
     models = engine.models
     assert models is not None
     models.save(os.path.join(COSTS, f"{model.name}.json"))  # to replay the predictions
@@ -200,7 +212,8 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
            "ops_per_device_dp": list(strategies["data-parallel"].ops_per_device().values())}
     print(f"{model.name:>18}: " + ", ".join(
         f"{v} {row['samples_per_s'][v]:.1f}/s (pred {1e3 * predicted[v]:.1f} ms, "
-        f"meas {1e3 * step[v]:.1f} ms)" for v in VARIANTS) + f"; adaptive: {adaptive}",
+        f"meas {1e3 * step[v]:.1f} ms)" for v in VARIANTS) + f"; adaptive: {adaptive}" +
+        (f"; MWMS {row['samples_per_s'][MWMS]:.1f}/s" if MWMS in step else ""),
           flush=True)
     return row
 

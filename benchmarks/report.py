@@ -23,7 +23,8 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-SHORT = {"single": "single", "data-parallel": "DP", "dpos": "DPOS", "os-dpos": "OS-DPOS",
+SHORT = {"single": "single", "data-parallel": "DP", "data-parallel-ps": "DP-PS", "dpos": "DPOS",
+         "os-dpos": "OS-DPOS",
          "heft": "HEFT", "m-topo": "m-TOPO", "m-etf": "m-ETF", "m-sct": "m-SCT"}
 
 
