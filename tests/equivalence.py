@@ -106,6 +106,8 @@ def check(name, D):
     ref_losses, ref_values = _reference(m, ir, D)
     rtol, atol = TOL[opt]
     for mode in ("placement", "splits", "data-parallel", "data-parallel-ps", "os-dpos"):
+        if mode == "data-parallel-ps" and name in HEAVY:
+            continue  # TF-slim's layout: covered by the small models, in-process and on a cluster
         s = strategy(ir, m, D, mode)
         if mode == "placement":
             assert len(set(s.placement.values())) > 1  # really spread over devices
