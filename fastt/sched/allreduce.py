@@ -14,36 +14,30 @@ each weight gradient summed by one ``AddN`` join) and returns a graph where:
   buckets travel while it goes on), each bucket cut into n chunks; chunk c is summed along
   the ring from replica c+1 to replica c (reduce-scatter: n-1 sums), then passed along the
   ring to every replica (all-gather: n-1 copies), so each link carries 2(n-1)/n of the
-  bucket's bytes (Patarasuk and Yuan, JPDC 2009). The summed gradient keeps the join's name
-  on replica 0 and is ``J/mirror{k}`` on replica k.
+  bucket's bytes (Patarasuk and Yuan, JPDC 2009; ``fastt.sched.ring``). The summed gradient
+  keeps the join's name on replica 0 and is ``J/mirror{k}`` on replica k.
 
 A variable is mirrored when every op of the step that writes it is a dense optimizer update
-(``Apply*``) whose inputs, traced back to the summed gradients and the variables, carry
-neither the batch nor other state; the others (sparse updates, BatchNorm's scale behind a
-whole-batch op, variables assigned in the step) keep one copy, summed as in the PS layout.
+(``Apply*``) whose inputs, traced back to the summed gradients and the variables, hold no
+other state; the others (sparse updates, variables assigned in the step) keep one copy,
+summed as in the PS layout. Values an update needs that are computed from the whole batch
+(BatchNorm's statistics, which data parallelism computes once on the whole batch) are read
+from where they are computed, as a learning rate is.
 Writes outside the step (initializers, restores) reach the copies through ``sync_writes``.
 O(V + E) to find what to mirror, plus the ops made: (n-1) per mirrored op and O(n^2) per
 bucket.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Iterable
 
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec, writes_variable
 from fastt.op_types import READS
 from fastt.sched.data_parallel import replica_of
-from fastt.sched.split_rules import part_sizes
+from fastt.sched.ring import MIRROR, mirror_name, ring_ops
 
 BUCKET_BYTES = 25 * 2 ** 20  # PyTorch DDP's default bucket
-MIRROR = "/mirror"
-SCOPE = "fastt_allreduce"
 SYNC = "/fastt_sync/"  # the ops after a write that copy its value into the copies
-
-
-def mirror_name(name: str, k: int) -> str:
-    """Replica k's copy of op ``name`` (replica 0's is the op itself)."""
-    return name if k == 0 else f"{name}{MIRROR}{k}"
 
 
 def mirrors(graph: Graph) -> dict[str, list[str]]:
@@ -95,21 +89,23 @@ class _Analysis:
                 for v in self._written(op):
                     writers.setdefault(v, []).append(op.name)
         self.writers = writers
-        updates = [op.name for op in g if _dense_update(op)]
-        regions = {a: self._region(a) for a in updates}
-        mirrored = {a for a, r in regions.items() if r is not None}
+        regions = {}
+        for a in (op.name for op in g if _dense_update(op)):
+            r = self._region(a)
+            if r is not None:
+                regions[a] = r
+        mirrored = set(regions)
         while True:  # a variable is mirrored when all its writers are; fixpoint
-            vars_ok = {v for v, ws in writers.items() if v and all(w in mirrored for w in ws)}
-            keep = {a for a in mirrored if regions[a] is not None and
-                    regions[a][1] <= vars_ok}  # type: ignore[index]
+            vars_ok = {v for v, ws in writers.items() if all(w in mirrored for w in ws)}
+            keep = {a for a in mirrored if regions[a][1] <= vars_ok}
             if keep == mirrored:
                 break
             mirrored = keep
         self.updates = mirrored
-        self.variables = {v for a in mirrored for v in regions[a][1]}  # type: ignore[index]
+        self.variables = {v for a in mirrored for v in regions[a][1]}
         region: set[str] = set()
         for a in mirrored:
-            region |= regions[a][0]  # type: ignore[index]
+            region |= regions[a][0]
         self.reduced = {x for x in region if x in self.joins}
         # what the replicas' forward passes read of the mirrored variables
         reads = _forward(g, self.variables, lambda x: x not in self.replicated and
@@ -135,10 +131,10 @@ class _Analysis:
         return seen
 
     def _region(self, update: str) -> tuple[set[str], set[str]] | None:
-        """(the ops to mirror with ``update``, the variables it reads or writes), or None when
-        it cannot be mirrored: traced back over data edges, stopping at the summed
-        gradients and at variables; ops that no sum or variable feeds (a learning rate) are
-        read from where they are."""
+        """(the ops to mirror with ``update``, the variables it writes), or None when it
+        cannot be mirrored: traced back over data edges, stopping at the summed gradients and
+        at variables; ops that no sum or written variable feeds (a learning rate) are read
+        from where they are."""
         g = self.graph
         seen, stack, sources = {update}, [update], set()
         while stack:
@@ -158,12 +154,13 @@ class _Analysis:
         # a variable only read (a learning rate, Adam's beta powers) stays shared
         written = {v for v in variables if update in self.writers.get(v, ())}
         read_only = variables - written
-        region = _forward(g, (sources - read_only), lambda x: x in seen) & seen
-        for x in region:
-            if x == update or x in sources:
-                continue
-            if x in self.batchy or not _pure(g[x]) or x in self.replicated:
-                return None
+        # what comes from the whole batch (BatchNorm's statistics) is computed once, on
+        # device 0, and read from there, like a learning rate
+        region = _forward(g, (sources - read_only),
+                          lambda x: x in seen and (x == update or x not in self.batchy)
+                          ) & seen
+        if any(not _pure(g[x]) for x in region if x != update and x not in sources):
+            return None
         if not written or set(self._written(g[update])) != written:
             return None
         return region, written
@@ -184,7 +181,7 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES) -> Grap
     # bucket wait for itself: the replicas drop such gates (they order, they compute
     # nothing).
     after_sums = _after(g, a.reduced, a.replicated)
-    ring = _ring_ops(g, a, n, bucket_bytes, after_sums)
+    ring = ring_ops(g, a.reduced, a.replicated, n, bucket_bytes, after_sums)
     reduced = {op.name for op in ring if op.name in a.reduced}
     changed: dict[str, Op] = {}
     order = g.topological_order()
@@ -249,129 +246,8 @@ def _with_replica(meta: OpMeta, k: int) -> OpMeta:
     return OpMeta(**d)
 
 
-def _ring_ops(g: Graph, a: _Analysis, n: int, bucket_bytes: float, gates: set[str]
-              ) -> list[Op]:
-    """The ops of the ring all-reduce of every summed gradient ``a.reduced``. A bucket
-    never holds a sum that another of its sums needs (BatchNorm's backward goes on from the
-    sum of its gradient over the batch): the bucket is closed before it. ``gates``: control
-    inputs the replicas drop."""
-    order = g.topological_order()
-    joins = sorted(a.reduced, key={name: i for i, name in enumerate(order)}.__getitem__)
-    bit = {j: 1 << i for i, j in enumerate(joins)}
-    needs: dict[str, int] = {}  # op -> the sums it needs (bit set), itself included
-    for name in order:
-        op = g[name]
-        control = op.control_inputs if name not in a.replicated else \
-            [c for c in op.control_inputs if c not in gates]
-        mask = bit.get(name, 0)
-        for p in [r.op for r in op.inputs] + list(control):
-            mask |= needs[p]
-        needs[name] = mask
-    buckets: list[list[str]] = []
-    filling: dict[str, tuple[list[str], list[int]]] = {}  # dtype -> (bucket, [bytes, sums])
-    for j in joins:
-        spec = g[j].outputs[0]
-        if spec.dims is None or spec.nbytes is None:
-            continue  # unknown size: summed as before (the join stays)
-        if spec.dtype in filling and needs[j] & ~bit[j] & filling[spec.dtype][1][1]:
-            del filling[spec.dtype]
-        if spec.dtype not in filling:
-            filling[spec.dtype] = ([], [0, 0])
-            buckets.append(filling[spec.dtype][0])
-        bucket, used = filling[spec.dtype]
-        bucket.append(j)
-        used[0] += spec.nbytes
-        used[1] |= bit[j]
-        if used[0] >= bucket_bytes:
-            del filling[spec.dtype]
-    out: list[Op] = []
-    for i, b in enumerate(buckets):
-        out += _bucket(g, f"{SCOPE}/bucket{i}", b, n)
-    return out
-
-
-def _made(name: str, type_: str, inputs: list[TensorRef], spec: TensorSpec, k: int,
-          scope: str, **attrs: object) -> Op:
-    return Op(name=name, type=type_, inputs=tuple(inputs), outputs=(spec,), attrs=dict(attrs),
-              meta=OpMeta(split_of=scope, replica=k))
-
-
-def _bucket(g: Graph, scope: str, joins: list[str], n: int) -> list[Op]:
-    """Fuse, reduce-scatter, all-gather and unfuse the sums ``joins`` over ``n`` replicas."""
-    dtype = g[joins[0]].outputs[0].dtype
-    numel = [math.prod(g[j].outputs[0].dims or ()) for j in joins]
-    total = sum(numel)
-    chunks = part_sizes(total, n)
-    ops: list[Op] = []
-
-    def vec(m: int) -> TensorSpec:
-        return TensorSpec(dtype, (m,))
-
-    pieces: list[list[TensorRef]] = []  # replica -> its chunks
-    for k in range(n):
-        flats = []
-        for j, m in zip(joins, numel):
-            part = g[j].inputs[_input_of(g, j, k)]
-            if len(g.tensor(part).dims or ()) == 1:
-                flats.append(part)
-                continue
-            ops.append(_made(f"{scope}/flat/{_short(j)}/part{k}", "Reshape", [part], vec(m),
-                             k, scope, shape=[-1]))
-            flats.append(TensorRef(ops[-1].name, 0))
-        buf = flats[0]
-        if len(flats) > 1:
-            ops.append(_made(f"{scope}/fused/part{k}", "ConcatV2", flats, vec(total), k, scope,
-                             axis=0))
-            buf = TensorRef(ops[-1].name, 0)
-        ops.append(Op(name=f"{scope}/chunks/part{k}", type="SplitV", inputs=(buf,),
-                      outputs=tuple(vec(c) for c in chunks),
-                      attrs={"axis": 0, "size_splits": chunks},
-                      meta=OpMeta(split_of=scope, replica=k)))
-        pieces.append([TensorRef(ops[-1].name, c) for c in range(n)])
-    gathered: list[list[TensorRef]] = [[] for _ in range(n)]  # replica -> reduced chunks
-    for c in range(n):
-        acc = pieces[(c + 1) % n][c]
-        for h in range(1, n):  # reduce-scatter: chunk c ends summed on replica c
-            r = (c + 1 + h) % n
-            ops.append(_made(f"{scope}/reduce{c}/part{r}", "AddN", [acc, pieces[r][c]],
-                             vec(chunks[c]), r, scope))
-            acc = TensorRef(ops[-1].name, 0)
-        gathered[c] = [acc] * n
-        for h in range(1, n):  # all-gather: passed on along the ring
-            r = (c + h) % n
-            ops.append(_made(f"{scope}/gather{c}/part{r}", "Identity", [acc], vec(chunks[c]),
-                             r, scope))
-            acc = TensorRef(ops[-1].name, 0)
-            gathered[c][r] = acc
-    for k in range(n):
-        parts = [gathered[c][k] for c in range(n)]
-        ops.append(_made(f"{scope}/summed/part{k}", "ConcatV2", parts, vec(total), k, scope,
-                         axis=0))
-        full = TensorRef(ops[-1].name, 0)
-        outs = [full]
-        if len(joins) > 1:
-            ops.append(Op(name=f"{scope}/unfused/part{k}", type="SplitV", inputs=(full,),
-                          outputs=tuple(vec(m) for m in numel),
-                          attrs={"axis": 0, "size_splits": numel},
-                          meta=OpMeta(split_of=scope, replica=k)))
-            outs = [TensorRef(ops[-1].name, i) for i in range(len(joins))]
-        for j, ref in zip(joins, outs):
-            spec = g[j].outputs[0]
-            ops.append(_made(mirror_name(j, k), "Reshape", [ref], spec, k, scope,
-                             shape=list(spec.dims or ())))
-    return ops
-
-
 def _short(name: str) -> str:
     return name.replace("/", "_")
-
-
-def _input_of(g: Graph, join: str, k: int) -> int:
-    """The input of ``join`` that replica k computed."""
-    for i, r in enumerate(g[join].inputs):
-        if replica_of(g[r.op]) == k:
-            return i
-    return k
 
 
 def sync_writes(graph: Graph) -> Graph:

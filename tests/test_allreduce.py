@@ -1,0 +1,132 @@
+"""Mirrored variables and the ring all-reduce on the IR (no TensorFlow): what is mirrored,
+what stays single, the ring's ops and the bytes each link carries."""
+from collections import defaultdict
+
+from fastt.costs.source import StaticCosts
+from fastt.ir import Graph
+from fastt.sched.allreduce import all_reduce, followers, mirrors, sync_writes
+from fastt.sched.baselines import data_parallel as dp_placer
+from fastt.sched.data_parallel import data_parallel, replica_of
+from fastt.sched.device_spec import parse
+from fastt.sched.problem import Problem
+from fastt.sched.simulate import simulate
+from tests.helpers import op
+
+B, F = 8, 64
+
+
+def momentum_graph(bn_scale=False):
+    """x[B,F] -> matmul(w) -> relu -> loss; dW by a transposed matmul; Momentum on w (slot
+    ``accum``), a global step, a train op waiting for both. With ``bn_scale`` a scale ``g``
+    whose gradient comes from an op run on the whole batch (BatchNorm's statistics)."""
+    ops = [
+        op("x", "Placeholder", out=((B, F),)),
+        op("w", "VarHandleOp", out=((),), dtype="resource", is_variable=True,
+           attrs={"dtype": "float32", "shape": [F, F]}),
+        op("accum", "VarHandleOp", out=((),), dtype="resource", is_variable=True,
+           attrs={"dtype": "float32", "shape": [F, F]}),
+        op("step", "VarHandleOp", out=((),), dtype="resource", is_variable=True,
+           attrs={"dtype": "int64", "shape": []}),
+        op("w/read", "ReadVariableOp", ["w"], out=((F, F),), stateful=True),
+        op("h", "MatMul", ["x", "w/read"], out=((B, F),)),
+        op("a", "Relu", ["h"], out=((B, F),)),
+        op("dh", "ReluGrad", ["a", "a"], out=((B, F),)),
+        op("dw", "MatMul", ["x", "dh"], out=((F, F),), attrs={"transpose_a": True}),
+        op("lr", "Const", out=((),)),
+        op("mom", "Const", out=((),)),
+        op("update", "ResourceApplyMomentum", ["w", "accum", "lr", "dw", "mom"], out=(),
+           stateful=True),
+        op("one", "Const", out=((),), dtype="int64"),
+        op("inc", "AssignAddVariableOp", ["step", "one"], out=(), stateful=True),
+    ]
+    updates = ["update", "inc"]
+    if bn_scale:
+        ops += [
+            op("g", "VarHandleOp", out=((),), dtype="resource", is_variable=True,
+               attrs={"dtype": "float32", "shape": [F]}),
+            # the gradient of BatchNorm's scale, from the whole batch's statistics
+            op("dg", "FusedBatchNormGradV3", ["a", "a"], out=((F,),)),
+            op("update_g", "ResourceApplyGradientDescent", ["g", "lr", "dg"], out=(),
+               stateful=True)]
+        updates.append("update_g")
+    ops.append(op("train", "NoOp", out=(), control=updates))
+    return Graph(ops)
+
+
+def test_variables_their_slots_and_updates_are_mirrored_on_every_replica():
+    g = all_reduce(data_parallel(momentum_graph(), 3), 3)
+    assert mirrors(g) == {"w": ["w/mirror1", "w/mirror2"],
+                          "accum": ["accum/mirror1", "accum/mirror2"]}
+    for k in (1, 2):
+        copy = g[f"update/mirror{k}"]
+        assert [r.op for r in copy.inputs] == [f"w/mirror{k}", f"accum/mirror{k}", "lr",
+                                               f"dw/mirror{k}", "mom"]
+        assert replica_of(copy) == replica_of(g[f"w/mirror{k}"]) == k
+        # the replica's forward pass reads its own copy of the weights
+        assert g[f"h/part{k}"].inputs[1].op == f"w/read/mirror{k}"
+        assert g[f"w/read/mirror{k}"].inputs[0].op == f"w/mirror{k}"
+    assert g["h/part0"].inputs[1].op == "w/read" and replica_of(g["update"]) == 0
+    # what waits for the update waits for every copy; the step counter stays single
+    assert set(g["train"].control_inputs) >= {"update", "update/mirror1", "update/mirror2"}
+    assert "step/mirror1" not in g and "inc/mirror1" not in g
+
+
+def test_the_summed_gradient_comes_from_a_ring():
+    n = 4
+    g = all_reduce(data_parallel(momentum_graph(), n), n)
+    reduce_ops = [o for o in g if "/reduce" in o.name]
+    gather_ops = [o for o in g if "/gather" in o.name]
+    assert len(reduce_ops) == len(gather_ops) == n * (n - 1)
+    # chunk c is summed from replica c+1 around the ring and ends on replica c
+    for c in range(n):
+        last = g[f"fastt_allreduce/bucket0/reduce{c}/part{c}"]
+        assert last.type == "AddN" and replica_of(last) == c
+    assert g["dw"].type == "Reshape" and replica_of(g["dw"]) == 0
+    assert g["dw/mirror3"].type == "Reshape" and replica_of(g["dw/mirror3"]) == 3
+
+
+def test_each_ring_link_carries_two_n_minus_1_over_n_of_the_gradient():
+    n = 4
+    ds = parse(f"{n}xV100")
+    g = all_reduce(data_parallel(momentum_graph(), n), n)
+    p = Problem.from_graph(g, ds.devices, StaticCosts({}, ds))
+    s = dp_placer(p, g)
+    orders = s.device_orders(n)
+    r = simulate(p, s.device, orders)
+    moved, others = defaultdict(float), set()
+    for t in r.transfers:
+        if str(t.tensor).startswith("fastt_allreduce/"):
+            moved[(t.src, t.dst)] += t.nbytes
+        else:
+            others.add(str(t.tensor).split(":")[0])
+    ring = {(k, (k + 1) % n) for k in range(n)}
+    assert set(moved) == ring  # only neighbours exchange gradients
+    gradient = F * F * 4
+    for link in ring:
+        assert moved[link] == 2 * (n - 1) * gradient / n
+    # besides: the batch's cut, the two scalars, and the train op's control edges; no weight
+    assert {o for o in others if not o.startswith("('control'")} == {"h/split_in0", "lr",
+                                                                     "mom"}
+
+
+def test_a_gradient_from_whole_batch_statistics_is_read_by_every_copy():
+    g = all_reduce(data_parallel(momentum_graph(bn_scale=True), 2), 2)
+    assert "g/mirror1" in g and g["update_g/mirror1"].inputs[2].op == "dg"
+    assert replica_of(g["dg"]) is None and "dg/mirror1" not in g  # computed once, on 0
+
+
+def test_writes_outside_the_step_are_copied_into_the_copies():
+    step = all_reduce(data_parallel(momentum_graph(), 2), 2)
+    merged = Graph(list(step) + [
+        op("w/init_value", "Const", out=((F, F),)),
+        op("w/Assign", "AssignVariableOp", ["w", "w/init_value"], out=(), stateful=True),
+        op("init", "NoOp", out=(), control=["w/Assign"])])
+    synced = sync_writes(merged)
+    copies = followers(synced.names)["w/Assign"]
+    assert copies == ["w/Assign/fastt_sync/w/mirror1"]
+    assign = synced[copies[0]]
+    assert assign.type == "AssignVariableOp" and assign.inputs[0].op == "w/mirror1"
+    assert synced[assign.inputs[1].op].control_inputs == ("w/Assign",)  # after the write
+    assert set(synced["init"].control_inputs) == {"w/Assign", copies[0]}
+    # the optimizer's own update is mirrored, not followed by copies
+    assert "update" not in followers(synced.names)
