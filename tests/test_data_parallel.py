@@ -146,3 +146,35 @@ def test_a_random_op_runs_once_on_the_whole_batch():
     cut = dp[dp["drop/part1"].inputs[1].op]  # a slice of the whole mask
     assert cut.type == "SplitV" and cut.inputs[0].op == "mask"
     assert dp["h/part1"].inputs[0].op == "drop/part1"
+
+
+B8 = 8
+
+
+def test_a_concat_on_channels_its_gradient_slices_and_a_mean_gradient_tile_run_per_replica():
+    """Inception's branches joined on channels, the Slices of that concat's gradient, the
+    Tile of a global average pool's gradient: all cut on the batch, none on the whole
+    batch (they were, and moved every branch's activations to device 0 and back)."""
+    g = Graph([
+        op("x", "Placeholder", out=((B8, 6, 6, 4),)),
+        op("a", "Relu", ["x"], out=((B8, 6, 6, 4),)),
+        op("b", "Sigmoid", ["x"], out=((B8, 6, 6, 4),)),
+        op("axis", "Const", out=((),), dtype="int32", attrs={"value": 3}),
+        op("cat", "ConcatV2", ["a", "b", "axis"], out=((B8, 6, 6, 8),)),
+        op("offset", "ConcatOffset", ["axis", "shape_a", "shape_a"], out=((4,), (4,)),
+           dtype="int32"),
+        op("shape_a", "Const", out=((4,),), dtype="int32", attrs={"value": [B8, 6, 6, 4]}),
+        op("da", "Slice", ["cat", "offset", "shape_a"], out=((B8, 6, 6, 4),)),
+        op("pooled", "Reshape", ["da", "shape_p"], out=((B8, 1, 1, 4),)),
+        op("shape_p", "Const", out=((4,),), dtype="int32", attrs={"value": [B8, 1, 1, 4]}),
+        op("mult", "Const", out=((4,),), dtype="int32", attrs={"value": [1, 6, 6, 1]}),
+        op("tiled", "Tile", ["pooled", "mult"], out=((B8, 6, 6, 4),)),
+        op("out", "Relu", ["tiled"], out=((B8, 6, 6, 4),)),
+    ])
+    dp = data_parallel(g, 2)
+    for name in ("cat", "da", "tiled"):  # replicas chained part to part, joins unused
+        assert f"{name}/part1" in dp and name not in dp, name
+    assert dp["cat/part1"].inputs[0].op == "a/part1"
+    assert dp["out/part1"].inputs[0].op == "tiled/part1"
+    assert dp["da/part1"].inputs[0].op == "cat/part1"
+    assert dp["tiled/part1"].inputs[1].op == "mult"  # the multiples pass whole

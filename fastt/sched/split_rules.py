@@ -117,6 +117,14 @@ def rules(op: Op, graph: Graph) -> list[SplitRule]:
         return _elementwise(op, graph)
     if t in REDUCE or t == "Transpose" or t == "ExpandDims" or t == "Squeeze":
         return _batch_local(op, graph)
+    if t == "ConcatV2" and len(op.inputs) >= 2:  # along another axis than the batch
+        return _concat(op, graph)
+    if t == "Slice" and len(op.inputs) == 3 and _keeps_rows(graph, op):
+        # (a concat's gradient) every row kept: begin is 0 there, size follows each part
+        return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL), Part(SHAPE, 0)), "concat", 0)]
+    if t == "Tile" and len(op.inputs) == 2 and _keeps_rows(graph, op):
+        # (a mean's gradient) the multiple is 1 on the rows
+        return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL)), "concat", 0)]
     if t == "GatherV2" and len(op.inputs) == 3 and _const(graph, op, 2) == 0 \
             and not op.attrs.get("batch_dims"):  # rows of an embedding lookup
         return [SplitRule("batch", (Part(FULL), Part(SPLIT, 0), Part(FULL)), "concat", 0)]
@@ -150,6 +158,29 @@ def _batch_local(op: Op, graph: Graph) -> list[SplitRule]:
     if 0 not in axes:
         return [SplitRule("batch", full, "concat", 0)]
     return [SplitRule("batch", full, "sum", -1)] if op.type == "Sum" else []
+
+
+def _concat(op: Op, graph: Graph) -> list[SplitRule]:
+    """A concat along an axis other than 0 of tensors of one leading extent: cut them all
+    on axis 0."""
+    axis, out = _const(graph, op, len(op.inputs) - 1), op.outputs[0].shape
+    if not isinstance(axis, int) or not out or out[0] is None or out[0] < 2 or \
+            axis % len(out) == 0:
+        return []
+    for ref in op.inputs[:-1]:
+        shape = graph.tensor(ref).shape
+        if not shape or len(shape) != len(out) or shape[0] != out[0]:
+            return []
+    return [SplitRule("batch", (Part(SPLIT, 0),) * (len(op.inputs) - 1) + (Part(FULL),),
+                      "concat", 0)]
+
+
+def _keeps_rows(graph: Graph, op: Op) -> bool:
+    """Whether ``op`` (a Slice or a Tile) outputs as many rows as its input has: then it
+    takes every row (begin 0, multiple 1 on axis 0) and works row by row."""
+    src, out = graph.tensor(op.inputs[0]).shape, op.outputs[0].shape
+    return bool(src and out) and len(src) == len(out) and src[0] is not None and \
+        src[0] > 1 and src[0] == out[0]
 
 
 def _elementwise(op: Op, graph: Graph) -> list[SplitRule]:
