@@ -143,16 +143,16 @@ def _synthesise(op: Op) -> list[node_def_pb2.NodeDef]:
     extra: list[node_def_pb2.NodeDef] = []
     if op.type == "SplitV":
         node.input.insert(1, f"{op.name}/size_splits")
-        node.input.insert(2, f"{op.name}/axis")
-        extra = [_const(f"{op.name}/axis", op.attrs["axis"], "int32", dev)]
+        node.input.insert(2, f"{op.name}/fastt_axis")
+        extra = [_const(f"{op.name}/fastt_axis", op.attrs["axis"], "int32", dev)]
         extra += _split_sizes(op) if "shares" in op.attrs else \
             [_const(f"{op.name}/size_splits", op.attrs["size_splits"], "int32", dev)]
         node.attr["num_split"].i = len(op.attrs["size_splits"])
         node.attr["T"].type = _enum(op.outputs[0].dtype)
         node.attr["Tlen"].type = _enum("int32")
     elif op.type == "ConcatV2":
-        node.input.insert(len(op.inputs), f"{op.name}/axis")
-        extra = [_const(f"{op.name}/axis", op.attrs["axis"], "int32", dev)]
+        node.input.insert(len(op.inputs), f"{op.name}/fastt_axis")
+        extra = [_const(f"{op.name}/fastt_axis", op.attrs["axis"], "int32", dev)]
         node.attr["N"].i = len(op.inputs)
         node.attr["T"].type = _enum(op.outputs[0].dtype)
         node.attr["Tidx"].type = _enum("int32")
@@ -160,8 +160,8 @@ def _synthesise(op: Op) -> list[node_def_pb2.NodeDef]:
         node.attr["N"].i = len(op.inputs)
         node.attr["T"].type = _enum(op.outputs[0].dtype)
     elif op.type == "Reshape":
-        node.input.insert(len(op.inputs), f"{op.name}/shape")
-        extra = [_const(f"{op.name}/shape", op.attrs["shape"], "int32", dev)]
+        node.input.insert(len(op.inputs), f"{op.name}/fastt_shape")
+        extra = [_const(f"{op.name}/fastt_shape", op.attrs["shape"], "int32", dev)]
         node.attr["T"].type = _enum(op.outputs[0].dtype)
         node.attr["Tshape"].type = _enum("int32")
     elif op.type == "Identity":
