@@ -67,7 +67,12 @@ def test_variables_their_slots_and_updates_are_mirrored_on_every_replica():
         assert g[f"w/read/mirror{k}"].inputs[0].op == f"w/mirror{k}"
     assert g["h/part0"].inputs[1].op == "w/read" and replica_of(g["update"]) == 0
     # what waits for the update waits for every copy; the step counter stays single
-    assert set(g["train"].control_inputs) >= {"update", "update/mirror1", "update/mirror2"}
+    # (through one NoOp per replica: one control edge across devices, not one per update)
+    assert set(g["train"].control_inputs) >= {"update", "train/fastt_updates/mirror1",
+                                              "train/fastt_updates/mirror2"}
+    for k in (1, 2):
+        wait = g[f"train/fastt_updates/mirror{k}"]
+        assert replica_of(wait) == k and f"update/mirror{k}" in wait.control_inputs
     assert "step/mirror1" not in g and "inc/mirror1" not in g
 
 

@@ -178,3 +178,23 @@ def test_a_concat_on_channels_its_gradient_slices_and_a_mean_gradient_tile_run_p
     assert dp["out/part1"].inputs[0].op == "tiled/part1"
     assert dp["da/part1"].inputs[0].op == "cat/part1"
     assert dp["tiled/part1"].inputs[1].op == "mult"  # the multiples pass whole
+
+
+def test_a_gate_on_replicated_ops_gets_one_copy_per_replica():
+    """tf.gradients' per-op gate (a NoOp waiting for an op's gradients, then Identities
+    behind it): each replica waits for its own copy, not for the slowest replica through a
+    control edge to the first device."""
+    g = Graph([
+        op("x", "Placeholder", out=((B8, 4),)),
+        op("a", "Relu", ["x"], out=((B8, 4),)),
+        op("b", "Sigmoid", ["x"], out=((B8, 4),)),
+        op("gate", "NoOp", out=(), control=["a", "b"]),
+        op("a_gated", "Identity", ["a"], control=["gate"], out=((B8, 4),)),
+        op("out", "Relu", ["a_gated"], out=((B8, 4),)),
+    ])
+    dp = data_parallel(g, 2)
+    for k in range(2):
+        assert set(dp[f"gate/part{k}"].control_inputs) == {f"a/part{k}", f"b/part{k}"}
+        assert dp[f"a_gated/part{k}"].control_inputs == (f"gate/part{k}",)
+        assert replica_of(dp[f"gate/part{k}"]) == k
+    assert dp["gate"].control_inputs == ("gate/part0", "gate/part1")  # waiting for all

@@ -34,9 +34,9 @@ def merged_graph(original: Graph, strategy: Strategy) -> Graph:
     for op in original:
         if op.name not in ops and op.name not in dropped:
             ops[op.name] = op
-    for name, join in dropped.items():  # every original name stays fetchable
+    for name, join in dropped.items():  # every original name stays fetchable (a join, a gate)
         if name not in ops:
-            first = join.inputs[0].op
+            first = join.inputs[0].op if join.inputs else join.control_inputs[0]
             ops[name] = join.with_(device=strategy.placement.get(first, join.device))
     return sync_writes(Graph(ops.values(), name=original.name, meta=planned.meta))
 

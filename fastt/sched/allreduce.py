@@ -29,6 +29,7 @@ bucket.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Iterable
 
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec, writes_variable
@@ -190,14 +191,18 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES) -> Grap
         return tuple(TensorRef(mirror_name(r.op, k), r.index)
                      if r.op in a.mirror or r.op in reduced else r for r in refs)
 
+    per_replica = {op.meta.origin for op in g if op.type == "NoOp" and op.meta.replica is not None}
+
     def remap_names(names: tuple[str, ...], k: int) -> tuple[str, ...]:
-        return tuple(mirror_name(c, k) if c in a.mirror else c for c in names)
+        return tuple(mirror_name(c, k) if c in a.mirror or c in reduced else
+                     f"{c}/part{k}" if c in per_replica else c for c in names)
 
     copies: list[Op] = []
     for name in order:
         op = g[name]
         if name in a.mirror:
-            changed[name] = op.with_(meta=_with_replica(op.meta, 0))
+            changed[name] = op.with_(meta=_with_replica(op.meta, 0),
+                                     control_inputs=remap_names(op.control_inputs, 0))
             for k in range(1, n):
                 copies.append(op.with_(
                     name=mirror_name(name, k), inputs=remap(op.inputs, k),
@@ -215,9 +220,15 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES) -> Grap
             continue
         after = [u for u in a.updates if u in op.control_inputs or
                  any(r.op == u for r in op.inputs)]
-        if after:  # what waits for an update waits for every copy of it
+        if after:  # what waits for an update waits for every copy of it: for replica k's
+            # copies, through one NoOp there (one control edge across devices, not one each)
+            waits = [Op(name=mirror_name(f"{name}/fastt_updates", k), type="NoOp",
+                        control_inputs=tuple(mirror_name(u, k) for u in after),
+                        meta=OpMeta(origin=name, fraction=0.0, replica=k))
+                     for k in range(1, n)]
+            copies += waits
             changed[name] = op.with_(control_inputs=op.control_inputs + tuple(
-                mirror_name(u, k) for u in after for k in range(1, n)))
+                w.name for w in waits))
     for name in order:
         if name in reduced:
             continue
@@ -226,7 +237,15 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES) -> Grap
         ops[op.name] = op
     for op in copies:
         ops[op.name] = op
-    return Graph(ops.values(), name=g.name, meta=g.meta)
+    out = Graph(ops.values(), name=g.name, meta=g.meta)
+    # A gate every replica now waits for through its own copy waits for nothing the step
+    # runs: kept aside (not scheduled), so that it can still be fetched by name.
+    dead = {x for x in per_replica if x is not None and not out.consumers(x)
+            and not out.control_successors(x)}
+    if not dead:
+        return out
+    return Graph((o for o in out if o.name not in dead), name=g.name, meta=replace(
+        g.meta, dropped_joins={**g.meta.dropped_joins, **{x: out[x] for x in dead}}))
 
 
 def _after(g: Graph, sources: set[str], stop: set[str]) -> set[str]:

@@ -7,7 +7,8 @@ are summed (``AddN``) before the single update; a sum of such gradients (a weigh
 every time step, a tied embedding) is summed within each replica first, as towers do, so only
 one partial gradient per weight leaves a replica; ops without an exact batch rule (BatchNorm's
 batch statistics, a loss reduced over the batch) run once on the whole batch behind a join, so
-the graph computes what the original computes. ``Shape``/``Size``/``Rank`` of tensors whose
+the graph computes what the original computes. Gates (``NoOp``s waiting for replicas' ops) get
+one copy per replica. ``Shape``/``Size``/``Rank`` of tensors whose
 shape is static are folded into constants, as grappler does; those of tensors that carry the
 batch read it at run time from a batch input, so the graph runs at any batch size.
 """
@@ -215,7 +216,41 @@ def data_parallel(graph: Graph, n: int) -> Graph:
                         f"{r.op}:{r.index}" in axis for r in op.inputs):
                     axis[f"{name}:{i}"] = 0
     graph = fold_static_shapes(graph, _batch_descent(graph, inputs, axis, B))
-    return apply_decisions(graph, decisions)
+    return _gates_per_replica(apply_decisions(graph, decisions), n)
+
+
+def _gates_per_replica(graph: Graph, n: int) -> Graph:
+    """Each ``NoOp`` that waits for replicas' ops (``tf.gradients``' per-op gates,
+    ``tf.group``) gets a copy per replica waiting for that replica's ops (and the shared
+    ones); a replica's op waits for its replica's copy, everything else for all of them. A
+    gate orders, it computes nothing: without this every replica waited for the slowest at
+    each gate, through a control edge to the first device and back (198 of them a step on a
+    small Inception)."""
+    made: list[Op] = []
+    gates: set[str] = set()
+    for op in graph:
+        if op.type != "NoOp" or op.inputs or replica_of(op) is not None:
+            continue
+        per = [[c for c in op.control_inputs if replica_of(graph[c]) == k] for k in range(n)]
+        if not all(per):
+            continue
+        shared = [c for c in op.control_inputs if replica_of(graph[c]) is None]
+        gates.add(op.name)
+        made += [op.with_(name=f"{op.name}/part{k}", control_inputs=tuple(per[k] + shared),
+                          meta=OpMeta(origin=op.name, fraction=0.0, replica=k))
+                 for k in range(n)]
+    if not gates:
+        return graph
+    ops = []
+    for op in graph:
+        if op.name in gates:
+            op = op.with_(control_inputs=tuple(f"{op.name}/part{k}" for k in range(n)))
+        k = replica_of(op)
+        if k is not None and any(c in gates for c in op.control_inputs):
+            op = op.with_(control_inputs=tuple(f"{c}/part{k}" if c in gates else c
+                                               for c in op.control_inputs))
+        ops.append(op)
+    return Graph(ops + made, name=graph.name, meta=graph.meta)
 
 
 def _sum_of_partials(op: Op, decisions: dict[str, tuple[SplitRule, list[int]]],

@@ -179,8 +179,9 @@ def _keeps_rows(graph: Graph, op: Op) -> bool:
     """Whether ``op`` (a Slice or a Tile) outputs as many rows as its input has: then it
     takes every row (begin 0, multiple 1 on axis 0) and works row by row."""
     src, out = graph.tensor(op.inputs[0]).shape, op.outputs[0].shape
-    return bool(src and out) and len(src) == len(out) and src[0] is not None and \
-        src[0] > 1 and src[0] == out[0]
+    if not src or not out or len(src) != len(out):
+        return False
+    return src[0] is not None and src[0] > 1 and src[0] == out[0]
 
 
 def _elementwise(op: Op, graph: Graph) -> list[SplitRule]:
