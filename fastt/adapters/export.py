@@ -4,7 +4,7 @@ Ops read from TensorFlow carry their NodeDef and are written back with the IR's 
 device and colocation. Ops fastt made have no NodeDef and are synthesised from their type and
 attributes: ``SplitV`` (cut along ``axis`` into ``size_splits``), ``ConcatV2`` and ``AddN``
 joins, integer ``Const`` vectors (per-part shapes, folded shape queries), ``IdentityN``,
-``Identity``, ``Reshape``, and the reads and assigns that keep a variable's copies equal to
+``Identity``, ``Reshape``, ``NoOp``, and the reads and assigns that keep a variable's copies equal to
 it. Sub-ops ``X/part{k}`` and mirrored copies ``X/mirror{k}`` reuse X's NodeDef under their
 own name (a variable's copy with a ``shared_name`` of its own).
 """
@@ -166,6 +166,8 @@ def _synthesise(op: Op) -> list[node_def_pb2.NodeDef]:
         node.attr["Tshape"].type = _enum("int32")
     elif op.type == "Identity":
         node.attr["T"].type = _enum(op.outputs[0].dtype)
+    elif op.type == "NoOp":
+        pass
     elif op.type in ("ReadVariableOp", "AssignVariableOp"):
         node.attr["dtype"].type = _enum(op.attrs["dtype"])
     elif op.type == "Assign":
