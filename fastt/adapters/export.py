@@ -4,9 +4,9 @@ Ops read from TensorFlow carry their NodeDef and are written back with the IR's 
 device and colocation. Ops fastt made have no NodeDef and are synthesised from their type and
 attributes: ``SplitV`` (cut along ``axis`` into ``size_splits``), ``ConcatV2`` and ``AddN``
 joins, integer ``Const`` vectors (per-part shapes, folded shape queries), ``IdentityN``,
-``Identity``, ``Reshape``, ``NoOp``, and the reads and assigns that keep a variable's copies equal to
-it. Sub-ops ``X/part{k}`` and mirrored copies ``X/mirror{k}`` reuse X's NodeDef under their
-own name (a variable's copy with a ``shared_name`` of its own).
+``Identity``, ``Reshape``, ``NoOp``, and the reads and assigns that keep a variable's copies
+equal to it. Sub-ops ``X/part{k}`` and mirrored copies ``X/mirror{k}`` reuse X's NodeDef under
+their own name (a variable's copy with a ``shared_name`` of its own).
 """
 from __future__ import annotations
 
