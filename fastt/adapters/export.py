@@ -211,8 +211,8 @@ def to_graph_def(graph: Graph, placement: Mapping[str, str] | None = None
             if op.colocate_with and not placed:
                 node.attr["_class"].list.s.extend(f"loc:@{c}".encode() for c in
                                                   op.colocate_with)
-            if op.is_variable:  # a variable's copy: a resource of its own, on any device
-                node.attr["shared_name"].s = op.name.encode()
+            if op.is_variable and op.meta.origin is not None:  # a variable's copy: a
+                node.attr["shared_name"].s = op.name.encode()  # resource of its own
     library = graph.meta.library
     if library:
         gd.library.ParseFromString(library)

@@ -45,7 +45,7 @@ def mirrors(graph: Graph) -> dict[str, list[str]]:
     """User's variable -> its copies in ``graph`` (made by ``all_reduce``)."""
     out: dict[str, list[str]] = {}
     for op in graph:
-        if op.is_variable and op.meta.origin is not None and MIRROR in op.name:
+        if op.is_variable and op.meta.origin is not None and op.meta.replica:
             out.setdefault(op.meta.origin, []).append(op.name)
     return out
 
@@ -59,17 +59,19 @@ def _pure(op: Op) -> bool:
     return not op.stateful or op.type in READS
 
 
-def _forward(graph: Graph, sources: Iterable[str], through: Callable[[str], bool]
-             ) -> set[str]:
-    """Ops reachable from ``sources`` over data edges, entering only ops ``through`` admits
-    (the sources are included)."""
+def _forward(graph: Graph, sources: Iterable[str], through: Callable[[str], bool],
+             control: bool = False) -> set[str]:
+    """Ops reachable from ``sources`` over data edges (and control edges with ``control``),
+    entering only ops ``through`` admits (the sources are included)."""
     seen = set(sources)
     stack = list(seen)
     while stack:
-        for e in graph.consumers(stack.pop()):
-            if e.dst not in seen and through(e.dst):
-                seen.add(e.dst)
-                stack.append(e.dst)
+        x = stack.pop()
+        after = graph.successors(x) if control else {e.dst for e in graph.consumers(x)}
+        for y in after:
+            if y not in seen and through(y):
+                seen.add(y)
+                stack.append(y)
     return seen
 
 
@@ -77,8 +79,7 @@ class _Analysis:
     """What ``all_reduce`` mirrors and which sums it reduces along the ring."""
 
     def __init__(self, graph: Graph, n: int) -> None:
-        self.graph, self.n = graph, n
-        g = graph
+        self.graph = g = graph
         self.joins = {op.name for op in g if op.type == "AddN" and op.meta.join is not None
                       and op.meta.join["kind"] == "sum" and len(op.inputs) == n}
         self.replicated = {op.name for op in g if replica_of(op) is not None}
@@ -181,7 +182,8 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES) -> Grap
     # gradients are all computed) would make each replica wait for the summed ones, and a
     # bucket wait for itself: the replicas drop such gates (they order, they compute
     # nothing).
-    after_sums = _after(g, a.reduced, a.replicated)
+    after_sums = _forward(g, a.reduced, lambda x: x not in a.replicated and
+                          not writes_variable(g[x]), control=True)
     ring = ring_ops(g, a.reduced, a.replicated, n, bucket_bytes, after_sums)
     reduced = {op.name for op in ring if op.name in a.reduced}
     changed: dict[str, Op] = {}
@@ -201,7 +203,7 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES) -> Grap
     for name in order:
         op = g[name]
         if name in a.mirror:
-            changed[name] = op.with_(meta=_with_replica(op.meta, 0),
+            changed[name] = op.with_(meta=replace(op.meta, replica=0),
                                      control_inputs=remap_names(op.control_inputs, 0))
             for k in range(1, n):
                 copies.append(op.with_(
@@ -248,23 +250,6 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES) -> Grap
         g.meta, dropped_joins={**g.meta.dropped_joins, **{x: out[x] for x in dead}}))
 
 
-def _after(g: Graph, sources: set[str], stop: set[str]) -> set[str]:
-    """Ops after ``sources`` (data or control), not entering ``stop``; no writes."""
-    seen, stack = set(sources), list(sources)
-    while stack:
-        for s in g.successors(stack.pop()):
-            if s not in seen and s not in stop and not writes_variable(g[s]):
-                seen.add(s)
-                stack.append(s)
-    return seen
-
-
-def _with_replica(meta: OpMeta, k: int) -> OpMeta:
-    d = meta.as_dict()
-    d["replica"] = k
-    return OpMeta(**d)
-
-
 def _short(name: str) -> str:
     return name.replace("/", "_")
 
@@ -294,7 +279,7 @@ def sync_writes(graph: Graph) -> Graph:
                       attrs={"dtype": dtype}, meta=OpMeta(origin=op.name, replica=0))
             made.append(read)
             for copy in copies[v]:
-                k = int(copy.rsplit(MIRROR, 1)[1])
+                k = graph[copy].meta.replica
                 made.append(Op(name=f"{read.name}/mirror{k}",
                                type="AssignVariableOp" if resource else "Assign",
                                inputs=(TensorRef(copy, 0), TensorRef(read.name, 0)),

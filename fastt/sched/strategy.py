@@ -96,14 +96,15 @@ class _UnitCosts:
 
 
 def data_parallel_fitting(graph: Graph, devices: Sequence[Device], ring: bool = True,
-                          bucket_bytes: float = BUCKET_BYTES) -> Graph | None:
+                          bucket_bytes: float = BUCKET_BYTES, replicas: Graph | None = None
+                          ) -> Graph | None:
     """The data-parallel graph over ``devices`` when every device holds its replica (each
     with its share of the batch; with ``ring``, mirrored variables and ring all-reduce, else
     gradients summed on device 0; ``bucket_bytes``: the all-reduce's fusion buckets), else
-    None. Memory is the simulated peak of the replicas'
-    placement, ops in topological order."""
+    None. ``replicas``: ``data_parallel(graph, len(devices))`` when the caller has it. Memory
+    is the simulated peak of the replicas' placement, ops in topological order."""
     D = len(devices)
-    dp = data_parallel(graph, D)
+    dp = replicas if replicas is not None else data_parallel(graph, D)
     if ring:
         dp = all_reduce(dp, D, bucket_bytes)
     if all(d.memory == math.inf for d in devices):
@@ -179,14 +180,15 @@ def _starts(graph: Graph, devices: list[Device], k: StrategyKind, forced: list[S
     starts: list[Start] = [] if only else [(graph, 1, "model")]
     if k.starts == "model" or len(devices) < 2:
         return starts
-    layouts = [k.starts] if only else list(LAYOUTS)
-    for layout in reversed(layouts):
-        try:
-            dp = data_parallel_fitting(graph, devices, layout == "data-parallel", bucket_bytes)
-        except NoBatch:
-            if only:
-                raise
-            return starts
+    try:
+        replicas = data_parallel(graph, len(devices))  # both layouts start from it
+    except NoBatch:
+        if only:
+            raise
+        return starts
+    for layout in reversed([k.starts] if only else LAYOUTS):
+        dp = data_parallel_fitting(graph, devices, layout == "data-parallel", bucket_bytes,
+                                   replicas)
         if dp is not None:
             starts.insert(0, (dp, len(devices), layout))
         elif only:
