@@ -28,7 +28,7 @@ STEPS = 5
 # The eight models (and a small CNN), optimizers spread across them; small inputs.
 MODELS = {
     "mlp": ("sgd", {"batch_size": 8}),
-    "small_cnn": ("momentum", {"batch_size": 8}),
+    "small_cnn": ("momentum", {"batch_size": 8, "batch_norm": True}),
     "lenet": ("adam", {"batch_size": 8}),
     "alexnet_v2": ("sgd", {"batch_size": 4, "image_size": 96}),
     # float64: one conv5 bias gradient element nearly cancels; the reduction order of 4
@@ -46,7 +46,7 @@ MODELS = {
     "transformer": ("adam", {"layers": 1, "batch_size": 4, "dtype": tf.float64}),
     "lstm_lm": ("sgd", {"batch_size": 8}),
     # Reference variables, as disable_v2_behavior() scripts build them (Apply*, Assign).
-    "small_cnn_ref": ("momentum", {"batch_size": 8}),
+    "small_cnn_ref": ("momentum", {"batch_size": 8, "batch_norm": True}),
     "lenet_ref": ("adam", {"batch_size": 8}),
 }
 REF = "_ref"

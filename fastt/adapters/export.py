@@ -3,10 +3,11 @@
 Ops read from TensorFlow carry their NodeDef and are written back with the IR's name, inputs,
 device and colocation. Ops fastt made have no NodeDef and are synthesised from their type and
 attributes: ``SplitV`` (cut along ``axis`` into ``size_splits``), ``ConcatV2`` and ``AddN``
-joins, integer ``Const`` vectors (per-part shapes, folded shape queries), ``IdentityN``,
-``Identity``, ``Reshape``, ``NoOp``, and the reads and assigns that keep a variable's copies
-equal to it. Sub-ops ``X/part{k}`` and mirrored copies ``X/mirror{k}`` reuse X's NodeDef under
-their own name (a variable's copy with a ``shared_name`` of its own).
+joins, ``Const``s (per-part shapes, folded shape queries), ``IdentityN``, ``Identity``,
+``Reshape``, ``NoOp``, the element-wise ops and sums of a synchronised batch norm, and the
+reads and assigns that keep a variable's copies equal to it. Sub-ops ``X/part{k}`` and
+mirrored copies ``X/mirror{k}`` reuse X's NodeDef under their own name (a variable's copy with a
+``shared_name`` of its own).
 """
 from __future__ import annotations
 
@@ -164,8 +165,19 @@ def _synthesise(op: Op) -> list[node_def_pb2.NodeDef]:
         extra = [_const(f"{op.name}/fastt_shape", op.attrs["shape"], "int32", dev)]
         node.attr["T"].type = _enum(op.outputs[0].dtype)
         node.attr["Tshape"].type = _enum("int32")
-    elif op.type == "Identity":
+    elif op.type in ("Identity", "Sub", "Mul", "AddV2", "RealDiv", "Square", "Rsqrt"):
         node.attr["T"].type = _enum(op.outputs[0].dtype)
+    elif op.type == "Sum":
+        node.attr["T"].type = _enum(op.outputs[0].dtype)
+        node.attr["Tidx"].type = _enum("int32")
+        node.attr["keep_dims"].b = False
+    elif op.type == "Size":
+        node.attr["T"].type = _enum(op.attrs["T"])
+        node.attr["out_type"].type = _enum(op.outputs[0].dtype)
+    elif op.type == "Cast":
+        node.attr["SrcT"].type = _enum(op.attrs["SrcT"])
+        node.attr["DstT"].type = _enum(op.attrs["DstT"])
+        node.attr["Truncate"].b = False
     elif op.type == "NoOp":
         pass
     elif op.type in ("ReadVariableOp", "AssignVariableOp"):

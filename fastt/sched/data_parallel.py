@@ -5,10 +5,11 @@ depends on the batch and has an exact batch rule, in topological order, so that 
 chain sub-op to sub-op (replica k = the ops ``X/part{k}``). Weight gradients split on the batch
 are summed (``AddN``) before the single update; a sum of such gradients (a weight used at
 every time step, a tied embedding) is summed within each replica first, as towers do, so only
-one partial gradient per weight leaves a replica; ops without an exact batch rule (BatchNorm's
-batch statistics, a loss reduced over the batch) run once on the whole batch behind a join, so
-the graph computes what the original computes. Gates (``NoOp``s waiting for replicas' ops) get
-one copy per replica. ``Shape``/``Size``/``Rank`` of tensors whose
+one partial gradient per weight leaves a replica; ops without an exact batch rule (a loss
+reduced over the batch) run once on the whole batch behind a join, so the graph computes what
+the original computes; BatchNorm in training normalises each replica's rows with the whole
+batch's statistics, summed from the replicas' own (``sync_batch_norm``). Gates (``NoOp``s
+waiting for replicas' ops) get one copy per replica. ``Shape``/``Size``/``Rank`` of tensors whose
 shape is static are folded into constants, as grappler does; those of tensors that carry the
 batch read it at run time from a batch input, so the graph runs at any batch size.
 """
@@ -20,6 +21,7 @@ from collections import Counter
 from fastt.errors import NoBatch
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
 from fastt.op_types import BATCH_SOURCES, LINEAR, MAYBE_BATCH, READS, SHAPE_OPS
+from fastt.sched import sync_batch_norm
 from fastt.sched.split_rules import FULL, PARTIAL, SHAPE, SPLIT, Part, SplitRule, part_sizes, rules
 from fastt.sched.splitting import apply_decisions
 
@@ -203,9 +205,11 @@ def data_parallel(graph: Graph, n: int) -> Graph:
     shares = part_sizes(B, n)
     axis = {str(r): 0 for r in inputs}  # tensor -> its batch axis (extent a multiple of B)
     decisions: dict[str, tuple[SplitRule, list[int]]] = {}
+    synced: set[str] = set()  # batch norms split with the whole batch's statistics
     for name in _batch_ops(graph, {r.op for r in inputs}):
         op = graph[name]
-        rule = _batch_rule(op, graph, axis, B) or _sum_of_partials(op, decisions, shares)
+        rule = _sync_rule(op, graph, axis, B, synced) or _batch_rule(op, graph, axis, B) or \
+            _sum_of_partials(op, decisions, shares)
         if rule is not None:
             decisions[name] = (rule, shares)
             if rule.join == "concat":
@@ -217,6 +221,21 @@ def data_parallel(graph: Graph, n: int) -> Graph:
                     axis[f"{name}:{i}"] = 0
     graph = fold_static_shapes(graph, _batch_descent(graph, inputs, axis, B))
     return _gates_per_replica(apply_decisions(graph, decisions), n)
+
+
+def _sync_rule(op: Op, graph: Graph, axis: dict[str, int], B: int, synced: set[str]
+               ) -> SplitRule | None:
+    """A batch norm in training (or its gradient) whose rows carry the batch: split with the
+    whole batch's statistics (``sync_batch_norm``)."""
+    if not op.inputs or axis.get(str(op.inputs[0])) != 0:
+        return None
+    rows = (graph.tensor(op.inputs[0]).shape or (None,))[0]
+    if not rows or rows % B:
+        return None
+    rule = sync_batch_norm.forward_rule(op, graph) or sync_batch_norm.gradient_rule(op, synced)
+    if rule is not None and op.type in sync_batch_norm.FORWARD:
+        synced.add(op.name)
+    return rule
 
 
 def _gates_per_replica(graph: Graph, n: int) -> Graph:

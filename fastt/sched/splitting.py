@@ -20,6 +20,7 @@ from typing import Any, cast
 
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
+from fastt.sched import sync_batch_norm
 from fastt.sched.split_rules import FULL, PARTIAL, SHAPE, SPLIT, SplitRule, find, part_sizes
 
 #: An op fastt made: a shape vector, ``value`` with entry ``axis`` set at run time to the
@@ -82,6 +83,9 @@ class _Builder:
         self.joins = {o.name: o.meta.join for o in graph if o.meta.join is not None}
         self.split_names: set[str] = set()  # ops split in this pass (their parts exist)
         self.rewired: set[str] = set()
+        # outputs of ops replaced by a synchronised batch norm -> the tensors holding them
+        self.renamed: dict[TensorRef, TensorRef] = {}
+        self.helpers: dict[str, str] = {}  # a join -> the op only it reads (its concat)
         # (tensor, axis, part sizes, total of the shares) -> its parts
         self.cuts: dict[tuple[TensorRef, int, tuple[int, ...], int], list[TensorRef]] = {}
 
@@ -93,7 +97,7 @@ class _Builder:
         extent = spec.shape[axis] if spec.shape is not None and axis < len(spec.shape) else None
         sizes = scaled(shares, extent, f"input {i} of {owner!r}")
         join = self.joins.get(ref.op)
-        if join and join["kind"] == "concat" and join["axis"] == axis and \
+        if join and ref.index == 0 and join["kind"] == "concat" and join["axis"] == axis and \
                 join["sizes"] == sizes and join.get("total", sum(shares)) == sum(shares):
             self.rewired.add(ref.op)
             return [TensorRef(f"{ref.op}/part{k}", 0) for k in range(len(sizes))]
@@ -122,6 +126,8 @@ class _Builder:
         """The ops that replace ``op``: input cuts, the sub-ops and the join named like it."""
         name, n, total = op.name, len(shares), sum(shares)
         out: list[Op] = []
+        if rule.dim == sync_batch_norm.SYNC:
+            return out + self._sync(op, shares, out)
         per_input: list[list[TensorRef]] = []
         for i, (part, ref) in enumerate(zip(rule.inputs, op.inputs)):
             if part.kind == SPLIT:
@@ -166,6 +172,26 @@ class _Builder:
                   meta=OpMeta(split_of=name, join=join_spec))
         return out + parts + [join]
 
+    def _sync(self, op: Op, shares: list[int], out: list[Op]) -> list[Op]:
+        """A batch norm (or its gradient) on the replicas' rows with the whole batch's
+        statistics (``sync_batch_norm``)."""
+        rows = self.cut(op.inputs[0], 0, shares, out, op.name, 0)
+        expand = sync_batch_norm.expand_forward if op.type in sync_batch_norm.FORWARD \
+            else sync_batch_norm.expand_gradient
+        ops, renamed = expand(op, self.graph, rows, shares)
+        self.renamed.update(renamed)
+        join = ops[-1]
+        self.joins[op.name] = cast(dict[str, Any], join.meta.join)
+        self.split_names.add(op.name)
+        self.helpers[op.name] = join.inputs[0].op
+        return ops
+
+    def rename(self, op: Op) -> Op:
+        """``op`` reading the tensors that now hold what it read (see ``renamed``)."""
+        if not self.renamed or not any(r in self.renamed for r in op.inputs):
+            return op
+        return op.with_(inputs=tuple(self.renamed.get(r, r) for r in op.inputs))
+
 
 def apply_decisions(graph: Graph, decisions: dict[str, tuple[SplitRule, list[int]]]) -> Graph:
     """Split every op named in ``decisions`` (rule, shares), in one pass over ``graph``."""
@@ -182,12 +208,14 @@ def apply_decisions(graph: Graph, decisions: dict[str, tuple[SplitRule, list[int
                 if n:
                     builder.rewired.add(c)
             op = op.with_(control_inputs=tuple(dict.fromkeys(control)))
+        op = builder.rename(op)
         if name in decisions:
             ops.extend(builder.expand(op, *decisions[name]))
         else:
             ops.append(op)
     new = Graph(ops, name=graph.name, meta=graph.meta)
     dead = {j for j in builder.rewired if not new.consumers(j) and not new.control_successors(j)}
+    dead |= {h for j, h in builder.helpers.items() if j in dead}  # read by that join only
     if not dead:
         return new
     # Kept aside (not scheduled) so that the rewriter can rebuild them for a user's fetch.

@@ -51,9 +51,10 @@ def classifier(name: str, body: Callable[..., Any], image_shape: Sequence[int], 
         y = _tf1.placeholder(tf.int32, [batch_size], name="labels")
         logits = body(x)
         loss = _tf1.losses.sparse_softmax_cross_entropy(y, logits)
-        train_op = optimizer(opt, learning_rate).minimize(
-            loss, global_step=_tf1.train.get_or_create_global_step(),
-            colocate_gradients_with_ops=True)
+        with _tf1.control_dependencies(_tf1.get_collection(_tf1.GraphKeys.UPDATE_OPS)):
+            train_op = optimizer(opt, learning_rate).minimize(  # batch norms' averages too
+                loss, global_step=_tf1.train.get_or_create_global_step(),
+                colocate_gradients_with_ops=True)
         init = _tf1.group(_tf1.global_variables_initializer(), _tf1.local_variables_initializer())
     feeds = {"images": rng.rand(batch_size, *image_shape).astype(dtype.as_numpy_dtype),
              "labels": rng.randint(0, classes, batch_size).astype(np.int32)}

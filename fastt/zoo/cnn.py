@@ -15,11 +15,30 @@ def _device(devices: Sequence[str] | None, i: int) -> Any:
     return tf.device(devices[i % len(devices)]) if devices else tf.device(None)
 
 
-def conv(x: Any, filters: int, size: int, name: str, stride: int = 1) -> Any:
+def conv(x: Any, filters: int, size: int, name: str, stride: int = 1,
+         batch_norm: bool = False) -> Any:
     with _tf1.variable_scope(name):
         w = _tf1.get_variable("weights", [size, size, int(x.shape[-1]), filters])
+        y = tf.nn.conv2d(x, w, stride, "SAME")
+        if batch_norm:
+            return tf.nn.relu(_batch_norm(y))
         b = _tf1.get_variable("biases", [filters], initializer=_tf1.zeros_initializer())
-        return tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, stride, "SAME"), b))
+        return tf.nn.relu(tf.nn.bias_add(y, b))
+
+
+def _batch_norm(x: Any, decay: float = 0.9) -> Any:
+    """Fused batch norm in training, its moving averages updated through ``UPDATE_OPS`` (the
+    usual TF1 idiom)."""
+    c = int(x.shape[-1])
+    gamma = _tf1.get_variable("gamma", [c], initializer=_tf1.ones_initializer())
+    beta = _tf1.get_variable("beta", [c], initializer=_tf1.zeros_initializer())
+    y, mean, var = _tf1.nn.fused_batch_norm(x, gamma, beta, epsilon=1e-3, is_training=True)
+    for stat, init in ((mean, _tf1.zeros_initializer()), (var, _tf1.ones_initializer())):
+        avg = _tf1.get_variable(f"moving_{stat.op.name.rsplit('/', 1)[-1]}_{stat.value_index}",
+                                [c], initializer=init, trainable=False)
+        _tf1.add_to_collection(_tf1.GraphKeys.UPDATE_OPS,
+                               _tf1.assign(avg, avg * decay + stat * (1 - decay)))
+    return y
 
 
 def dense(x: Any, units: int, name: str, activation: bool = True) -> Any:
@@ -36,12 +55,15 @@ def flatten(x: Any) -> Any:
 
 @register("small_cnn")
 def small_cnn(batch_size: int = 16, image_size: int = 32, classes: int = 10, opt: str = "sgd",
-              devices: Sequence[str] | None = None, seed: int = 0) -> TrainingGraph:
-    """Three conv layers and a classifier; with ``devices``, layers round-robin over them."""
+              devices: Sequence[str] | None = None, seed: int = 0,
+              batch_norm: bool = False) -> TrainingGraph:
+    """Three conv layers (with ``batch_norm``, each normalised in place of its bias) and a
+    classifier; with ``devices``, layers round-robin over them."""
     def body(x: Any) -> Any:
         for i, f in enumerate((16, 32, 32)):
             with _device(devices, i):
-                x = tf.nn.max_pool2d(conv(x, f, 3, f"conv{i + 1}"), 2, 2, "VALID")
+                x = tf.nn.max_pool2d(conv(x, f, 3, f"conv{i + 1}", batch_norm=batch_norm),
+                                     2, 2, "VALID")
         with _device(devices, 3):
             return dense(flatten(x), classes, "logits", activation=False)
     return classifier("small_cnn", body, (image_size, image_size, 3), classes, batch_size, opt,

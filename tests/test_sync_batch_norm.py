@@ -1,0 +1,84 @@
+"""Batch norm split on the batch with the whole batch's statistics (no TensorFlow; the
+equivalence tests run it: small_cnn and resnet_v2_50 normalise in training)."""
+import pytest
+
+from fastt.ir import Graph, TensorRef
+from fastt.sched.data_parallel import data_parallel, replica_of
+from tests.helpers import op
+
+B, H, C = 8, 5, 3
+
+
+def bn_graph(fmt="NHWC", avg=1.0, stray_reader=False):
+    """x -> fused batch norm (training) -> relu -> loss; its gradient; moving averages read
+    the batch statistics; the scale's gradient feeds an update."""
+    shape = (B, H, H, C) if fmt == "NHWC" else (B, C, H, H)
+    attrs = {"is_training": True, "data_format": fmt, "epsilon": 1e-3, "T": "float32",
+             "U": "float32", "exponential_avg_factor": avg}
+    ops = [
+        op("x", "Placeholder", out=(shape,)),
+        op("gamma", "Const", out=((C,),)), op("beta", "Const", out=((C,),)),
+        op("empty", "Const", out=((0,),)),
+        op("bn", "FusedBatchNormV3", ["x", "gamma", "beta", "empty", "empty"],
+           out=(shape, (C,), (C,), (C,), (C,), None), attrs=attrs),
+        op("y", "Relu", ["bn"], out=(shape,)),
+        op("avg_mean", "Mul", ["bn:1", "gamma"], out=((C,),)),
+        op("avg_var", "Mul", ["bn:2", "gamma"], out=((C,),)),
+        op("dy", "ReluGrad", ["y", "y"], out=(shape,)),
+        op("dbn", "FusedBatchNormGradV3", ["dy", "x", "gamma", "bn:3", "bn:4", "bn:5"],
+           out=(shape, (C,), (C,), (0,), (0,)), attrs=attrs),
+        op("dx", "Relu", ["dbn"], out=(shape,)),
+        op("v", "VarHandleOp", out=((),), dtype="resource", is_variable=True),
+        op("lr", "Const", out=((),)),
+        op("update", "ResourceApplyGradientDescent", ["v", "lr", "dbn:1"], out=()),
+    ]
+    if stray_reader:
+        ops.append(op("peek", "Identity", ["bn:3"], out=((C,),)))
+    return Graph(ops)
+
+
+def test_replicas_normalise_their_rows_with_the_whole_batch_statistics():
+    g = data_parallel(bn_graph(), 2)
+    # Each replica normalises its own rows, chained to its neighbours' parts ...
+    assert [g[f"bn/part{k}"].outputs[0].shape for k in range(2)] == [(4, H, H, C)] * 2
+    assert g["y/part1"].inputs[0] == TensorRef("bn/part1", 0)
+    assert {replica_of(g[f"bn/part{k}"]) for k in range(2)} == {0, 1}
+    # ... with the mean of every replica's rows (sums of partial sums over a run-time count).
+    mean = g["bn/fastt_mean"]
+    assert [r.op for r in g[mean.inputs[0].op].inputs] == ["bn/fastt_sum0", "bn/fastt_sum1"]
+    assert g["bn/fastt_sum1"].inputs[0].op == "x/split_in0" or \
+        g["bn/fastt_sum1"].inputs[0] == g["bn/fastt_centred1"].inputs[0]
+    assert g["bn/fastt_size0"].type == "Size"
+    # The fused ops and their concats are not scheduled (kept for a user's fetch): no
+    # activation crosses replicas.
+    for name, concat in (("bn", "bn/fastt_y"), ("dbn", "dbn/fastt_dx")):
+        assert name not in g and concat not in g
+        assert {name, concat} <= set(g.meta.dropped_joins)
+    # (dx ends this graph: its join stays for whoever fetches it)
+    assert [o.name for o in g if o.type == "ConcatV2"] == ["dx"]
+    # The moving averages read the batch statistics (the unbiased variance), the update
+    # the summed gradient of the scale.
+    assert g["avg_mean"].inputs[0] == TensorRef("bn/fastt_mean", 0)
+    assert g["avg_var"].inputs[0] == TensorRef("bn/fastt_var_unbiased", 0)
+    assert g["update"].inputs[2] == TensorRef("dbn/fastt_d_scale", 0)
+    # The gradient reuses the forward's centred rows.
+    assert g["dbn/fastt_dy_c0"].inputs[1] == TensorRef("bn/fastt_centred0", 0)
+    # The replicas' ops share the fused ops' work exactly.
+    for name in ("bn", "dbn"):
+        assert sum(o.meta.fraction for o in g if o.meta.origin == name) == pytest.approx(1.0)
+
+
+def test_channels_first_statistics_broadcast_over_rows():
+    g = data_parallel(bn_graph("NCHW"), 2)
+    assert g["bn/fastt_axes"].attrs["value"] == [0, 2, 3]
+    assert g["bn/fastt_centred0"].inputs[1].op == "bn/fastt_mean_bcast"
+    assert g["bn/fastt_mean_bcast"].attrs["shape"] == [C, 1, 1]
+
+
+@pytest.mark.parametrize("kw", [{"avg": 0.1}, {"stray_reader": True}])
+def test_a_batch_norm_it_cannot_reproduce_runs_whole(kw):
+    """A running average inside the op, or its saved statistics read by something else than
+    its gradient: the op runs once on the whole batch, as before."""
+    g = data_parallel(bn_graph(**kw), 2)
+    assert g["bn"].type == "FusedBatchNormV3" and "bn/part0" not in g
+    assert g["dbn"].type == "FusedBatchNormGradV3"
