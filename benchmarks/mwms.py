@@ -6,11 +6,11 @@ worker, a ``tf.data`` dataset of the global batch).
     python benchmarks/mwms.py [--models NAME ...] [--repeats R] [--steps S]
 
 Each model is the same network as the real testbed's zoo graph (``fastt.zoo``: the same
-layers, shapes, loss and SGD at 0.01), written with tf-keras layers; the global batch is the
+layers, shapes, loss, and optimizer at 0.01), written with tf-keras layers; the global batch is the
 testbed's batch, so each worker computes half of it, as in fastt's data parallelism. The chief
 times R blocks of S steps (after a warm-up of S steps) and reports the median
 samples/second. ``benchmarks/real.py`` calls ``measure`` for its ``mwms`` column. Models with
-no tf-keras version here are skipped (listed in ``SKIPPED``).
+no tf-keras version here would be skipped (listed in ``SKIPPED``; none is).
 """
 from __future__ import annotations
 
@@ -28,9 +28,7 @@ from benchmarks import models as zoo_models  # noqa: E402
 
 from fastt.cluster.local import HOST, free_ports  # noqa: E402
 
-SKIPPED = {"alexnet": "slim's alexnet_v2 (not rewritten in tf-keras here)",
-           "transformer_layer": "not rewritten in tf-keras here",
-           "lstm_lm": "not rewritten in tf-keras here"}
+SKIPPED: dict[str, str] = {}
 
 
 def keras_model(model: zoo_models.Model):  # type: ignore[no-untyped-def]
@@ -69,12 +67,73 @@ def keras_model(model: zoo_models.Model):  # type: ignore[no-untyped-def]
             if m == 0:
                 x = k.MaxPool2D(2)(x)
         return tf.keras.Model(inp, k.Dense(10)(k.GlobalAveragePooling2D()(x)))
-    raise KeyError(model.name)
+    if model.zoo_name == "alexnet_v2":  # slim's alexnet_v2: fc6-fc8 as convolutions
+        layers = [k.Input((size, size, 3)), k.Conv2D(64, 11, 4, activation="relu"),
+                  k.MaxPool2D(3, 2), conv(192, 5), k.MaxPool2D(3, 2), conv(384, 3),
+                  conv(384, 3), conv(256, 3), k.MaxPool2D(3, 2)]
+        fc = 5 if size >= 224 else 1  # the zoo's fc6 kernel covers what pool5 leaves
+        layers += [k.Conv2D(4096, fc, activation="relu"), k.Dropout(0.5),
+                   k.Conv2D(4096, 1, activation="relu"), k.Dropout(0.5), k.Conv2D(10, 1),
+                   k.Flatten()]
+        return tf.keras.Sequential(layers)
+    return _sequence_model(model)
+
+
+def _sequence_model(model: zoo_models.Model):  # type: ignore[no-untyped-def]
+    """The zoo's Transformer encoder and LSTM language model in tf-keras (per-token
+    logits)."""
+    import math
+
+    import tensorflow as tf
+
+    from fastt.zoo.nlp import positional_encoding
+    k = tf.keras.layers
+    kw = model.kwargs
+    tokens = k.Input((kw["seq_len"],), dtype="int32")
+    if model.zoo_name == "transformer":
+        d = kw["d_model"]
+        pe = tf.constant(positional_encoding(kw["seq_len"], d), tf.float32)
+        x = k.Lambda(lambda t: t * math.sqrt(d) + pe)(k.Embedding(kw["vocab"], d)(tokens))
+        for _ in range(kw["layers"]):
+            a = k.MultiHeadAttention(kw["heads"], d // kw["heads"])(x, x)
+            x = k.LayerNormalization(epsilon=1e-6)(k.Add()([x, a]))
+            f = k.Dense(d)(k.Dense(kw["d_ff"], activation="relu")(x))
+            x = k.LayerNormalization(epsilon=1e-6)(k.Add()([x, f]))
+    elif model.zoo_name == "lstm_lm":
+        x = k.Embedding(kw["vocab"], kw["hidden"])(tokens)
+        for _ in range(kw["layers"]):  # unrolled, as the zoo's graph is
+            x = k.LSTM(kw["hidden"], return_sequences=True, unroll=True)(x)
+    else:
+        raise KeyError(model.name)
+    return tf.keras.Model(tokens, k.Dense(kw["vocab"])(x))
+
+
+def _optimizer(model: zoo_models.Model):  # type: ignore[no-untyped-def]
+    """The zoo's default optimizer of the model, at its learning rate (0.01)."""
+    import tensorflow as tf
+    if model.zoo_name == "transformer":
+        return tf.keras.optimizers.Adam(0.01)
+    if model.zoo_name.startswith(("alexnet", "vgg_", "resnet", "inception_v")):
+        return tf.keras.optimizers.SGD(0.01, momentum=0.9)  # slim nets: momentum
+    return tf.keras.optimizers.SGD(0.01)
+
+
+def _sample(model: zoo_models.Model, net, rows: int):  # type: ignore[no-untyped-def]
+    """Random inputs and labels of ``rows`` examples (tokens and next tokens for the
+    sequence models)."""
+    import numpy as np
+    rng = np.random.RandomState(0)
+    shape = net.input_shape[1:]
+    if "vocab" in model.kwargs:
+        vocab = model.kwargs["vocab"]
+        return (rng.randint(0, vocab, (rows, *shape)).astype(np.int32),
+                rng.randint(0, vocab, (rows, *shape)).astype(np.int32))
+    return (rng.rand(rows, *shape).astype(np.float32),
+            rng.randint(0, 10, rows).astype(np.int32))
 
 
 def worker(name: str, steps: int, repeats: int) -> None:
     """One worker of the strategy (``TF_CONFIG`` set by ``measure``)."""
-    import numpy as np
     import tensorflow as tf
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(2)
@@ -82,12 +141,9 @@ def worker(name: str, steps: int, repeats: int) -> None:
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     with strategy.scope():
         net = keras_model(model)
-        net.compile(optimizer=tf.keras.optimizers.SGD(0.01),
+        net.compile(optimizer=_optimizer(model),
                     loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    shape = net.input_shape[1:]
-    rng = np.random.RandomState(0)
-    x = rng.rand(4 * model.batch, *shape).astype(np.float32)
-    y = rng.randint(0, 10, 4 * model.batch).astype(np.int32)
+    x, y = _sample(model, net, 4 * model.batch)
     # the global batch: the strategy gives each worker its half
     data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(model.batch)
     times: list[float] = []

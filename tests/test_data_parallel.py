@@ -180,6 +180,28 @@ def test_a_concat_on_channels_its_gradient_slices_and_a_mean_gradient_tile_run_p
     assert dp["tiled/part1"].inputs[1].op == "mult"  # the multiples pass whole
 
 
+def test_a_strided_convs_explicit_padding_runs_per_replica_but_padding_rows_does_not():
+    """slim's conv2d_same pads before a strided conv: every row padded alike (it ran on the
+    whole batch and moved every replica's activations to device 0 and back)."""
+    g = Graph([
+        op("x", "Placeholder", out=((B8, 6, 6, 4),)),
+        op("pads", "Const", out=((4, 2),), dtype="int32",
+           attrs={"value": [[0, 0], [1, 1], [1, 1], [0, 0]]}),
+        op("padded", "Pad", ["x", "pads"], out=((B8, 8, 8, 4),)),
+        op("out", "Relu", ["padded"], out=((B8, 8, 8, 4),)),
+        op("rows", "Const", out=((2, 2),), dtype="int32", attrs={"value": [[0, 2], [0, 0]]}),
+        op("flat", "Reshape", ["x", "shape"], out=((B8, 144),)),
+        op("shape", "Const", out=((2,),), dtype="int32", attrs={"value": [B8, 144]}),
+        op("more", "Pad", ["flat", "rows"], out=((B8 + 2, 144),)),
+    ])
+    dp = data_parallel(g, 2)
+    cut = dp[dp["padded/part1"].inputs[0].op]
+    assert "padded" not in dp and cut.type == "SplitV" and cut.inputs[0].op == "x"
+    assert dp["out/part1"].inputs[0].op == "padded/part1"
+    assert dp["padded/part1"].inputs[1].op == "pads"
+    assert dp["more"].type == "Pad" and replica_of(dp["more"]) is None
+
+
 def test_a_gate_on_replicated_ops_gets_one_copy_per_replica():
     """tf.gradients' per-op gate (a NoOp waiting for an op's gradients, then Identities
     behind it): each replica waits for its own copy, not for the slowest replica through a

@@ -34,6 +34,19 @@ def test_link_contention_serialises_transfers_per_direction():
     assert [(t.start, t.end) for t in one.transfers] == [(1, 3), (3, 5)]
 
 
+def test_a_small_message_does_not_wait_for_a_bulk_transfer_on_its_link():
+    """Op 0's 2 MB tensor (2 s, from t=1) and op 1's 1 KB statistics (from t=2) go from dev0
+    to dev1: the statistics interleave with the bulk transfer (as packets do); op 1's 1 MB
+    tensor still queues behind the first."""
+    mb = 1e6
+    p = Problem.build(4, [(0, 2, 2 * mb), (1, 3, 1e3), (1, 2, mb)], [[1, 1]] * 4, devs(2),
+                      intercept=0.0, slope=1 / mb)
+    r = simulate(p, [0, 0, 1, 1], [[0, 1], [3, 2]], link_concurrency=1)
+    spans = {(t.start, round(t.end, 3)) for t in r.transfers}
+    assert spans == {(1, 3), (2, 2.001), (3, 4)}
+    assert r.start[3] == 2.001
+
+
 def test_a_tensor_is_sent_once_per_device():
     p = Problem.build(3, [(0, 1, 5.0, "a:0"), (0, 2, 5.0, "a:0")], [[1, 1]] * 3, devs(2),
                       slope=1.0)

@@ -74,3 +74,11 @@ def test_refusals_are_clear():
         split_operation(conv_net(), "conv", "rows", 2)
     with pytest.raises(FasttError, match="cannot be cut into 9 parts"):
         split_operation(conv_net(), "conv", "batch", 9)
+
+
+def test_a_reshape_fastt_made_with_its_shape_as_an_attribute_has_no_split_rule():
+    """The all-reduce unfuses a bucket with one-input Reshapes (the shape an attribute):
+    OS-DPOS must not try to cut them as a user's [B, ...] Reshape (it crashed)."""
+    g = Graph([op("flat", "Placeholder", out=((48,),)),
+               op("w", "Reshape", ["flat"], out=((8, 6),), attrs={"shape": [8, 6]})])
+    assert rules(g["w"], g) == []

@@ -43,24 +43,30 @@ def test_replicas_normalise_their_rows_with_the_whole_batch_statistics():
     assert [g[f"bn/part{k}"].outputs[0].shape for k in range(2)] == [(4, H, H, C)] * 2
     assert g["y/part1"].inputs[0] == TensorRef("bn/part1", 0)
     assert {replica_of(g[f"bn/part{k}"]) for k in range(2)} == {0, 1}
-    # ... with the mean of every replica's rows (sums of partial sums over a run-time count).
-    mean = g["bn/fastt_mean"]
-    assert [r.op for r in g[mean.inputs[0].op].inputs] == ["bn/fastt_sum0", "bn/fastt_sum1"]
+    # ... with the mean of every replica's rows (sums of partial sums over a run-time count),
+    # which each replica sums itself, in the same order.
+    for k in range(2):
+        mean = g[f"bn/fastt_mean{k}"]
+        assert replica_of(mean) == k
+        assert [r.op for r in g[mean.inputs[0].op].inputs] == ["bn/fastt_sum0", "bn/fastt_sum1"]
+        assert g[f"bn/fastt_centred{k}"].inputs[1].op == mean.name
     assert g["bn/fastt_sum1"].inputs[0].op == "x/split_in0" or \
         g["bn/fastt_sum1"].inputs[0] == g["bn/fastt_centred1"].inputs[0]
     assert g["bn/fastt_size0"].type == "Size"
     # The fused ops and their concats are not scheduled (kept for a user's fetch): no
-    # activation crosses replicas.
+    # activation crosses replicas, and no op is shared by them but the constants.
     for name, concat in (("bn", "bn/fastt_y"), ("dbn", "dbn/fastt_dx")):
         assert name not in g and concat not in g
         assert {name, concat} <= set(g.meta.dropped_joins)
     # (dx ends this graph: its join stays for whoever fetches it)
     assert [o.name for o in g if o.type == "ConcatV2"] == ["dx"]
+    assert all(replica_of(o) is not None or o.type == "Const" for o in g
+               if o.name.startswith(("bn/", "dbn/")) and "/split_in" not in o.name)
     # The moving averages read the batch statistics (the unbiased variance), the update
     # the summed gradient of the scale.
-    assert g["avg_mean"].inputs[0] == TensorRef("bn/fastt_mean", 0)
-    assert g["avg_var"].inputs[0] == TensorRef("bn/fastt_var_unbiased", 0)
-    assert g["update"].inputs[2] == TensorRef("dbn/fastt_d_scale", 0)
+    assert g["avg_mean"].inputs[0] == TensorRef("bn/fastt_mean0", 0)
+    assert g["avg_var"].inputs[0] == TensorRef("bn/fastt_var_unbiased0", 0)
+    assert g["update"].inputs[2] == TensorRef("dbn/fastt_d_scale0", 0)
     # The gradient reuses the forward's centred rows.
     assert g["dbn/fastt_dy_c0"].inputs[1] == TensorRef("bn/fastt_centred0", 0)
     # The replicas' ops share the fused ops' work exactly.
@@ -71,8 +77,8 @@ def test_replicas_normalise_their_rows_with_the_whole_batch_statistics():
 def test_channels_first_statistics_broadcast_over_rows():
     g = data_parallel(bn_graph("NCHW"), 2)
     assert g["bn/fastt_axes"].attrs["value"] == [0, 2, 3]
-    assert g["bn/fastt_centred0"].inputs[1].op == "bn/fastt_mean_bcast"
-    assert g["bn/fastt_mean_bcast"].attrs["shape"] == [C, 1, 1]
+    assert g["bn/fastt_centred1"].inputs[1].op == "bn/fastt_mean_bcast1"
+    assert g["bn/fastt_mean_bcast1"].attrs["shape"] == [C, 1, 1]
 
 
 @pytest.mark.parametrize("kw", [{"avg": 0.1}, {"stray_reader": True}])

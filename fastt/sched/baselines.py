@@ -27,7 +27,8 @@ from fastt.sched.data_parallel import BATCH_SHAPE, replica_of
 from fastt.sched.dpos import eft_list_schedule, group_memory, rank_u
 from fastt.sched.problem import Problem
 from fastt.sched.schedule import Schedule, ready_times
-from fastt.sched.simulate import simulate
+from fastt.sched.ring import SCOPE as RING
+from fastt.sched.simulate import simulate, simulate_fifo
 from fastt.sched.splitting import PART_SHAPE
 
 
@@ -188,8 +189,10 @@ SHAPE_READERS = SHAPE_OPS | {BATCH_SHAPE, PART_SHAPE}
 def data_parallel(p: Problem, g: Graph) -> Schedule:
     """The data-parallel graph ``g``'s replica k on device k (mod D), the ops shared by the
     replicas (updates, whole-batch ops) on device 0 (the ops reading a tensor's shape next
-    to it), colocation groups with their first member; each device's ops by decreasing
-    upward rank."""
+    to it), colocation groups with their first member. Each device runs its ready ops by
+    decreasing upward rank, the all-reduce's ops first (as soon as a bucket's gradients are
+    there: the ring overlaps the backward pass, as Horovod's and NCCL's streams do), links
+    carrying one bulk transfer at a time."""
     D = p.num_devices
     device = [0] * p.n
     index = {name: i for i, name in enumerate(p.names)}
@@ -204,10 +207,8 @@ def data_parallel(p: Problem, g: Graph) -> Schedule:
     for i, grp in enumerate(p.group):  # colocation wins: a group follows its first member
         device[i] = groups.setdefault(grp, device[i])
     rank = rank_u(p)
-    pos = {op: k for k, op in enumerate(p.topo)}
-    order = sorted(range(p.n), key=lambda i: (-rank[i], pos[i]))
-    orders: list[list[int]] = [[] for _ in range(D)]
-    for i in order:
-        orders[device[i]].append(i)
-    r = simulate(p, device, orders, link_concurrency=None)
+    top = max(rank, default=0.0) + 1.0
+    priority = [rank[i] + (top if (g[name].meta.split_of or "").startswith(RING) else 0.0)
+                for i, name in enumerate(p.names)]
+    r = simulate_fifo(p, device, link_concurrency=1, priority=priority)
     return Schedule(device, r.start, r.finish)

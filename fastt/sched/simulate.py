@@ -4,7 +4,10 @@ One compute stream per device runs its ops in the given order, each as soon as i
 there. A tensor needed on another device is sent once per device when its producer finishes
 (tensors are cached on the receiver) over the pair's link: ``intercept + slope * bytes``,
 one transfer at a time per direction by default (``link_concurrency=None``: unlimited, DPOS's
-own assumption, so replaying a DPOS schedule reproduces its predicted finish time). Where the
+own assumption, so replaying a DPOS schedule reproduces its predicted finish time). Messages
+under ``SMALL_BYTES`` (statistics, scalars, shapes) queue apart from bulk tensors: on a real
+link their packets interleave with those of a transfer in flight (concurrent gRPC streams, NCCL
+channels) rather than wait for its last byte. Where the
 cores move the bytes themselves (gRPC between processes), a transfer also takes its share of
 the time of the sender's and the receiver's compute streams (``Problem.send_cpu``/``recv_cpu``):
 an idle device spends it from the transfer's start, a busy one after the op it is running.
@@ -22,11 +25,13 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from fastt.errors import FasttError
 from fastt.sched.problem import Problem
 
 Needs = list[list[tuple[int, object, float]]]  # per op: (producer, tensor key, bytes)
+SMALL_BYTES = 64 * 1024
 
 
 @dataclass
@@ -105,11 +110,12 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
     return _result(p, device, start, finish, links.transfers, needs)
 
 
-def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 1
-                  ) -> SimResult:
+def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 1,
+                  priority: Sequence[float] | None = None) -> SimResult:
     """Simulate ``p`` with op ``i`` on ``device[i]`` and no enforced order: like TensorFlow's
     own executor, each device runs its ready ops first come, first served (ties by op
-    index: graph order). O((n + e) log n) for n ops and e edges."""
+    index: graph order); with ``priority``, the ready op of highest priority first (a
+    priority executor). O((n + e) log n) for n ops and e edges."""
     n, D = p.n, p.num_devices
     needs, wanted = _tensors(p, device)
     consumers: list[list[tuple[int, object]]] = [[] for _ in range(n)]
@@ -120,12 +126,13 @@ def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 
     ready_at = [0.0] * n
     start, finish = [0.0] * n, [-1.0] * n
     links = _Links(p, link_concurrency)
-    ready: list[list[tuple[float, int, int]]] = [[] for _ in range(D)]
+    waiting: list[list[tuple[float, int]]] = [[] for _ in range(D)]  # (ready time, op)
+    ready: list[list[tuple[float, int]]] = [[] for _ in range(D)]  # (key, op), ready now
     busy_until = [0.0] * D
     events: list[tuple[float, int, int]] = []  # (time, 0: op finishes / 1: device looks, x)
 
     def becomes_ready(j: int, t: float) -> None:
-        heapq.heappush(ready[device[j]], (t, j, j))
+        heapq.heappush(waiting[device[j]], (t, j))
         heapq.heappush(events, (t, 1, device[j]))
 
     for j in range(n):
@@ -135,12 +142,15 @@ def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 
         t, kind, x = heapq.heappop(events)
         if kind == 1:
             d = x
-            if busy_until[d] > t or not ready[d] or ready[d][0][0] > t:
+            while waiting[d] and waiting[d][0][0] <= t:
+                at, j = heapq.heappop(waiting[d])
+                heapq.heappush(ready[d], (at if priority is None else -priority[j], j))
+            if busy_until[d] > t or not ready[d]:
                 continue  # busy (it looks again when its op finishes) or nothing ready yet
             if links.absorb(d, t, busy_until) > t:
                 heapq.heappush(events, (busy_until[d], 1, d))  # moving bytes first
                 continue
-            _, _, j = heapq.heappop(ready[d])
+            _, j = heapq.heappop(ready[d])
             start[j], finish[j] = t, t + p.w[j][d]
             busy_until[d] = finish[j]
             heapq.heappush(events, (finish[j], 0, j))
@@ -180,7 +190,7 @@ class _Links:
         self.p, self.concurrency = p, concurrency
         self.arrival: dict[tuple[object, int], float] = {}
         self.transfers: list[Transfer] = []
-        self._free: dict[tuple[int, int], list[float]] = {}
+        self._free: dict[tuple[int, int, bool], list[float]] = {}  # (src, dst, small)
         self._charges: list[list[tuple[float, float]]] = [[] for _ in range(p.num_devices)]
 
     def absorb(self, d: int, t: float, free: list[float]) -> float:
@@ -200,7 +210,8 @@ class _Links:
             cost = p.intercept[src][dst] + p.slope[src][dst] * nbytes
             begin = t
             if self.concurrency is not None:
-                lanes = self._free.setdefault((src, dst), [0.0] * self.concurrency)
+                lanes = self._free.setdefault((src, dst, nbytes < SMALL_BYTES),
+                                              [0.0] * self.concurrency)
                 k = min(range(len(lanes)), key=lanes.__getitem__)
                 begin = max(t, lanes[k])
                 lanes[k] = begin + cost

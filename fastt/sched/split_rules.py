@@ -104,7 +104,8 @@ def rules(op: Op, graph: Graph) -> list[SplitRule]:
                 (("batch", 0), ("channel", c))]
     if t == "BiasAddGrad":
         return [SplitRule("batch", (Part(SPLIT, 0),), "sum", -1)]
-    if t == "Reshape":  # rows stay rows: [B, ...] -> [B*k, ...] or [B*k, ...] -> [B, ...]
+    if t == "Reshape" and len(op.inputs) == 2:
+        # rows stay rows: [B, ...] -> [B*k, ...] or [B*k, ...] -> [B, ...]
         src, out = graph.tensor(op.inputs[0]).shape, op.outputs[0].shape
         rows_in = src[0] if src and None not in src else None
         rows_out = out[0] if out and None not in out else None
@@ -122,6 +123,10 @@ def rules(op: Op, graph: Graph) -> list[SplitRule]:
     if t == "Slice" and len(op.inputs) == 3 and _keeps_rows(graph, op):
         # (a concat's gradient) every row kept: begin is 0 there, size follows each part
         return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL), Part(SHAPE, 0)), "concat", 0)]
+    if t in ("Pad", "PadV2", "MirrorPad") and len(op.inputs) >= 2 and _keeps_rows(graph, op):
+        # (a strided conv's explicit padding) no row added: the rows are padded one by one
+        return [SplitRule("batch", (Part(SPLIT, 0),) + (Part(FULL),) * (len(op.inputs) - 1),
+                          "concat", 0)]
     if t == "Tile" and len(op.inputs) == 2 and _keeps_rows(graph, op):
         # (a mean's gradient) the multiple is 1 on the rows
         return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL)), "concat", 0)]

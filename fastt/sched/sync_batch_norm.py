@@ -10,15 +10,16 @@ with them. What crosses devices is a few channel vectors per replica, not the ac
 take two passes, as TensorFlow's CPU kernel does (the mean, then the mean of squared
 deviations), so results agree up to the order of the sums::
 
-    forward, replica k:  s_k = sum(x_k);  c_k = x_k - mean;  q_k = sum(c_k^2);  y_k = c_k*f + offset
-    shared:              n = sum(size(x_k)) / C;  mean = sum(s)/n;  var = sum(q)/n;
-                         inv = rsqrt(var + eps);  f = scale * inv
+    forward, replica k:  s_k = sum(x_k);  n = sum(size(x)) / C;  mean = sum(s) / n;
+                         c_k = x_k - mean;  q_k = sum(c_k^2);  var = sum(q) / n;
+                         f = scale * rsqrt(var + eps);  y_k = c_k * f + offset
     gradient, replica k: a_k = sum(dy_k);  b_k = sum(dy_k * c_k);
-                         dx_k = (dy_k - sum(a)/n - c_k * (sum(b)/n) * inv^2) * f
-    shared:              d_scale = sum(b) * inv;  d_offset = sum(a)
+                         dx_k = (dy_k - sum(a)/n - c_k * (sum(b)/n) * rsqrt(var + eps)^2) * f
+                         d_scale = sum(b) * rsqrt(var + eps);  d_offset = sum(a)
 
-Each replica's ops share the fused op's work (``meta.fraction``); the shared ops are the
-split's own (``meta.split_of``), like the cuts and joins of any split.
+Every replica sums every replica's partial sums itself (the same ``AddN``, so the same
+bits): a statistic takes one hop between devices, where a sum on one device would take two.
+Each replica's ops on its rows share the fused op's work (``meta.fraction``).
 """
 from __future__ import annotations
 
@@ -73,24 +74,24 @@ def gradient_rule(op: Op, synced: set[str]) -> SplitRule | None:
 
 
 class _Ops:
-    """Collects the ops of one expansion; ``add`` returns the new op's output 0."""
+    """Collects the ops of one expansion; ``add`` returns the new op's output 0. An op of
+    ``replica`` k is named ``{owner}/fastt_{suffix}{k}``; a shared one ``.../fastt_{suffix}``."""
 
-    def __init__(self, owner: str, dtype: str, device: str) -> None:
-        self.owner, self.dtype, self.device = owner, dtype, device
+    def __init__(self, owner: str, device: str) -> None:
+        self.owner, self.device = owner, device
         self.ops: list[Op] = []
 
     def add(self, suffix: str, type_: str, inputs: list[TensorRef],
             shape: tuple[int | None, ...] | None, attrs: dict | None = None,
-            dtype: str | None = None, replica: int | None = None,
-            fraction: float = 1.0, name: str | None = None) -> TensorRef:
-        dt = dtype or self.dtype
+            dtype: str = "float32", replica: int | None = None, fraction: float = 0.0,
+            name: str | None = None) -> TensorRef:
         meta = OpMeta(split_of=self.owner) if replica is None else \
             OpMeta(origin=self.owner, fraction=fraction, replica=replica)
-        op = Op(name=name or f"{self.owner}/fastt_{suffix}", type=type_, inputs=tuple(inputs),
-                outputs=(TensorSpec(dt, shape),), device=self.device,
-                attrs={"T": dt, **(attrs or {})}, meta=meta)
-        self.ops.append(op)
-        return TensorRef(op.name, 0)
+        name = name or f"{self.owner}/fastt_{suffix}{'' if replica is None else replica}"
+        self.ops.append(Op(name=name, type=type_, inputs=tuple(inputs),
+                           outputs=(TensorSpec(dtype, shape),), device=self.device,
+                           attrs={"T": dtype, **(attrs or {})}, meta=meta))
+        return TensorRef(name, 0)
 
     def const(self, suffix: str, value: object, dtype: str,
               shape: tuple[int, ...]) -> TensorRef:
@@ -98,117 +99,138 @@ class _Ops:
                         dtype=dtype)
 
     def total(self, suffix: str, parts: list[TensorRef], shape: tuple[int | None, ...],
-              dtype: str | None = None) -> TensorRef:
-        return self.add(suffix, "AddN", parts, shape, {"N": len(parts)}, dtype=dtype)
+              k: int, dtype: str = "float32") -> TensorRef:
+        """Replica k's sum of every replica's ``parts`` (the same op on each: equal bits)."""
+        return self.add(suffix, "AddN", parts, shape, {"N": len(parts)}, dtype=dtype,
+                        replica=k)
+
+    def vector(self, suffix: str, v: TensorRef, c: int, nchw: bool, k: int) -> TensorRef:
+        """A channel vector shaped to broadcast against the activations."""
+        return self.add(f"{suffix}_bcast", "Reshape", [v], (c, 1, 1), {"shape": [c, 1, 1]},
+                        replica=k) if nchw else v
 
 
-def _vector(b: _Ops, suffix: str, v: TensorRef, c: int, nchw: bool) -> TensorRef:
-    """A channel vector shaped to broadcast against the activations."""
-    return b.add(f"{suffix}_bcast", "Reshape", [v], (c, 1, 1), {"shape": [c, 1, 1]}) \
-        if nchw else v
+def _rows(graph: Graph, ref: TensorRef, shares: list[int]) -> list[tuple[int | None, ...]]:
+    whole = graph.tensor(ref).shape or ()
+    total = sum(shares)
+    return [((whole[0] or 0) * s // total,) + tuple(whole[1:]) for s in shares]
 
 
 def expand_forward(op: Op, graph: Graph, x_parts: list[TensorRef],
                    shares: list[int]) -> tuple[list[Op], dict[TensorRef, TensorRef]]:
     """The ops replacing fused batch norm ``op`` (its rows ``x_parts``): the replicas'
-    ``{op}/part{k}`` (output 0: their rows of y), the shared statistics, and a join named
-    like ``op`` (an ``IdentityN``: y's concat and the statistics). Also: op's outputs 1-5 ->
-    the tensors that now hold them, for its readers."""
+    ``{op}/part{k}`` (output 0: their rows of y) and their statistics, each replica summing
+    every replica's partial sums itself (one hop, where a shared sum would take two), and a
+    join named like ``op`` (an ``IdentityN``: y's concat and replica 0's statistics). Also:
+    op's outputs 1-5 -> the tensors that now hold them, for its readers."""
     c, axes = _channels(op, graph)  # type: ignore[misc]  # forward_rule checked it
     nchw = str(op.attrs.get("data_format", "NHWC")) == "NCHW"
-    name, n, total = op.name, len(x_parts), sum(shares)
-    b = _Ops(name, "float32", op.device)
+    name, n = op.name, len(x_parts)
+    b = _Ops(name, op.device)
     axes_ref = b.const("axes", axes, "int32", (3,))
-    whole = graph.tensor(op.inputs[0]).shape or ()
-    rows = [(whole[0] or 0) * s // total for s in shares]
-    x_shapes = [(r,) + tuple(whole[1:]) for r in rows]
-    frac = [s / total / 6 for s in shares]  # six ops a replica share the fused op's work
-    sums = [b.add(f"sum{k}", "Sum", [x_parts[k], axes_ref], (c,), {"Tidx": "int32"},
-                  replica=k, fraction=frac[k]) for k in range(n)]
-    sizes = [b.add(f"size{k}", "Size", [x_parts[k]], (), {"T": "float32", "out_type": "int32"},
-                   dtype="int32", replica=k, fraction=0.0) for k in range(n)]
-    count = b.add("count", "RealDiv", [
-        b.add("count_all", "Cast", [b.total("size", sizes, (), dtype="int32")], (),
-              {"SrcT": "int32", "DstT": "float32", "Truncate": False}),
-        b.const("channels", float(c), "float32", ())], ())
-    mean = b.add("mean", "RealDiv", [b.total("sum", sums, (c,)), count], (c,))
-    mean_b = _vector(b, "mean", mean, c, nchw)
-    centred = [b.add(f"centred{k}", "Sub", [x_parts[k], mean_b], x_shapes[k], replica=k,
-                     fraction=frac[k]) for k in range(n)]
-    squares = [b.add(f"sq_sum{k}", "Sum", [
-        b.add(f"sq{k}", "Square", [centred[k]], x_shapes[k], replica=k, fraction=frac[k]),
-        axes_ref], (c,), {"Tidx": "int32"}, replica=k, fraction=frac[k]) for k in range(n)]
-    var = b.add("var", "RealDiv", [b.total("sq_sum", squares, (c,)), count], (c,))
-    one = b.const("one", 1.0, "float32", ())
-    unbiased = b.add("var_unbiased", "Mul", [var, b.add("bessel", "RealDiv", [
-        count, b.add("count_less_one", "Sub", [count, one], ())], ())], (c,))
-    inv = b.add("inv", "Rsqrt", [b.add("var_eps", "AddV2", [
-        var, b.const("eps", float(op.attrs.get("epsilon", 1e-3)), "float32", ())], (c,))],
-        (c,))
-    factor = _vector(b, "factor", b.add("factor", "Mul", [op.inputs[1], inv], (c,)), c, nchw)
-    offset = _vector(b, "offset", op.inputs[2], c, nchw)
-    ys = [b.add("", "AddV2", [b.add(f"scaled{k}", "Mul", [centred[k], factor], x_shapes[k],
-                                    replica=k, fraction=frac[k]), offset],
-                x_shapes[k], replica=k, fraction=frac[k], name=f"{name}/part{k}")
-          for k in range(n)]
-    concat = b.add("y", "ConcatV2", ys, whole, {"axis": 0, "N": n})
-    outs = [concat, mean, unbiased, mean, var, mean]
-    b.ops.append(Op(name=name, type="IdentityN", inputs=tuple(outs), device=op.device,
-                    outputs=tuple(TensorSpec("float32", whole if i == 0 else (c,))
-                                  for i in range(6)),
-                    meta=OpMeta(split_of=name, join=_join(rows, total))))
+    channels = b.const("channels", float(c), "float32", ())
+    eps = b.const("eps", float(op.attrs.get("epsilon", 1e-3)), "float32", ())
+    shapes = _rows(graph, op.inputs[0], shares)
+    frac = [s / sum(shares) / 6 for s in shares]  # six ops a replica share the fused op's work
+    sums = [b.add("sum", "Sum", [x_parts[k], axes_ref], (c,), {"Tidx": "int32"}, replica=k,
+                  fraction=frac[k]) for k in range(n)]
+    sizes = [b.add("size", "Size", [x_parts[k]], (), {"T": "float32", "out_type": "int32"},
+                   dtype="int32", replica=k) for k in range(n)]
+    count, mean, centred, squares = [], [], [], []
+    for k in range(n):
+        count.append(b.add("count", "RealDiv", [b.add("count_all", "Cast", [
+            b.total("size_all", sizes, (), k, dtype="int32")], (),
+            {"SrcT": "int32", "DstT": "float32", "Truncate": False}, replica=k), channels],
+            (), replica=k))
+        mean.append(b.add("mean", "RealDiv", [b.total("sum_all", sums, (c,), k), count[k]],
+                          (c,), replica=k))
+        centred.append(b.add("centred", "Sub", [x_parts[k], b.vector("mean", mean[k], c, nchw,
+                                                                    k)],
+                             shapes[k], replica=k, fraction=frac[k]))
+        squares.append(b.add("sq_sum", "Sum", [
+            b.add("sq", "Square", [centred[k]], shapes[k], replica=k, fraction=frac[k]),
+            axes_ref], (c,), {"Tidx": "int32"}, replica=k, fraction=frac[k]))
+    offset = op.inputs[2]
+    var = []
+    for k in range(n):
+        var.append(b.add("var", "RealDiv", [b.total("sq_all", squares, (c,), k), count[k]],
+                         (c,), replica=k))
+        inv = b.add("inv", "Rsqrt", [b.add("var_eps", "AddV2", [var[k], eps], (c,),
+                                           replica=k)], (c,), replica=k)
+        factor = b.vector("factor", b.add("factor", "Mul", [op.inputs[1], inv], (c,),
+                                          replica=k), c, nchw, k)
+        scaled = b.add("scaled", "Mul", [centred[k], factor], shapes[k], replica=k,
+                       fraction=frac[k])
+        b.add("", "AddV2", [scaled, b.vector("offset", offset, c, nchw, k)], shapes[k],
+              replica=k, fraction=frac[k], name=f"{name}/part{k}")
+    unbiased = b.add("var_unbiased", "Mul", [var[0], b.add("bessel", "RealDiv", [
+        count[0], b.add("count_less_one", "Sub", [
+            count[0], b.const("one", 1.0, "float32", ())], (), replica=0)], (), replica=0)],
+        (c,), replica=0)
+    whole = graph.tensor(op.inputs[0]).shape
+    concat = b.add("y", "ConcatV2", [TensorRef(f"{name}/part{k}", 0) for k in range(n)],
+                   whole, {"axis": 0, "N": n})
+    outs = [concat, mean[0], unbiased, mean[0], var[0], mean[0]]
+    b.ops.append(_identity(name, op.device, outs, whole, c, 6, shapes))
     return b.ops, {TensorRef(name, i): outs[i] for i in range(1, 6)}
 
 
 def expand_gradient(op: Op, graph: Graph, dy_parts: list[TensorRef],
                     shares: list[int]) -> tuple[list[Op], dict[TensorRef, TensorRef]]:
     """The ops replacing the gradient ``op`` of a batch norm expanded by ``expand_forward``
-    (the replicas' ``{op}/part{k}``: their rows of dx), and its outputs 1-4 -> their new
-    tensors."""
+    (the replicas' ``{op}/part{k}``: their rows of dx, from the forward's centred rows and
+    statistics), and its outputs 1-4 -> their new tensors (replica 0's)."""
     fwd = graph[graph[op.name].inputs[3].op]  # (op reads the renamed statistics)
-    c, axes = _channels(fwd, graph)  # type: ignore[misc]
+    c, _ = _channels(fwd, graph)  # type: ignore[misc]
     nchw = str(fwd.attrs.get("data_format", "NHWC")) == "NCHW"
-    name, n, total = op.name, len(dy_parts), sum(shares)
-    b = _Ops(name, "float32", op.device)
-    stat = {s: TensorRef(f"{fwd.name}/fastt_{s}", 0)
-            for s in ("axes", "count", "inv", "factor", "factor_bcast")}
-    factor = stat["factor_bcast" if nchw else "factor"]
-    whole = graph.tensor(op.inputs[0]).shape or ()
-    rows = [(whole[0] or 0) * s // total for s in shares]
-    shapes = [(r,) + tuple(whole[1:]) for r in rows]
-    frac = [s / total / 7 for s in shares]  # seven ops a replica
-    centred = [TensorRef(f"{fwd.name}/fastt_centred{k}", 0) for k in range(n)]
-    dy_sums = [b.add(f"dy_sum{k}", "Sum", [dy_parts[k], stat["axes"]], (c,), {"Tidx": "int32"},
+    name, n = op.name, len(dy_parts)
+    b = _Ops(name, op.device)
+
+    def stat(s: str, k: int | str = "") -> TensorRef:
+        return TensorRef(f"{fwd.name}/fastt_{s}{k}", 0)
+
+    shapes = _rows(graph, op.inputs[0], shares)
+    frac = [s / sum(shares) / 7 for s in shares]  # seven ops a replica
+    dy_sums = [b.add("dy_sum", "Sum", [dy_parts[k], stat("axes")], (c,), {"Tidx": "int32"},
                      replica=k, fraction=frac[k]) for k in range(n)]
-    dot = [b.add(f"dot{k}", "Sum", [
-        b.add(f"dy_c{k}", "Mul", [dy_parts[k], centred[k]], shapes[k], replica=k,
-              fraction=frac[k]), stat["axes"]], (c,), {"Tidx": "int32"}, replica=k,
+    dots = [b.add("dot", "Sum", [
+        b.add("dy_c", "Mul", [dy_parts[k], stat("centred", k)], shapes[k], replica=k,
+              fraction=frac[k]), stat("axes")], (c,), {"Tidx": "int32"}, replica=k,
         fraction=frac[k]) for k in range(n)]
-    d_offset = b.total("d_offset", dy_sums, (c,))
-    dots = b.total("dot", dot, (c,))
-    d_scale = b.add("d_scale", "Mul", [dots, stat["inv"]], (c,))
-    mean_dy = _vector(b, "mean_dy", b.add("mean_dy", "RealDiv", [d_offset, stat["count"]],
-                                          (c,)), c, nchw)
-    coef = _vector(b, "coef", b.add("coef", "Mul", [
-        b.add("mean_dot", "RealDiv", [dots, stat["count"]], (c,)),
-        b.add("inv_sq", "Square", [stat["inv"]], (c,))], (c,)), c, nchw)
-    dxs = []
+    d_scale, d_offset = [], []
     for k in range(n):
-        rest = b.add(f"dy_centred{k}", "Sub", [dy_parts[k], mean_dy], shapes[k], replica=k,
+        d_offset.append(b.total("d_offset", dy_sums, (c,), k))
+        dot = b.total("dot_all", dots, (c,), k)
+        d_scale.append(b.add("d_scale", "Mul", [dot, stat("inv", k)], (c,), replica=k))
+        mean_dy = b.vector("mean_dy", b.add("mean_dy", "RealDiv", [
+            d_offset[k], stat("count", k)], (c,), replica=k), c, nchw, k)
+        coef = b.vector("coef", b.add("coef", "Mul", [
+            b.add("mean_dot", "RealDiv", [dot, stat("count", k)], (c,), replica=k),
+            b.add("inv_sq", "Square", [stat("inv", k)], (c,), replica=k)], (c,), replica=k),
+            c, nchw, k)
+        rest = b.add("dy_centred", "Sub", [dy_parts[k], mean_dy], shapes[k], replica=k,
                      fraction=frac[k])
-        proj = b.add(f"proj{k}", "Mul", [centred[k], coef], shapes[k], replica=k,
+        proj = b.add("proj", "Mul", [stat("centred", k), coef], shapes[k], replica=k,
                      fraction=frac[k])
-        diff = b.add(f"diff{k}", "Sub", [rest, proj], shapes[k], replica=k, fraction=frac[k])
-        dxs.append(b.add("", "Mul", [diff, factor], shapes[k], replica=k, fraction=frac[k],
-                         name=f"{name}/part{k}"))
-    concat = b.add("dx", "ConcatV2", dxs, whole, {"axis": 0, "N": n})
-    outs = [concat, d_scale, d_offset, d_offset, d_offset]
-    b.ops.append(Op(name=name, type="IdentityN", inputs=tuple(outs), device=op.device,
-                    outputs=tuple(TensorSpec("float32", whole if i == 0 else (c,))
-                                  for i in range(5)),
-                    meta=OpMeta(split_of=name, join=_join(rows, total))))
+        diff = b.add("diff", "Sub", [rest, proj], shapes[k], replica=k, fraction=frac[k])
+        factor = stat("factor_bcast" if nchw else "factor", k)
+        b.add("", "Mul", [diff, factor], shapes[k], replica=k, fraction=frac[k],
+              name=f"{name}/part{k}")
+    whole = graph.tensor(op.inputs[0]).shape
+    concat = b.add("dx", "ConcatV2", [TensorRef(f"{name}/part{k}", 0) for k in range(n)],
+                   whole, {"axis": 0, "N": n})
+    outs = [concat, d_scale[0], d_offset[0], d_offset[0], d_offset[0]]
+    b.ops.append(_identity(name, op.device, outs, whole, c, 5, shapes))
     return b.ops, {TensorRef(name, i): outs[i] for i in range(1, 5)}
 
 
-def _join(rows: list[int], total: int) -> dict:
-    return {"kind": "concat", "axis": 0, "sizes": rows, "total": total}
+def _identity(name: str, device: str, outs: list[TensorRef], whole: tuple | None, c: int,
+              count: int, shapes: list[tuple[int | None, ...]]) -> Op:
+    """The join named like the replaced op: its outputs (y or dx whole, then channel
+    vectors), for whoever still reads or fetches it."""
+    join = {"kind": "concat", "axis": 0, "sizes": [s[0] for s in shapes],
+            "total": sum(s[0] or 0 for s in shapes)}
+    return Op(name=name, type="IdentityN", inputs=tuple(outs), device=device,
+              outputs=tuple(TensorSpec("float32", whole if i == 0 else (c,))
+                            for i in range(count)),
+              meta=OpMeta(split_of=name, join=join))
