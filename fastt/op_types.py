@@ -87,3 +87,6 @@ NORMS = frozenset({
 NORM_PARTNERS = frozenset({"Add", "AddV2", "Relu", "Relu6", "Relu6Grad", "ReluGrad"})
 #: Ops that cost nothing to run where their consumer runs.
 FREE = frozenset({"Const", "Identity", "ReadVariableOp"})
+
+# Collectives that run on a stream of their own (NCCL's on GPUs), beside the compute stream.
+COLLECTIVE_TYPES = frozenset({"NcclAllReduce"})

@@ -2,8 +2,11 @@
 what stays single, the ring's ops and the bytes each link carries."""
 from collections import defaultdict
 
+import pytest
+
 from fastt.costs.source import StaticCosts
 from fastt.ir import Graph
+from fastt.sched import strategy
 from fastt.sched.allreduce import all_reduce, followers, mirrors, sync_writes
 from fastt.sched.baselines import data_parallel as dp_placer
 from fastt.sched.data_parallel import data_parallel, replica_of
@@ -135,3 +138,24 @@ def test_writes_outside_the_step_are_copied_into_the_copies():
     assert set(synced["init"].control_inputs) == {"w/Assign", copies[0]}
     # the optimizer's own update is mirrored, not followed by copies
     assert "update" not in followers(synced.names)
+
+
+def test_gpus_of_one_process_sum_each_bucket_with_nccl_on_a_stream_of_its_own():
+    """On GPUs the buckets go to NCCL (one NcclAllReduce a replica, each waiting for every
+    replica's bucket) and run beside the compute stream: the summed gradient is ready a ring's
+    time after the last replica's bucket, whatever the compute stream is running."""
+    n = 4
+    g = all_reduce(data_parallel(momentum_graph(), n), n, collective=True)
+    nccl = [o for o in g if o.type == "NcclAllReduce"]
+    assert len(nccl) == n and not [o for o in g if "/reduce" in o.name or "/gather" in o.name]
+    for k, o in enumerate(sorted(nccl, key=lambda o: o.name)):
+        assert replica_of(o) == k and o.attrs["num_devices"] == n
+        assert len(o.control_inputs) == n - 1  # every other replica's bucket
+    ds = parse(f"{n}xV100")
+    p = Problem.from_graph(g, ds.devices, StaticCosts({}, ds))
+    i = p.names.index(nccl[0].name)
+    assert p.stream[i] == 1 and p.stream.count(1) == n
+    latency, per_byte = ds.link(ds.devices[0].name, ds.devices[1].name)
+    assert p.w[i][0] == pytest.approx(2 * (n - 1) * (latency + per_byte * F * F * 4 / n))
+    assert strategy.nccl(ds.devices) and not strategy.nccl(parse("2xCPU").devices)
+    assert not strategy.nccl(parse("2x2xV100").devices)  # two servers: the graph's ring

@@ -142,3 +142,13 @@ def test_the_cpu_devices_of_one_process_share_its_cores():
              "/job:worker/task:1/cpu:0", "/job:worker/task:1/cpu:1", "/job:worker/task:2/cpu:0",
              "not a device"]
     assert shared_cores(names) == [0, 0, 2, 3, 3, 5, 6]
+
+
+def test_a_collective_runs_beside_the_compute_stream_of_its_device():
+    """A 10 s kernel and a 1 s collective on one device: on their own streams both start at
+    0 (in order or first come, first served); on one stream the second waits."""
+    p = Problem.build(3, [(1, 2, 0.0)], [[10], [1], [1]], devs(1), stream=[0, 1, 1])
+    for r in (simulate(p, [0, 0, 0], [[0, 1, 2]]), simulate_fifo(p, [0, 0, 0])):
+        assert r.start == [0, 0, 1] and r.makespan == 10
+    one = Problem.build(3, [(1, 2, 0.0)], [[10], [1], [1]], devs(1))
+    assert simulate(one, [0, 0, 0], [[0, 1, 2]]).start == [0, 10, 11]

@@ -214,3 +214,22 @@ def test_updates_of_reference_variables_are_stateful_and_make_a_training_step():
     assert "ApplyAdam" in writers and "Assign" in writers
     assert updates_trainables(ir, [train.name], {"w"})
     assert not updates_trainables(ir, [init.name], {"w"})
+
+
+def test_ncclallreduce_ops_fastt_makes_are_valid_tensorflow_ops():
+    """On GPUs of one process the all-reduce is NCCL's: the GraphDef fastt writes imports
+    into TensorFlow with NcclAllReduce's own attributes (its kernel needs GPUs: not run)."""
+    from fastt.ir import Graph, Op, OpMeta, TensorSpec
+    from fastt.sched.ring import _collective
+    spec = TensorSpec("float32", (6,))
+    bufs = [Op(name=f"buf{k}", type="Const", outputs=(spec,),
+               attrs={"value": [float(k)] * 6, "dtype": "float32"}, meta=OpMeta(replica=k))
+            for k in range(2)]
+    ops = _collective("fastt_allreduce/bucket0", [TensorRef(b.name, 0) for b in bufs], spec)
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.import_graph_def(to_graph_def(Graph(bufs + ops)), name="")
+    op = g.get_operation_by_name("fastt_allreduce/bucket0/summed/part1")
+    assert op.type == "NcclAllReduce" and op.get_attr("num_devices") == 2
+    assert op.get_attr("reduction") == b"sum" and op.inputs[0].op.name == "buf1"
+    assert [c.name for c in op.control_inputs] == ["buf0"]

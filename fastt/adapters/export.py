@@ -174,6 +174,11 @@ def _synthesise(op: Op) -> list[node_def_pb2.NodeDef]:
     elif op.type == "Size":
         node.attr["T"].type = _enum(op.attrs["T"])
         node.attr["out_type"].type = _enum(op.outputs[0].dtype)
+    elif op.type == "NcclAllReduce":  # the all-reduce of GPUs in one process
+        node.attr["T"].type = _enum(op.outputs[0].dtype)
+        node.attr["reduction"].s = str(op.attrs["reduction"]).encode()
+        node.attr["num_devices"].i = int(op.attrs["num_devices"])
+        node.attr["shared_name"].s = str(op.attrs["shared_name"]).encode()
     elif op.type == "Cast":
         node.attr["SrcT"].type = _enum(op.attrs["SrcT"])
         node.attr["DstT"].type = _enum(op.attrs["DstT"])

@@ -168,9 +168,11 @@ class _Analysis:
         return region, written
 
 
-def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES) -> Graph:
+def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES,
+               collective: bool = False) -> Graph:
     """The data-parallel ``graph`` of ``n`` replicas with ring all-reduce and mirrored
-    variables (see the module docstring); ``graph`` itself when nothing can be mirrored."""
+    variables (see the module docstring); ``graph`` itself when nothing can be mirrored.
+    ``collective``: each bucket summed by NCCL (GPUs of one process), not by graph ops."""
     if n < 2:
         return graph
     a = _Analysis(graph, n)
@@ -184,7 +186,7 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES) -> Grap
     # nothing).
     after_sums = _forward(g, a.reduced, lambda x: x not in a.replicated and
                           not writes_variable(g[x]), control=True)
-    ring = ring_ops(g, a.reduced, a.replicated, n, bucket_bytes, after_sums)
+    ring = ring_ops(g, a.reduced, a.replicated, n, bucket_bytes, after_sums, collective)
     reduced = {op.name for op in ring if op.name in a.reduced}
     changed: dict[str, Op] = {}
     order = g.topological_order()

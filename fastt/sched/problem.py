@@ -15,7 +15,8 @@ from typing import Mapping, Sequence
 from fastt import devices as devnames
 from fastt.costs.source import CostSource
 from fastt.errors import FasttError
-from fastt.ir import Graph
+from fastt.ir import Graph, Op
+from fastt.op_types import COLLECTIVE_TYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,9 @@ class Problem:
     # Per device: the cores it computes on, as the index of the first device sharing them
     # (``shared_cores``); default: each device its own.
     cores: list[int] = field(default_factory=list)
+    # Per op: the stream of its device it runs on (0: compute; 1: collectives, NCCL's own
+    # stream, beside the compute stream); default: all 0.
+    stream: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n, D = len(self.names), len(self.devices)
@@ -67,6 +71,8 @@ class Problem:
             self.edge_tensors = [[(("edge", e), b)] for e, b in enumerate(self.edge_bytes)]
         if not self.persistent:
             self.persistent = [0.0] * n
+        if not self.stream:
+            self.stream = [0] * n
         if not self.send_cpu:
             self.send_cpu = [[0.0] * D for _ in range(D)]
         if not self.recv_cpu:
@@ -127,7 +133,8 @@ class Problem:
               send_cpu: Sequence[Sequence[float]] | float = 0.0,
               recv_cpu: Sequence[Sequence[float]] | float = 0.0,
               reach: Sequence[float] | None = None,
-              cores: Sequence[int] | None = None) -> "Problem":
+              cores: Sequence[int] | None = None,
+              stream: Sequence[int] | None = None) -> "Problem":
         """A problem from plain arrays: ``edges`` as (src, dst, bytes[, tensor key]); links as
         matrices or one value for every pair. Edges between the same two ops are merged; an
         edge without a key carries a tensor of its own, a key of None carries none (control)."""
@@ -167,7 +174,8 @@ class Problem:
                    topo=list(topo) if topo is not None else [],
                    send_cpu=square(send_cpu), recv_cpu=square(recv_cpu),
                    reach=list(map(float, reach)) if reach is not None else [],
-                   cores=list(cores) if cores is not None else [])
+                   cores=list(cores) if cores is not None else [],
+                   stream=list(stream) if stream is not None else [])
 
     @classmethod
     def from_graph(cls, graph: Graph, devices: Sequence[Device], costs: CostSource,
@@ -192,6 +200,11 @@ class Problem:
         w = [row(n, devs) for n in names] if row else \
             [[costs.compute(n, d) for d in devs] for n in names]
         links = [[costs.link(a, b) if a != b else (0.0, 0.0) for b in devs] for a in devs]
+        stream = [0] * len(names)
+        for i, name in enumerate(names):
+            if graph[name].type in COLLECTIVE_TYPES:
+                stream[i] = 1
+                w[i] = _collective_seconds(graph[name], links)
         share = getattr(costs, "transfer_cpu", None)
         cpu = [[share(a, b) if share and a != b else (0.0, 0.0) for b in devs] for a in devs]
         reach = getattr(costs, "device_step", None)
@@ -220,7 +233,20 @@ class Problem:
                          send_cpu=[[c[0] for c in row] for row in cpu],
                          recv_cpu=[[c[1] for c in row] for row in cpu],
                          reach=[reach(d) if reach else 0.0 for d in devs],
-                         cores=shared_cores(devs))
+                         cores=shared_cores(devs), stream=stream)
+
+
+def _collective_seconds(op: Op, links: list[list[tuple[float, float]]]) -> list[float]:
+    """A ring all-reduce of ``op``'s tensor over ``num_devices`` devices, on each device:
+    2(n-1) steps, each moving 1/n of the bytes to the next device (its link to the next one
+    in the list)."""
+    n, D = int(op.attrs.get("num_devices", 2)), len(links)
+    nbytes = float(op.outputs[0].nbytes or 0) if op.outputs else 0.0
+    out = []
+    for d in range(D):
+        latency, per_byte = links[d][(d + 1) % D] if D > 1 else (0.0, 0.0)
+        out.append(2 * (n - 1) * (latency + per_byte * nbytes / n))
+    return out
 
 
 def _topological(preds: list[list[tuple[int, int]]],

@@ -2,13 +2,19 @@
 one chunk per replica, each chunk summed along the ring (reduce-scatter) then passed along it
 to every replica (all-gather), so each link carries 2(n-1)/n of a bucket's bytes (Patarasuk
 and Yuan, JPDC 2009; Horovod's tensor fusion). ``fastt.sched.allreduce`` decides what is
-reduced; this module only builds the ops. O(n^2) ops per bucket.
+reduced; this module only builds the ops. O(n^2) ops per bucket. With ``collective`` (GPUs
+of one process), each bucket is summed instead by one ``NcclAllReduce`` per replica: NCCL
+runs the same ring on a stream of its own, so a ring step never waits for a kernel of the
+backward pass (``Problem.stream``); each replica's op waits for every replica's fused bucket,
+as NCCL's launch does.
 """
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
+from fastt.op_types import COLLECTIVE_TYPES
 from fastt.sched.data_parallel import replica_of
 from fastt.sched.split_rules import part_sizes
 
@@ -23,13 +29,17 @@ def mirror_name(name: str, k: int) -> str:
     return name if k == 0 else f"{name}{MIRROR}{k}"
 
 
+COLLECTIVE = "NcclAllReduce"
+assert COLLECTIVE in COLLECTIVE_TYPES
+
+
 def ring_ops(g: Graph, sums: set[str], replicated: set[str], n: int, bucket_bytes: float,
-             gates: set[str]) -> list[Op]:
+             gates: set[str], collective: bool = False) -> list[Op]:
     """The ops of the ring all-reduce of the sums ``sums`` (``AddN`` joins of ``n``
     replicas' parts) in ``g``. A bucket never holds a sum that another of its sums needs
     (BatchNorm's backward goes on from the sum of its gradient over the batch): the bucket
     is closed before it. ``replicated``: the replicas' ops, which drop their control inputs
-    ``gates``."""
+    ``gates``; ``collective``: NCCL's all-reduce instead of ordinary ops."""
     order = g.topological_order()
     joins = sorted(sums, key={name: i for i, name in enumerate(order)}.__getitem__)
     bit = {j: 1 << i for i, j in enumerate(joins)}
@@ -61,7 +71,7 @@ def ring_ops(g: Graph, sums: set[str], replicated: set[str], n: int, bucket_byte
             del filling[spec.dtype]
     out: list[Op] = []
     for i, b in enumerate(buckets):
-        out += _bucket(g, f"{SCOPE}/bucket{i}", b, n)
+        out += _bucket(g, f"{SCOPE}/bucket{i}", b, n, collective)
     return out
 
 
@@ -71,8 +81,9 @@ def _made(name: str, type_: str, inputs: list[TensorRef], spec: TensorSpec, k: i
               meta=OpMeta(split_of=scope, replica=k))
 
 
-def _bucket(g: Graph, scope: str, joins: list[str], n: int) -> list[Op]:
-    """Fuse, reduce-scatter, all-gather and unfuse the sums ``joins`` over ``n`` replicas."""
+def _bucket(g: Graph, scope: str, joins: list[str], n: int, collective: bool) -> list[Op]:
+    """Fuse, reduce-scatter, all-gather (or NCCL's all-reduce) and unfuse the sums ``joins``
+    over ``n`` replicas."""
     dtype = g[joins[0]].outputs[0].dtype
     numel = [math.prod(g[j].outputs[0].dims or ()) for j in joins]
     total = sum(numel)
@@ -83,6 +94,7 @@ def _bucket(g: Graph, scope: str, joins: list[str], n: int) -> list[Op]:
         return TensorSpec(dtype, (m,))
 
     pieces: list[list[TensorRef]] = []  # replica -> its chunks
+    bufs: list[TensorRef] = []  # replica -> its fused bucket
     for k in range(n):
         flats = []
         for j, m in zip(joins, numel):
@@ -98,11 +110,41 @@ def _bucket(g: Graph, scope: str, joins: list[str], n: int) -> list[Op]:
             ops.append(_made(f"{scope}/fused/part{k}", "ConcatV2", flats, vec(total), k, scope,
                              axis=0))
             buf = TensorRef(ops[-1].name, 0)
+        bufs.append(buf)
+        if collective:
+            continue
         ops.append(Op(name=f"{scope}/chunks/part{k}", type="SplitV", inputs=(buf,),
                       outputs=tuple(vec(c) for c in chunks),
                       attrs={"axis": 0, "size_splits": chunks},
                       meta=OpMeta(split_of=scope, replica=k)))
         pieces.append([TensorRef(ops[-1].name, c) for c in range(n)])
+    if collective:
+        summed = _collective(scope, bufs, vec(total))
+        ops += summed
+        fulls = [TensorRef(op.name, 0) for op in summed]
+    else:
+        fulls = _ring(scope, pieces, chunks, vec, total, ops)
+    for k in range(n):
+        full = fulls[k]
+        outs = [full]
+        if len(joins) > 1:
+            ops.append(Op(name=f"{scope}/unfused/part{k}", type="SplitV", inputs=(full,),
+                          outputs=tuple(vec(m) for m in numel),
+                          attrs={"axis": 0, "size_splits": numel},
+                          meta=OpMeta(split_of=scope, replica=k)))
+            outs = [TensorRef(ops[-1].name, i) for i in range(len(joins))]
+        for j, ref in zip(joins, outs):
+            spec = g[j].outputs[0]
+            ops.append(_made(mirror_name(j, k), "Reshape", [ref], spec, k, scope,
+                             shape=list(spec.dims or ())))
+    return ops
+
+
+def _ring(scope: str, pieces: list[list[TensorRef]], chunks: list[int], vec: Any,
+          total: int, ops: list[Op]) -> list[TensorRef]:
+    """Reduce-scatter then all-gather of the replicas' chunks ``pieces`` (appended to
+    ``ops``): each replica's summed bucket."""
+    n = len(pieces)
     gathered: list[list[TensorRef]] = [[] for _ in range(n)]  # replica -> reduced chunks
     for c in range(n):
         acc = pieces[(c + 1) % n][c]
@@ -118,23 +160,24 @@ def _bucket(g: Graph, scope: str, joins: list[str], n: int) -> list[Op]:
                              r, scope))
             acc = TensorRef(ops[-1].name, 0)
             gathered[c][r] = acc
+    fulls = []
     for k in range(n):
         parts = [gathered[c][k] for c in range(n)]
         ops.append(_made(f"{scope}/summed/part{k}", "ConcatV2", parts, vec(total), k, scope,
                          axis=0))
-        full = TensorRef(ops[-1].name, 0)
-        outs = [full]
-        if len(joins) > 1:
-            ops.append(Op(name=f"{scope}/unfused/part{k}", type="SplitV", inputs=(full,),
-                          outputs=tuple(vec(m) for m in numel),
-                          attrs={"axis": 0, "size_splits": numel},
-                          meta=OpMeta(split_of=scope, replica=k)))
-            outs = [TensorRef(ops[-1].name, i) for i in range(len(joins))]
-        for j, ref in zip(joins, outs):
-            spec = g[j].outputs[0]
-            ops.append(_made(mirror_name(j, k), "Reshape", [ref], spec, k, scope,
-                             shape=list(spec.dims or ())))
-    return ops
+        fulls.append(TensorRef(ops[-1].name, 0))
+    return fulls
+
+
+def _collective(scope: str, bufs: list[TensorRef], spec: TensorSpec) -> list[Op]:
+    """One ``NcclAllReduce`` (sum) per replica of the fused buckets ``bufs``; each waits for
+    every replica's bucket."""
+    n = len(bufs)
+    return [Op(name=f"{scope}/summed/part{k}", type=COLLECTIVE, inputs=(bufs[k],),
+               control_inputs=tuple(dict.fromkeys(b.op for j, b in enumerate(bufs) if j != k)),
+               outputs=(spec,), attrs={"reduction": "sum", "num_devices": n,
+                                       "shared_name": scope, "T": spec.dtype},
+               meta=OpMeta(split_of=scope, replica=k)) for k in range(n)]
 
 
 def _input_of(g: Graph, join: str, k: int) -> int:

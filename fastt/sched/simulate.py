@@ -4,7 +4,9 @@ One compute stream per device runs its ops in the given order, each as soon as i
 there. A tensor needed on another device is sent once per device when its producer finishes
 (tensors are cached on the receiver) over the pair's link: ``intercept + slope * bytes``,
 one transfer at a time per direction by default (``link_concurrency=None``: unlimited, DPOS's
-own assumption, so replaying a DPOS schedule reproduces its predicted finish time). Messages
+own assumption, so replaying a DPOS schedule reproduces its predicted finish time). Ops of
+another stream (``Problem.stream``: NCCL's collectives) run beside the compute stream, in
+their own order. Messages
 under ``SMALL_BYTES`` (statistics, scalars, shapes) queue apart from bulk tensors: on a real
 link their packets interleave with those of a transfer in flight (concurrent gRPC streams, NCCL
 channels) rather than wait for its last byte. Where the
@@ -74,28 +76,42 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
     needs, wanted = _tensors(p, device)
     start, finish = [0.0] * n, [-1.0] * n
     links = _Links(p, link_concurrency)
-    pos = [0] * D
-    dev_free = [0.0] * D
+    streams = max(p.stream, default=0) + 1
+    lanes = [[[i for i in order if p.stream[i] == s] for s in range(streams)]
+             for order in orders]  # per device, per stream: its ops in order
+    pos = [[0] * streams for _ in range(D)]
+    dev_free = [0.0] * D  # the compute stream
+    stream_free = [[0.0] * D for _ in range(streams)]
     events: list[tuple[float, int]] = []  # (finish time, op)
 
+    def inputs_ready(j: int, d: int) -> float | None:
+        """When op j's inputs are all on device d (None: not known yet)."""
+        t = 0.0
+        for m, key, _ in needs[j]:
+            a = (finish[m] if device[m] == d else links.arrival.get((key, d))) \
+                if finish[m] >= 0 else None
+            if a is None:
+                return None
+            t = max(t, a)
+        return t
+
     def try_start(d: int) -> None:
-        while pos[d] < len(orders[d]):
-            j = orders[d][pos[d]]
-            t = dev_free[d]
-            for m, key, _ in needs[j]:
-                if finish[m] < 0:
-                    return
-                a = finish[m] if device[m] == d else links.arrival.get((key, d))
+        for s, lane in enumerate(lanes[d]):
+            free = dev_free if s == 0 else stream_free[s]
+            while pos[d][s] < len(lane):
+                j = lane[pos[d][s]]
+                a = inputs_ready(j, d)
                 if a is None:
-                    return
-                t = max(t, a)
-            t = links.absorb(d, t, dev_free)
-            start[j], finish[j] = t, t + p.w[j][d]
-            dev_free[d] = finish[j]
-            pos[d] += 1
-            heapq.heappush(events, (finish[j], j))
-            if p.w[j][d] > 0:
-                return  # the device is busy until that op's finish event
+                    break
+                t = max(free[d], a)
+                if s == 0:
+                    t = links.absorb(d, t, dev_free)
+                start[j], finish[j] = t, t + p.w[j][d]
+                free[d] = finish[j]
+                pos[d][s] += 1
+                heapq.heappush(events, (finish[j], j))
+                if p.w[j][d] > 0:
+                    break  # the stream is busy until that op's finish event
 
     for d in range(D):
         try_start(d)
@@ -126,14 +142,18 @@ def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 
     ready_at = [0.0] * n
     start, finish = [0.0] * n, [-1.0] * n
     links = _Links(p, link_concurrency)
-    waiting: list[list[tuple[float, int]]] = [[] for _ in range(D)]  # (ready time, op)
-    ready: list[list[tuple[float, int]]] = [[] for _ in range(D)]  # (key, op), ready now
-    busy_until = [0.0] * D
-    events: list[tuple[float, int, int]] = []  # (time, 0: op finishes / 1: device looks, x)
+    lanes = D * (max(p.stream, default=0) + 1)  # lane d + D * s: stream s of device d
+    waiting: list[list[tuple[float, int]]] = [[] for _ in range(lanes)]  # (ready time, op)
+    ready: list[list[tuple[float, int]]] = [[] for _ in range(lanes)]  # (key, op), ready now
+    busy_until = [0.0] * lanes
+    events: list[tuple[float, int, int]] = []  # (time, 0: op finishes / 1: lane looks, x)
+
+    def lane(j: int) -> int:
+        return device[j] + D * p.stream[j]
 
     def becomes_ready(j: int, t: float) -> None:
-        heapq.heappush(waiting[device[j]], (t, j))
-        heapq.heappush(events, (t, 1, device[j]))
+        heapq.heappush(waiting[lane(j)], (t, j))
+        heapq.heappush(events, (t, 1, lane(j)))
 
     for j in range(n):
         if not pending[j]:
@@ -141,23 +161,23 @@ def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 
     while events:
         t, kind, x = heapq.heappop(events)
         if kind == 1:
-            d = x
-            while waiting[d] and waiting[d][0][0] <= t:
-                at, j = heapq.heappop(waiting[d])
-                heapq.heappush(ready[d], (at if priority is None else -priority[j], j))
-            if busy_until[d] > t or not ready[d]:
+            while waiting[x] and waiting[x][0][0] <= t:
+                at, j = heapq.heappop(waiting[x])
+                heapq.heappush(ready[x], (at if priority is None else -priority[j], j))
+            if busy_until[x] > t or not ready[x]:
                 continue  # busy (it looks again when its op finishes) or nothing ready yet
-            if links.absorb(d, t, busy_until) > t:
-                heapq.heappush(events, (busy_until[d], 1, d))  # moving bytes first
+            if x < D and links.absorb(x, t, busy_until) > t:
+                heapq.heappush(events, (busy_until[x], 1, x))  # moving bytes first
                 continue
-            _, j = heapq.heappop(ready[d])
+            _, j = heapq.heappop(ready[x])
+            d = device[j]
             start[j], finish[j] = t, t + p.w[j][d]
-            busy_until[d] = finish[j]
+            busy_until[x] = finish[j]
             heapq.heappush(events, (finish[j], 0, j))
             continue
         m = x
         links.send(m, device[m], t, wanted[m])
-        heapq.heappush(events, (t, 1, device[m]))
+        heapq.heappush(events, (t, 1, lane(m)))
         for j, key in consumers[m]:
             a = t if device[j] == device[m] else links.arrival[(key, device[j])]
             ready_at[j] = max(ready_at[j], a)
@@ -224,9 +244,10 @@ class _Links:
 
 def _result(p: Problem, device: list[int], start: list[float], finish: list[float],
             transfers: list[Transfer], needs: Needs) -> SimResult:
-    busy = [0.0] * p.num_devices
+    busy = [0.0] * p.num_devices  # the compute streams' (a collective mostly waits on links)
     for i in range(p.n):
-        busy[device[i]] += p.w[i][device[i]]
+        if not p.stream[i]:
+            busy[device[i]] += p.w[i][device[i]]
     work: dict[int, float] = defaultdict(float)
     for d, b in enumerate(busy):
         work[p.cores[d]] += b

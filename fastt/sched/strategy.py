@@ -29,6 +29,7 @@ from typing import Any, Sequence
 
 from fastt.costs.memory import MemoryModel
 from fastt.costs.source import CostSource
+from fastt.devices import same_process
 from fastt.errors import DoesNotFit, FasttError, NoBatch
 from fastt.ir import Graph
 from fastt.sched import baselines
@@ -95,6 +96,11 @@ class _UnitCosts:
         return (0.0, 0.0)
 
 
+def nccl(devices: Sequence[Device]) -> bool:
+    """Whether the all-reduce over ``devices`` is NCCL's: GPUs, all in one process."""
+    return all(d.type == "GPU" and same_process(d.name, devices[0].name) for d in devices)
+
+
 def data_parallel_fitting(graph: Graph, devices: Sequence[Device], ring: bool = True,
                           bucket_bytes: float = BUCKET_BYTES, replicas: Graph | None = None
                           ) -> Graph | None:
@@ -106,7 +112,7 @@ def data_parallel_fitting(graph: Graph, devices: Sequence[Device], ring: bool = 
     D = len(devices)
     dp = replicas if replicas is not None else data_parallel(graph, D)
     if ring:
-        dp = all_reduce(dp, D, bucket_bytes)
+        dp = all_reduce(dp, D, bucket_bytes, collective=nccl(devices))
     if all(d.memory == math.inf for d in devices):
         return dp
     mem = MemoryModel.from_graph(dp)
