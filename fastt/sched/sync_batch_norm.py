@@ -93,10 +93,11 @@ class _Ops:
                            attrs={"T": dtype, **(attrs or {})}, meta=meta))
         return TensorRef(name, 0)
 
-    def const(self, suffix: str, value: object, dtype: str,
-              shape: tuple[int, ...]) -> TensorRef:
+    def const(self, suffix: str, value: object, dtype: str, shape: tuple[int, ...],
+              k: int) -> TensorRef:
+        """Replica k's own constant (one on device 0 would cross a link per use)."""
         return self.add(suffix, "Const", [], shape, {"value": value, "dtype": dtype},
-                        dtype=dtype)
+                        dtype=dtype, replica=k)
 
     def total(self, suffix: str, parts: list[TensorRef], shape: tuple[int | None, ...],
               k: int, dtype: str = "float32") -> TensorRef:
@@ -127,12 +128,13 @@ def expand_forward(op: Op, graph: Graph, x_parts: list[TensorRef],
     nchw = str(op.attrs.get("data_format", "NHWC")) == "NCHW"
     name, n = op.name, len(x_parts)
     b = _Ops(name, op.device)
-    axes_ref = b.const("axes", axes, "int32", (3,))
-    channels = b.const("channels", float(c), "float32", ())
-    eps = b.const("eps", float(op.attrs.get("epsilon", 1e-3)), "float32", ())
+    axes_ref = [b.const("axes", axes, "int32", (3,), k) for k in range(n)]
+    channels = [b.const("channels", float(c), "float32", (), k) for k in range(n)]
+    eps = [b.const("eps", float(op.attrs.get("epsilon", 1e-3)), "float32", (), k)
+           for k in range(n)]
     shapes = _rows(graph, op.inputs[0], shares)
     frac = [s / sum(shares) / 6 for s in shares]  # six ops a replica share the fused op's work
-    sums = [b.add("sum", "Sum", [x_parts[k], axes_ref], (c,), {"Tidx": "int32"}, replica=k,
+    sums = [b.add("sum", "Sum", [x_parts[k], axes_ref[k]], (c,), {"Tidx": "int32"}, replica=k,
                   fraction=frac[k]) for k in range(n)]
     sizes = [b.add("size", "Size", [x_parts[k]], (), {"T": "float32", "out_type": "int32"},
                    dtype="int32", replica=k) for k in range(n)]
@@ -140,7 +142,7 @@ def expand_forward(op: Op, graph: Graph, x_parts: list[TensorRef],
     for k in range(n):
         count.append(b.add("count", "RealDiv", [b.add("count_all", "Cast", [
             b.total("size_all", sizes, (), k, dtype="int32")], (),
-            {"SrcT": "int32", "DstT": "float32", "Truncate": False}, replica=k), channels],
+            {"SrcT": "int32", "DstT": "float32", "Truncate": False}, replica=k), channels[k]],
             (), replica=k))
         mean.append(b.add("mean", "RealDiv", [b.total("sum_all", sums, (c,), k), count[k]],
                           (c,), replica=k))
@@ -149,13 +151,13 @@ def expand_forward(op: Op, graph: Graph, x_parts: list[TensorRef],
                              shapes[k], replica=k, fraction=frac[k]))
         squares.append(b.add("sq_sum", "Sum", [
             b.add("sq", "Square", [centred[k]], shapes[k], replica=k, fraction=frac[k]),
-            axes_ref], (c,), {"Tidx": "int32"}, replica=k, fraction=frac[k]))
+            axes_ref[k]], (c,), {"Tidx": "int32"}, replica=k, fraction=frac[k]))
     offset = op.inputs[2]
     var = []
     for k in range(n):
         var.append(b.add("var", "RealDiv", [b.total("sq_all", squares, (c,), k), count[k]],
                          (c,), replica=k))
-        inv = b.add("inv", "Rsqrt", [b.add("var_eps", "AddV2", [var[k], eps], (c,),
+        inv = b.add("inv", "Rsqrt", [b.add("var_eps", "AddV2", [var[k], eps[k]], (c,),
                                            replica=k)], (c,), replica=k)
         factor = b.vector("factor", b.add("factor", "Mul", [op.inputs[1], inv], (c,),
                                           replica=k), c, nchw, k)
@@ -165,7 +167,7 @@ def expand_forward(op: Op, graph: Graph, x_parts: list[TensorRef],
               replica=k, fraction=frac[k], name=f"{name}/part{k}")
     unbiased = b.add("var_unbiased", "Mul", [var[0], b.add("bessel", "RealDiv", [
         count[0], b.add("count_less_one", "Sub", [
-            count[0], b.const("one", 1.0, "float32", ())], (), replica=0)], (), replica=0)],
+            count[0], b.const("one", 1.0, "float32", (), 0)], (), replica=0)], (), replica=0)],
         (c,), replica=0)
     whole = graph.tensor(op.inputs[0]).shape
     concat = b.add("y", "ConcatV2", [TensorRef(f"{name}/part{k}", 0) for k in range(n)],
@@ -191,11 +193,11 @@ def expand_gradient(op: Op, graph: Graph, dy_parts: list[TensorRef],
 
     shapes = _rows(graph, op.inputs[0], shares)
     frac = [s / sum(shares) / 7 for s in shares]  # seven ops a replica
-    dy_sums = [b.add("dy_sum", "Sum", [dy_parts[k], stat("axes")], (c,), {"Tidx": "int32"},
+    dy_sums = [b.add("dy_sum", "Sum", [dy_parts[k], stat("axes", k)], (c,), {"Tidx": "int32"},
                      replica=k, fraction=frac[k]) for k in range(n)]
     dots = [b.add("dot", "Sum", [
         b.add("dy_c", "Mul", [dy_parts[k], stat("centred", k)], shapes[k], replica=k,
-              fraction=frac[k]), stat("axes")], (c,), {"Tidx": "int32"}, replica=k,
+              fraction=frac[k]), stat("axes", k)], (c,), {"Tidx": "int32"}, replica=k,
         fraction=frac[k]) for k in range(n)]
     d_scale, d_offset = [], []
     for k in range(n):
