@@ -48,7 +48,9 @@ def simulated_section(sim: dict, out: str) -> list[str]:
     strategies = sim["meta"]["strategies"]
     lines = ["## Simulated testbed (V100s, TensorFlow's analytical op costs)", "",
              "Step times are the simulator's, with one transfer at a time per link direction. "
-             "Speedup = data parallelism's step time / the strategy's (above 1: faster than DP). "
+             "Speedup = data parallelism's step time / the strategy's (above 1: faster than DP; "
+             "DP is the all-reduce layout, NCCL's on GPUs of one server, DP-PS TF-slim's "
+             "gradients summed on device 0, FastT's baseline). "
              "`n/a`: the strategy could not be computed (the reason is in simulated.json, e.g. "
              "data parallelism when a replica does not fit 16 GB).", ""]
     for scaling in ("strong", "weak"):
@@ -57,15 +59,19 @@ def simulated_section(sim: dict, out: str) -> list[str]:
             continue
         lines += [f"### Speedup over data parallelism, {scaling} scaling", "",
                   "| model | devices | batch | DP (ms) | " +
-                  " | ".join(SHORT[s] for s in strategies) + " | OS-DPOS samples/s |",
-                  "|---|---|---:|---:|" + "---:|" * (len(strategies) + 1)]
+                  " | ".join(SHORT[s] for s in strategies) +
+                  " | OS-DPOS over DP-PS | OS-DPOS samples/s |",
+                  "|---|---|---:|---:|" + "---:|" * (len(strategies) + 2)]
         for model, r in rows:
             st = r["strategies"]
             dp = st.get("data-parallel", {}).get("simulated_s")
             cells = [_fmt(st[s].get("speedup_over_dp")) for s in strategies]
+            ps = st.get("data-parallel-ps", {}).get("simulated_s")
+            fastt = st.get("os-dpos", {}).get("simulated_s")
             lines.append(f"| {model} | {r['devices']} | {r['batch']} | "
                          f"{_fmt(dp and 1e3 * dp, '.1f')} | " + " | ".join(cells) +
-                         f" | {_fmt(st.get('os-dpos', {}).get('samples_per_s'), '.0f')} |")
+                         f" | {_fmt(ps and fastt and ps / fastt)} "
+                         f"| {_fmt(st.get('os-dpos', {}).get('samples_per_s'), '.0f')} |")
         lines += ["", f"![speedup {scaling}](sim_speedup_{scaling}.png)", ""]
         _speedup_plot(rows, os.path.join(out, f"sim_speedup_{scaling}.png"), scaling)
     rows = _rows(sim, "strong")
@@ -186,19 +192,28 @@ def real_section(real: dict, out: str) -> list[str]:
              "plan kept with its order enforced is then tried without, kept only when that is "
              "significantly faster. `adaptive / FIFO`: its step time over the same placement's "
              "in TensorFlow's own order (above 1: the enforced order costs).", "",
+             "`DP / MWMS`: fastt's data parallelism over TensorFlow's MultiWorkerMirroredStrategy; "
+             "`adaptive / best`: where the plugin ends over the better of one worker and MWMS "
+             "(what a user would otherwise run).", "",
              "| model | batch | " + " | ".join(variants) + " | fastt / DP | fastt / one worker "
-             "| adaptive: choice | adaptive / DP | adaptive / one worker | adaptive / FIFO |",
-             "|---|---:|" + "---:|" * (len(variants) + 2) + "---|---:|---:|---:|"]
+             "| adaptive: choice | adaptive / DP | adaptive / one worker | adaptive / FIFO "
+             "| DP / MWMS | adaptive / best |",
+             "|---|---:|" + "---:|" * (len(variants) + 2) + "---|---:|---:|---:|---:|---:|"]
     for r in real["rows"]:
         sps = r["samples_per_s"]
         a = r.get("adaptive", {})
+        mwms = sps.get("MWMS")
+        chosen = sps.get(a.get("choice", ""))
+        best = max(sps["one worker"], mwms or 0.0)
         lines.append(f"| {r['model']} | {r['batch']} | " +
                      " | ".join(f"{sps[v]:.1f}" for v in variants) +
                      f" | {r['speedup_over_dp']['fastt']:.2f} | "
                      f"{r['speedup_over_one_worker']['fastt']:.2f} | "
                      f"{a.get('choice', 'n/a')} | {_fmt(a.get('speedup_over_dp'))} | "
                      f"{_fmt(a.get('speedup_over_one_worker'))} | "
-                     f"{_fmt(a.get('ratio_to_its_fifo'))} |")
+                     f"{_fmt(a.get('ratio_to_its_fifo'))} | "
+                     f"{_fmt(mwms and sps['data-parallel'] / mwms)} | "
+                     f"{_fmt(chosen and chosen / best)} |")
     lines += ["", "![real testbed](real_samples.png)", "",
               "### What fastt planned", "",
               "| model | ops | replicas | ops per device | splits | plan time (s) | "
