@@ -243,6 +243,8 @@ def real_section(real: dict, out: str) -> list[str]:
     errors: dict[str, list[float]] = {"predicted_s": [], "predicted_contended_s": []}
     for r in real["rows"]:
         for v in variants:
+            if v not in r.get("predicted_s", {}):
+                continue  # not a plan of fastt's (TensorFlow's MWMS)
             cells = []
             for key, errs in errors.items():
                 t = r.get(key, {}).get(v)
@@ -370,10 +372,11 @@ def _real_plots(real: dict, variants: list[str], out: str) -> None:
     fig.savefig(os.path.join(out, "real_samples.png"), dpi=110)
     plt.close(fig)
     fig, ax = plt.subplots(figsize=(4.6, 4.2))
-    for v in variants:
+    for v in (v for v in variants if all(v in r["predicted_s"] for r in rows)):
         ax.scatter([1e3 * r["step_s"][v] for r in rows], [1e3 * r["predicted_s"][v] for r in rows],
                    label=v, s=18)
-    values = [1e3 * t for r in rows for t in (*r["step_s"].values(), *r["predicted_s"].values())]
+    values = [1e3 * t for r in rows for t in (*r["predicted_s"].values(),
+                                              *(r["step_s"][v] for v in r["predicted_s"]))]
     ax.plot([min(values) / 1.5, max(values) * 1.5], [min(values) / 1.5, max(values) * 1.5],
             color="black", linewidth=0.8, label="predicted = measured")
     ax.set_xscale("log")
