@@ -205,10 +205,9 @@ def data_parallel(graph: Graph, n: int) -> Graph:
     shares = part_sizes(B, n)
     axis = {str(r): 0 for r in inputs}  # tensor -> its batch axis (extent a multiple of B)
     decisions: dict[str, tuple[SplitRule, list[int]]] = {}
-    synced: set[str] = set()  # batch norms split with the whole batch's statistics
     for name in _batch_ops(graph, {r.op for r in inputs}):
         op = graph[name]
-        rule = _sync_rule(op, graph, axis, B, synced) or _batch_rule(op, graph, axis, B) or \
+        rule = _sync_rule(op, graph, axis, B, decisions) or _batch_rule(op, graph, axis, B) or \
             _sum_of_partials(op, decisions, shares)
         if rule is not None:
             decisions[name] = (rule, shares)
@@ -223,19 +222,17 @@ def data_parallel(graph: Graph, n: int) -> Graph:
     return _gates_per_replica(apply_decisions(graph, decisions), n)
 
 
-def _sync_rule(op: Op, graph: Graph, axis: dict[str, int], B: int, synced: set[str]
-               ) -> SplitRule | None:
-    """A batch norm in training (or its gradient) whose rows carry the batch: split with the
-    whole batch's statistics (``sync_batch_norm``)."""
+def _sync_rule(op: Op, graph: Graph, axis: dict[str, int], B: int,
+               decisions: dict[str, tuple[SplitRule, list[int]]]) -> SplitRule | None:
+    """A batch norm in training (or its gradient, when its batch norm was split so) whose
+    rows carry the batch: split with the whole batch's statistics (``sync_batch_norm``)."""
     if not op.inputs or axis.get(str(op.inputs[0])) != 0:
         return None
     rows = (graph.tensor(op.inputs[0]).shape or (None,))[0]
     if not rows or rows % B:
         return None
-    rule = sync_batch_norm.forward_rule(op, graph) or sync_batch_norm.gradient_rule(op, synced)
-    if rule is not None and op.type in sync_batch_norm.FORWARD:
-        synced.add(op.name)
-    return rule
+    return sync_batch_norm.forward_rule(op, graph) or sync_batch_norm.gradient_rule(
+        op, lambda fwd: fwd in decisions and decisions[fwd][0].dim == sync_batch_norm.SYNC)
 
 
 def _gates_per_replica(graph: Graph, n: int) -> Graph:

@@ -80,8 +80,8 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
     lanes = [[[i for i in order if p.stream[i] == s] for s in range(streams)]
              for order in orders]  # per device, per stream: its ops in order
     pos = [[0] * streams for _ in range(D)]
-    dev_free = [0.0] * D  # the compute stream
-    stream_free = [[0.0] * D for _ in range(streams)]
+    stream_free = [[0.0] * D for _ in range(streams)]  # per stream, per device
+    dev_free = stream_free[0]  # the compute streams
     events: list[tuple[float, int]] = []  # (finish time, op)
 
     def inputs_ready(j: int, d: int) -> float | None:
@@ -97,7 +97,7 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
 
     def try_start(d: int) -> None:
         for s, lane in enumerate(lanes[d]):
-            free = dev_free if s == 0 else stream_free[s]
+            free = stream_free[s]
             while pos[d][s] < len(lane):
                 j = lane[pos[d][s]]
                 a = inputs_ready(j, d)

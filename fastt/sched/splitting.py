@@ -127,7 +127,7 @@ class _Builder:
         name, n, total = op.name, len(shares), sum(shares)
         out: list[Op] = []
         if rule.dim == sync_batch_norm.SYNC:
-            return out + self._sync(op, shares, out)
+            return self._sync(op, shares)
         per_input: list[list[TensorRef]] = []
         for i, (part, ref) in enumerate(zip(rule.inputs, op.inputs)):
             if part.kind == SPLIT:
@@ -172,19 +172,22 @@ class _Builder:
                   meta=OpMeta(split_of=name, join=join_spec))
         return out + parts + [join]
 
-    def _sync(self, op: Op, shares: list[int], out: list[Op]) -> list[Op]:
+    def _sync(self, op: Op, shares: list[int]) -> list[Op]:
         """A batch norm (or its gradient) on the replicas' rows with the whole batch's
-        statistics (``sync_batch_norm``)."""
-        rows = self.cut(op.inputs[0], 0, shares, out, op.name, 0)
+        statistics (``sync_batch_norm``): the cut of its input, then its ops."""
+        out: list[Op] = []
+        parts = self.cut(op.inputs[0], 0, shares, out, op.name, 0)
+        shape = self.graph.tensor(op.inputs[0]).shape
+        rows = scaled(shares, shape[0] if shape else None, f"op {op.name!r}")
         expand = sync_batch_norm.expand_forward if op.type in sync_batch_norm.FORWARD \
             else sync_batch_norm.expand_gradient
-        ops, renamed = expand(op, self.graph, rows, shares)
+        ops, renamed = expand(op, self.graph, parts, rows)
         self.renamed.update(renamed)
         join = ops[-1]
         self.joins[op.name] = cast(dict[str, Any], join.meta.join)
         self.split_names.add(op.name)
         self.helpers[op.name] = join.inputs[0].op
-        return ops
+        return out + ops
 
     def rename(self, op: Op) -> Op:
         """``op`` reading the tensors that now hold what it read (see ``renamed``)."""

@@ -23,6 +23,8 @@ Each replica's ops on its rows share the fused op's work (``meta.fraction``).
 """
 from __future__ import annotations
 
+from typing import Callable
+
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
 from fastt.sched.split_rules import FULL, SPLIT, Part, SplitRule
 
@@ -61,13 +63,13 @@ def forward_rule(op: Op, graph: Graph) -> SplitRule | None:
     return _FORWARD_RULE
 
 
-def gradient_rule(op: Op, synced: set[str]) -> SplitRule | None:
-    """The synchronised split of the gradient of a batch norm split so (``synced``)."""
+def gradient_rule(op: Op, synced: Callable[[str], bool]) -> SplitRule | None:
+    """The synchronised split of the gradient of a batch norm split so (``synced(name)``)."""
     if op.type not in GRADIENT or len(op.inputs) != 6 or \
             not op.attrs.get("is_training", True):
         return None
     fwd = op.inputs[3].op
-    if fwd not in synced or op.inputs[3] != TensorRef(fwd, 3) or \
+    if not synced(fwd) or op.inputs[3] != TensorRef(fwd, 3) or \
             op.inputs[4] != TensorRef(fwd, 4):
         return None
     return _GRADIENT_RULE
@@ -111,14 +113,14 @@ class _Ops:
                         replica=k) if nchw else v
 
 
-def _rows(graph: Graph, ref: TensorRef, shares: list[int]) -> list[tuple[int | None, ...]]:
-    whole = graph.tensor(ref).shape or ()
-    total = sum(shares)
-    return [((whole[0] or 0) * s // total,) + tuple(whole[1:]) for s in shares]
+def _rows(graph: Graph, ref: TensorRef, rows: list[int]) -> list[tuple[int | None, ...]]:
+    """The shapes of tensor ``ref`` cut into ``rows`` rows each."""
+    rest = tuple((graph.tensor(ref).shape or ())[1:])
+    return [(r,) + rest for r in rows]
 
 
 def expand_forward(op: Op, graph: Graph, x_parts: list[TensorRef],
-                   shares: list[int]) -> tuple[list[Op], dict[TensorRef, TensorRef]]:
+                   rows: list[int]) -> tuple[list[Op], dict[TensorRef, TensorRef]]:
     """The ops replacing fused batch norm ``op`` (its rows ``x_parts``): the replicas'
     ``{op}/part{k}`` (output 0: their rows of y) and their statistics, each replica summing
     every replica's partial sums itself (one hop, where a shared sum would take two), and a
@@ -132,8 +134,8 @@ def expand_forward(op: Op, graph: Graph, x_parts: list[TensorRef],
     channels = [b.const("channels", float(c), "float32", (), k) for k in range(n)]
     eps = [b.const("eps", float(op.attrs.get("epsilon", 1e-3)), "float32", (), k)
            for k in range(n)]
-    shapes = _rows(graph, op.inputs[0], shares)
-    frac = [s / sum(shares) / 6 for s in shares]  # six ops a replica share the fused op's work
+    shapes = _rows(graph, op.inputs[0], rows)
+    frac = [r / sum(rows) / 6 for r in rows]  # six ops a replica share the fused op's work
     sums = [b.add("sum", "Sum", [x_parts[k], axes_ref[k]], (c,), {"Tidx": "int32"}, replica=k,
                   fraction=frac[k]) for k in range(n)]
     sizes = [b.add("size", "Size", [x_parts[k]], (), {"T": "float32", "out_type": "int32"},
@@ -178,7 +180,7 @@ def expand_forward(op: Op, graph: Graph, x_parts: list[TensorRef],
 
 
 def expand_gradient(op: Op, graph: Graph, dy_parts: list[TensorRef],
-                    shares: list[int]) -> tuple[list[Op], dict[TensorRef, TensorRef]]:
+                    rows: list[int]) -> tuple[list[Op], dict[TensorRef, TensorRef]]:
     """The ops replacing the gradient ``op`` of a batch norm expanded by ``expand_forward``
     (the replicas' ``{op}/part{k}``: their rows of dx, from the forward's centred rows and
     statistics), and its outputs 1-4 -> their new tensors (replica 0's)."""
@@ -191,8 +193,8 @@ def expand_gradient(op: Op, graph: Graph, dy_parts: list[TensorRef],
     def stat(s: str, k: int | str = "") -> TensorRef:
         return TensorRef(f"{fwd.name}/fastt_{s}{k}", 0)
 
-    shapes = _rows(graph, op.inputs[0], shares)
-    frac = [s / sum(shares) / 7 for s in shares]  # seven ops a replica
+    shapes = _rows(graph, op.inputs[0], rows)
+    frac = [r / sum(rows) / 7 for r in rows]  # seven ops a replica
     dy_sums = [b.add("dy_sum", "Sum", [dy_parts[k], stat("axes", k)], (c,), {"Tidx": "int32"},
                      replica=k, fraction=frac[k]) for k in range(n)]
     dots = [b.add("dot", "Sum", [
