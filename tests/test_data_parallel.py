@@ -177,7 +177,10 @@ def test_a_concat_on_channels_its_gradient_slices_and_a_mean_gradient_tile_run_p
     assert dp["cat/part1"].inputs[0].op == "a/part1"
     assert dp["out/part1"].inputs[0].op == "tiled/part1"
     assert dp["da/part1"].inputs[0].op == "cat/part1"
-    assert dp["tiled/part1"].inputs[1].op == "mult"  # the multiples pass whole
+    # the multiples pass whole: replica 1's own copy of the constant
+    assert dp["tiled/part1"].inputs[1].op == "mult/part1"
+    assert dp["mult/part1"].attrs["value"] == [1, 6, 6, 1]
+    assert replica_of(dp["mult/part1"]) == 1
 
 
 def test_a_strided_convs_explicit_padding_runs_per_replica_but_padding_rows_does_not():
@@ -198,8 +201,61 @@ def test_a_strided_convs_explicit_padding_runs_per_replica_but_padding_rows_does
     cut = dp[dp["padded/part1"].inputs[0].op]
     assert "padded" not in dp and cut.type == "SplitV" and cut.inputs[0].op == "x"
     assert dp["out/part1"].inputs[0].op == "padded/part1"
-    assert dp["padded/part1"].inputs[1].op == "pads"
+    assert dp["padded/part1"].inputs[1].op == "pads/part1"  # its own copy of the paddings
     assert dp["more"].type == "Pad" and replica_of(dp["more"]) is None
+
+
+def test_each_replica_reads_its_own_copy_of_the_constants():
+    """A constant a replica reads (a folded ShapeN: a convolution's gradient reads its
+    filter's shape) is copied to each replica rather than sent to each at every step; one
+    with a control input, and what shared ops read, stay."""
+    g = Graph([
+        op("x", "Placeholder", out=((B8, 2, 2, 4),)),
+        op("w", "VarHandleOp", out=((),), dtype="resource", is_variable=True),
+        op("wv", "ReadVariableOp", ["w"], out=((1, 1, 4, 4),)),
+        op("shapes", "ShapeN", ["x", "wv"], out=((4,), (4,)), dtype="int32"),
+        op("y", "Conv2D", ["x", "wv"], out=((B8, 2, 2, 4),)),
+        op("grad", "Conv2DBackpropFilter", ["x", "shapes:1", "y"], out=((1, 1, 4, 4),)),
+        op("half", "Const", out=((),), attrs={"value": 0.5}),
+        op("gated", "Const", out=((),), attrs={"value": 2.0}, control=["x"]),
+        op("out", "Mul", ["y", "half"], out=((B8, 2, 2, 4),)),
+        op("out2", "Mul", ["out", "gated"], out=((B8, 2, 2, 4),)),
+        op("scaled", "Mul", ["grad", "half"], out=((1, 1, 4, 4),)),
+    ])
+    dp = data_parallel(g, 2)
+    for k in range(2):
+        shape = dp[dp[f"grad/part{k}"].inputs[1].op]  # the filter's: a constant
+        assert shape.name == f"shapes/folded1/part{k}" and replica_of(shape) == k
+        assert shape.type == "Const" and shape.attrs["value"] == [1, 1, 4, 4]
+        assert dp[f"out/part{k}"].inputs[1].op == f"half/part{k}"
+        assert dp[f"out2/part{k}"].inputs[1].op == f"gated/part{k}"
+        assert dp[f"gated/part{k}"].control_inputs == ("x",)  # waits as the original did
+    assert dp["scaled"].inputs[1].op == "half"  # a shared op keeps the original
+
+
+def test_replicas_wait_for_several_shared_ops_through_one_gate():
+    """``with tf.control_dependencies(update_ops): minimize(loss)``: gradient ops wait for
+    every moving-average update; each replica's copy waits for one gate that waits for
+    them (one message a replica, not one per update)."""
+    g = Graph([
+        op("x", "Placeholder", out=((B8, 4),)),
+        op("u1", "NoOp", out=()), op("u2", "NoOp", out=()),
+        op("two", "Const", out=((),), attrs={"value": 2.0}, control=["u1", "u2"]),
+        op("y", "Mul", ["x", "two"], out=((B8, 4),)),
+        op("z", "Relu", ["y"], out=((B8, 4),), control=["u2", "u1"]),
+        op("w", "Relu", ["y"], out=((B8, 4),), control=["u2", "z", "u1"]),
+    ])
+    dp = data_parallel(g, 2)
+    gate = dp["fastt_control_gate0"]
+    assert gate.type == "NoOp" and gate.control_inputs == ("u1", "u2")
+    for k in range(2):
+        assert dp[f"two/part{k}"].control_inputs == (gate.name,)
+        assert dp[f"z/part{k}"].control_inputs == (gate.name,)
+        w = dp[f"w/part{k}"].control_inputs  # (and z's parts, as the split made them)
+        assert w[-1] == gate.name and f"z/part{k}" in w and not {"u1", "u2"} & set(w)
+    assert dp["two"].control_inputs == ("u1", "u2")  # (unread now, as it was)
+    assert [o.name for o in dp if o.type == "NoOp" and o.name.startswith("fastt_")] == [
+        gate.name]
 
 
 def test_a_gate_on_replicated_ops_gets_one_copy_per_replica():

@@ -153,7 +153,8 @@ def test_strategies_the_rewriter_cannot_honour_are_refused():
 
 
 def _conv_net_fed_any_batch():
-    """conv (its input gradient needs a shape vector), average pooling (its gradient too),
+    """conv (its input gradient needs a shape vector), batch norm in training, average
+    pooling (its gradient needs a shape vector too),
     flatten through Shape (a reshape), dropout's mask shape, a mean loss (its gradient tiles
     by the batch's shape): placeholders of unknown batch."""
     g = tf.Graph()
@@ -165,6 +166,9 @@ def _conv_net_fed_any_batch():
         for i, c in enumerate((3, 4)):
             h = tf.nn.bias_add(tf.nn.conv2d(h, tf1.get_variable(f"k{i}", [3, 3, c, 4]), 1,
                                             "SAME"), tf1.get_variable(f"b{i}", [4]))
+            if i == 0:  # the whole batch's statistics, counted at the batch fed
+                h = tf1.nn.fused_batch_norm(h, tf1.get_variable("gamma", [4]),
+                                            tf1.get_variable("beta", [4]), is_training=True)[0]
         h = tf.nn.avg_pool2d(tf.nn.relu(h), 2, 2, "VALID")
         h = tf.reshape(h, tf.stack([tf.shape(h)[0], 4 * 4 * 4]))
         h = tf.nn.dropout(h, rate=0.0)

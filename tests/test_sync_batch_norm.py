@@ -3,16 +3,16 @@ equivalence tests run it: small_cnn and resnet_v2_50 normalise in training)."""
 import pytest
 
 from fastt.ir import Graph, TensorRef
-from fastt.sched.data_parallel import data_parallel, replica_of
+from fastt.sched.data_parallel import BATCH_SHAPE, data_parallel, replica_of
 from tests.helpers import op
 
 B, H, C = 8, 5, 3
 
 
-def bn_graph(fmt="NHWC", avg=1.0, stray_reader=False):
+def bn_graph(fmt="NHWC", avg=1.0, stray_reader=False, spatial=H):
     """x -> fused batch norm (training) -> relu -> loss; its gradient; moving averages read
     the batch statistics; the scale's gradient feeds an update."""
-    shape = (B, H, H, C) if fmt == "NHWC" else (B, C, H, H)
+    shape = (B, spatial, spatial, C) if fmt == "NHWC" else (B, C, spatial, spatial)
     attrs = {"is_training": True, "data_format": fmt, "epsilon": 1e-3, "T": "float32",
              "U": "float32", "exponential_avg_factor": avg}
     ops = [
@@ -43,23 +43,38 @@ def test_replicas_normalise_their_rows_with_the_whole_batch_statistics():
     assert [g[f"bn/part{k}"].outputs[0].shape for k in range(2)] == [(4, H, H, C)] * 2
     assert g["y/part1"].inputs[0] == TensorRef("bn/part1", 0)
     assert {replica_of(g[f"bn/part{k}"]) for k in range(2)} == {0, 1}
-    # ... with the mean of every replica's rows (sums of partial sums over a run-time count),
-    # which each replica sums itself, in the same order.
+    # ... with the mean of every replica's rows (sums of partial sums over the batch's
+    # count), which each replica sums itself, in the same order; each counts the batch from
+    # the batch's shape, read at run time (no message).
     for k in range(2):
         mean = g[f"bn/fastt_mean{k}"]
         assert replica_of(mean) == k
-        assert [r.op for r in g[mean.inputs[0].op].inputs] == ["bn/fastt_sum0", "bn/fastt_sum1"]
+        total = g[mean.inputs[0].op]
+        assert total.type == "AddN" and replica_of(total) == k
+        assert [r.op for r in total.inputs] == ["bn/fastt_sum0", "bn/fastt_sum1"]
         assert g[f"bn/fastt_centred{k}"].inputs[1].op == mean.name
+        size = g[f"bn/fastt_batch_size{k}"]
+        assert size.type == BATCH_SHAPE and size.attrs["size"] and replica_of(size) == k
+        assert size.attrs["value"] == [B, H, H, C]
+        count = g[mean.inputs[1].op]
+        assert g[count.inputs[0].op].inputs[0].op == size.name
+        # the gradient's two sums travel in one message (a pack, unpacked after the sum)
+        assert [r.op for r in g[f"dbn/fastt_d_offset_pack{k}"].inputs] == [
+            f"dbn/fastt_dy_sum{k}", f"dbn/fastt_dot{k}"]
+        unpack = g[g[f"dbn/fastt_d_scale{k}"].inputs[0].op]
+        assert unpack.type == "SplitV" and unpack.attrs["size_splits"] == [C, C]
+        assert [r.op for r in g[unpack.inputs[0].op].inputs] == [
+            "dbn/fastt_d_offset_pack0", "dbn/fastt_d_offset_pack1"]
+    assert "bn/fastt_batch_size" not in g  # (the shared one: each replica has its own)
     assert g["bn/fastt_sum1"].inputs[0].op == "x/split_in0" or \
         g["bn/fastt_sum1"].inputs[0] == g["bn/fastt_centred1"].inputs[0]
-    assert g["bn/fastt_size0"].type == "Size"
     # The fused ops and their concats are not scheduled (kept for a user's fetch): no
     # activation crosses replicas, and no op is shared by them (each has its constants).
     for name, concat in (("bn", "bn/fastt_y"), ("dbn", "dbn/fastt_dx")):
         assert name not in g and concat not in g
         assert {name, concat} <= set(g.meta.dropped_joins)
     # (dx ends this graph: its join stays for whoever fetches it)
-    assert [o.name for o in g if o.type == "ConcatV2"] == ["dx"]
+    assert [o.name for o in g if o.type == "ConcatV2" and "_pack" not in o.name] == ["dx"]
     assert all(replica_of(o) is not None for o in g
                if o.name.startswith(("bn/", "dbn/")) and "/split_in" not in o.name)
     # The moving averages read the batch statistics (the unbiased variance), the update
@@ -72,6 +87,23 @@ def test_replicas_normalise_their_rows_with_the_whole_batch_statistics():
     # The replicas' ops share the fused ops' work exactly.
     for name in ("bn", "dbn"):
         assert sum(o.meta.fraction for o in g if o.meta.origin == name) == pytest.approx(1.0)
+
+
+def test_without_a_known_shape_each_replica_sends_its_size_with_its_sum():
+    """A replica that cannot count the whole batch from the batch's shape (the image size
+    is not known) learns it from the others: its size travels with its sum, in one
+    message."""
+    g = data_parallel(bn_graph(spatial=None), 2)
+    for k in range(2):
+        mean = g[f"bn/fastt_mean{k}"]
+        unpack = g[mean.inputs[0].op]
+        assert unpack.type == "SplitV" and unpack.attrs["size_splits"] == [C, 1]
+        assert [r.op for r in g[unpack.inputs[0].op].inputs] == [
+            "bn/fastt_sum_all_pack0", "bn/fastt_sum_all_pack1"]
+        assert [r.op for r in g[f"bn/fastt_sum_all_pack{k}"].inputs] == [
+            f"bn/fastt_sum{k}", f"bn/fastt_size_vector{k}"]
+        assert g[f"bn/fastt_size{k}"].type == "Size"
+        assert g[mean.inputs[1].op].inputs[0] == TensorRef(unpack.name, 1)  # the count
 
 
 def test_channels_first_statistics_broadcast_over_rows():

@@ -19,6 +19,8 @@ deviations), so results agree up to the order of the sums::
 
 Every replica sums every replica's partial sums itself (the same ``AddN``, so the same
 bits): a statistic takes one hop between devices, where a sum on one device would take two.
+The vectors a replica sends at once travel packed in one message (s_k with its size; a_k with
+b_k): three exchanges a batch norm, forward and gradient.
 Each replica's ops on its rows share the fused op's work (``meta.fraction``).
 """
 from __future__ import annotations
@@ -31,6 +33,9 @@ from fastt.sched.split_rules import FULL, SPLIT, Part, SplitRule
 FORWARD = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
 GRADIENT = frozenset({"FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"})
 SYNC = "sync"  # the SplitRule dimension of a synchronised batch norm
+#: ``{batch norm}{SIZE}``: the size of its input, read at run time from the batch, when the
+#: data-parallel pass could make one (each replica then counts the batch without asking)
+SIZE = "/fastt_batch_size"
 #: a gradient's x: the forward's centred parts c_k are reused instead
 _FORWARD_RULE = SplitRule(SYNC, (Part(SPLIT, 0),) + (Part(FULL),) * 4, "concat", 0)
 _GRADIENT_RULE = SplitRule(SYNC, (Part(SPLIT, 0),) + (Part(FULL),) * 5, "concat", 0)
@@ -107,6 +112,36 @@ class _Ops:
         return self.add(suffix, "AddN", parts, shape, {"N": len(parts)}, dtype=dtype,
                         replica=k)
 
+    def exchange(self, suffix: str, parts: list[list[TensorRef]], sizes: list[int],
+                 ) -> list[list[TensorRef]]:
+        """Each replica's sums of every replica's ``parts`` (replica k's vectors, ``sizes``
+        elements each) in one exchange: each replica packs its vectors into one
+        (``ConcatV2``), sums every replica's pack (``total``) and unpacks (``SplitV``). A
+        message costs a link's latency whatever its size: two vectors sent apart queue one
+        behind the other."""
+        n, width = len(parts), sum(sizes)
+        if len(sizes) == 1:
+            return [[self.total(suffix, [p[0] for p in parts], (width,), k)] for k in range(n)]
+        packs = [self.add(f"{suffix}_pack", "ConcatV2", parts[k], (width,),
+                          {"axis": 0, "N": len(sizes)}, replica=k) for k in range(n)]
+        out = []
+        for k in range(n):
+            whole = self.total(suffix, packs, (width,), k)
+            name = f"{self.owner}/fastt_{suffix}_unpack{k}"
+            self.ops.append(Op(name=name, type="SplitV", inputs=(whole,), device=self.device,
+                               outputs=tuple(TensorSpec("float32", (m,)) for m in sizes),
+                               attrs={"T": "float32", "axis": 0, "size_splits": list(sizes)},
+                               meta=OpMeta(origin=self.owner, fraction=0.0, replica=k)))
+            out.append([TensorRef(name, i) for i in range(len(sizes))])
+        return out
+
+    def copy(self, op: Op, suffix: str, k: int) -> TensorRef:
+        """Replica k's copy of ``op`` (output 0), named ``{owner}/fastt_{suffix}{k}``."""
+        name = f"{self.owner}/fastt_{suffix}{k}"
+        self.ops.append(op.with_(name=name, colocate_with=(), meta=OpMeta(
+            origin=self.owner, fraction=0.0, replica=k, folded=op.meta.folded)))
+        return TensorRef(name, 0)
+
     def vector(self, suffix: str, v: TensorRef, c: int, nchw: bool, k: int) -> TensorRef:
         """A channel vector shaped to broadcast against the activations."""
         return self.add(f"{suffix}_bcast", "Reshape", [v], (c, 1, 1), {"shape": [c, 1, 1]},
@@ -131,23 +166,32 @@ def expand_forward(op: Op, graph: Graph, x_parts: list[TensorRef],
     name, n = op.name, len(x_parts)
     b = _Ops(name, op.device)
     axes_ref = [b.const("axes", axes, "int32", (3,), k) for k in range(n)]
-    channels = [b.const("channels", float(c), "float32", (), k) for k in range(n)]
     eps = [b.const("eps", float(op.attrs.get("epsilon", 1e-3)), "float32", (), k)
            for k in range(n)]
     shapes = _rows(graph, op.inputs[0], rows)
     frac = [r / sum(rows) / 6 for r in rows]  # six ops a replica share the fused op's work
     sums = [b.add("sum", "Sum", [x_parts[k], axes_ref[k]], (c,), {"Tidx": "int32"}, replica=k,
                   fraction=frac[k]) for k in range(n)]
-    sizes = [b.add("size", "Size", [x_parts[k]], (), {"T": "float32", "out_type": "int32"},
-                   dtype="int32", replica=k) for k in range(n)]
+    if name + SIZE in graph:  # each replica reads the whole batch's size from the batch
+        size = graph[name + SIZE]
+        totals = b.exchange("sum_all", [[s] for s in sums], [c])
+        counted = [b.add("size_float", "Cast", [b.copy(size, "batch_size", k)], (), {
+            "SrcT": "int32", "DstT": "float32", "Truncate": False}, replica=k)
+            for k in range(n)]
+    else:  # each replica's size travels with its sum
+        sizes = [b.add("size_vector", "Reshape", [b.add("size_float", "Cast", [
+            b.add("size", "Size", [x_parts[k]], (), {"T": "float32", "out_type": "int32"},
+                  dtype="int32", replica=k)], (), {"SrcT": "int32", "DstT": "float32",
+                                                    "Truncate": False}, replica=k)], (1,),
+            {"shape": [1]}, replica=k) for k in range(n)]
+        totals = b.exchange("sum_all", [[sums[k], sizes[k]] for k in range(n)], [c, 1])
+        counted = [t[1] for t in totals]
+    scalar: tuple[int, ...] = (1,) if len(totals[0]) > 1 else ()  # (a pack's slice: [1])
     count, mean, centred, squares = [], [], [], []
     for k in range(n):
-        count.append(b.add("count", "RealDiv", [b.add("count_all", "Cast", [
-            b.total("size_all", sizes, (), k, dtype="int32")], (),
-            {"SrcT": "int32", "DstT": "float32", "Truncate": False}, replica=k), channels[k]],
-            (), replica=k))
-        mean.append(b.add("mean", "RealDiv", [b.total("sum_all", sums, (c,), k), count[k]],
-                          (c,), replica=k))
+        count.append(b.add("count", "RealDiv", [counted[k], b.const(
+            "channels", float(c), "float32", (), k)], scalar, replica=k))
+        mean.append(b.add("mean", "RealDiv", [totals[k][0], count[k]], (c,), replica=k))
         centred.append(b.add("centred", "Sub", [x_parts[k], b.vector("mean", mean[k], c, nchw,
                                                                     k)],
                              shapes[k], replica=k, fraction=frac[k]))
@@ -169,8 +213,8 @@ def expand_forward(op: Op, graph: Graph, x_parts: list[TensorRef],
               replica=k, fraction=frac[k], name=f"{name}/part{k}")
     unbiased = b.add("var_unbiased", "Mul", [var[0], b.add("bessel", "RealDiv", [
         count[0], b.add("count_less_one", "Sub", [
-            count[0], b.const("one", 1.0, "float32", (), 0)], (), replica=0)], (), replica=0)],
-        (c,), replica=0)
+            count[0], b.const("one", 1.0, "float32", (), 0)], scalar, replica=0)], scalar,
+        replica=0)], (c,), replica=0)
     whole = graph.tensor(op.inputs[0]).shape
     concat = b.add("y", "ConcatV2", [TensorRef(f"{name}/part{k}", 0) for k in range(n)],
                    whole, {"axis": 0, "N": n})
@@ -201,10 +245,11 @@ def expand_gradient(op: Op, graph: Graph, dy_parts: list[TensorRef],
         b.add("dy_c", "Mul", [dy_parts[k], stat("centred", k)], shapes[k], replica=k,
               fraction=frac[k]), stat("axes", k)], (c,), {"Tidx": "int32"}, replica=k,
         fraction=frac[k]) for k in range(n)]
+    totals = b.exchange("d_offset", [[dy_sums[k], dots[k]] for k in range(n)], [c, c])
     d_scale, d_offset = [], []
     for k in range(n):
-        d_offset.append(b.total("d_offset", dy_sums, (c,), k))
-        dot = b.total("dot_all", dots, (c,), k)
+        d_offset.append(totals[k][0])
+        dot = totals[k][1]
         d_scale.append(b.add("d_scale", "Mul", [dot, stat("inv", k)], (c,), replica=k))
         mean_dy = b.vector("mean_dy", b.add("mean_dy", "RealDiv", [
             d_offset[k], stat("count", k)], (c,), replica=k), c, nchw, k)
