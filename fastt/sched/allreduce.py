@@ -134,15 +134,18 @@ class _Analysis:
 
     def _region(self, update: str) -> tuple[set[str], set[str]] | None:
         """(the ops to mirror with ``update``, the variables it writes), or None when it
-        cannot be mirrored: traced back over data edges, stopping at the summed gradients and
-        at variables; ops that no sum or written variable feeds (a learning rate) are read
-        from where they are."""
+        cannot be mirrored: traced back over data edges, stopping at the summed gradients, at
+        variables and at what carries the batch (never in a region: without this stop each
+        update's trace crossed the whole forward pass); ops that no sum or written variable
+        feeds (a learning rate) are read from where they are."""
         g = self.graph
         seen, stack, sources = {update}, [update], set()
         while stack:
             x = stack.pop()
             if x in self.joins:
                 sources.add(x)
+                continue
+            if x in self.batchy and x != update:
                 continue
             op = g[x]
             if op.is_variable:
@@ -222,8 +225,8 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES,
             if new != op:
                 changed[name] = new
             continue
-        after = [u for u in a.updates if u in op.control_inputs or
-                 any(r.op == u for r in op.inputs)]
+        after = sorted(u for u in a.updates if u in op.control_inputs or
+                       any(r.op == u for r in op.inputs))
         if after:  # what waits for an update waits for every copy of it: for replica k's
             # copies, through one NoOp there (one control edge across devices, not one each)
             waits = [Op(name=mirror_name(f"{name}/fastt_updates", k), type="NoOp",

@@ -346,12 +346,15 @@ def _shared_control_gates(graph: Graph) -> Graph:
     gates: dict[tuple[str, ...], str] = {}
     ops = []
     for op in graph:
+        if len(op.control_inputs) < 2 or replica_of(op) is None:
+            ops.append(op)
+            continue
         shared = tuple(sorted(c for c in op.control_inputs if replica_of(graph[c]) is None))
-        if len(shared) > 1 and replica_of(op) is not None:
+        if len(shared) > 1:
             if shared not in gates:
                 gates[shared] = f"fastt_control_gate{len(gates)}"
-            op = op.with_(control_inputs=tuple(c for c in op.control_inputs
-                                               if c not in shared) + (gates[shared],))
+            own = [c for c in op.control_inputs if replica_of(graph[c]) is not None]
+            op = op.with_(control_inputs=tuple(own) + (gates[shared],))
         ops.append(op)
     if not gates:
         return graph
