@@ -1,3 +1,4 @@
+import logging
 import random
 
 import pytest
@@ -51,6 +52,17 @@ def test_splitting_a_dominant_conv_beats_dpos():
     # The Relu was split the same way and reads the conv's parts directly.
     if any(s.op == "relu" for s in plan.splits):
         assert plan.graph["relu/part0"].inputs[0].op == "conv/part0"
+
+
+def test_the_split_search_stops_at_its_budget(caplog):
+    g = big_conv()
+    costs = TableCosts({"x": 1e-6, "w": 1e-6, "conv": 8e-3, "relu": 1e-3, "loss": 1e-4})
+    compile_graph = compiler(devs(4), costs, g)
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        spent = os_dpos(g, compile_graph, 4, budget_s=0.0)
+    assert not spent.splits and spent.tried == 0  # (unbounded, it splits the conv: above)
+    assert spent.makespan == dpos(compile_graph(g)).makespan
+    assert "stopped at its 0 s budget" in caplog.text
 
 
 def test_a_split_records_why_it_was_made():

@@ -5,8 +5,9 @@ time; for each, try every split rule of its type and every part count 2..#device
 DPOS on each split graph; accept the best split if it lowers the predicted step time and go on.
 FastT stops at the first op whose best split does not pay; here the search stops after
 ``MISSES`` such ops in a row (the budget), so that a split that pays behind one that does not
-is still found. Ops with no split rule are passed over. The result is never worse than DPOS on
-the input graph. Each candidate costs one DPOS run: O(C * R * D)
+is still found, and after ``BUDGET_S`` seconds (it finishes the op it is on: a candidate on a
+110k-op data-parallel graph costs seconds). Ops with no split rule are passed over. The result
+is never worse than DPOS on the input graph. Each candidate costs one DPOS run: O(C * R * D)
 DPOS runs for C critical-path ops, R rules per op and D devices; the candidates of one op are
 independent and can be evaluated in parallel (``workers``).
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -34,6 +36,8 @@ Compile = Callable[[Graph], Problem]
 #: Critical-path ops in a row whose best split does not pay before the search stops (FastT
 #: stops at the first: a split that pays can sit behind one that does not).
 MISSES = 3
+#: Seconds the split search may take (its share of ``fastt plan``'s minute).
+BUDGET_S = 30.0
 
 
 @dataclass
@@ -107,10 +111,12 @@ def _evaluate(graph: Graph, compile_graph: Compile, name: str,
 
 def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
             max_parts: int | None = None, start: Plan | None = None,
-            workers: int = 1) -> Plan:
+            workers: int = 1, budget_s: float | None = BUDGET_S) -> Plan:
     """Split critical-path ops of ``graph`` while DPOS predicts a shorter step. ``start``
     gives the starting plan (default: DPOS on ``graph``; the result is never worse than it).
-    Candidate splits are evaluated on ``workers`` processes."""
+    Candidate splits are evaluated on ``workers`` processes; no op is begun after
+    ``budget_s`` seconds (None: no limit)."""
+    t0 = time.perf_counter()
     if start is None:
         p = compile_graph(graph)
         start = Plan(graph, p, dpos(p))
@@ -121,6 +127,10 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
     top = min(max_parts or num_devices, num_devices)
     misses = 0
     for name in cp_names:
+        if budget_s is not None and time.perf_counter() - t0 > budget_s:
+            log.info("OS-DPOS: the split search stopped at its %.0f s budget (%d DPOS runs, "
+                     "%d splits)", budget_s, best.tried, len(best.splits))
+            break
         if name not in best.graph:
             continue
         op = best.graph[name]
