@@ -322,9 +322,7 @@ def _constants_per_replica(graph: Graph) -> Graph:
         s = source(ref)
         return TensorRef(f"{s.op}/part{k}", s.index) if s.op in wanted else ref
 
-    made = [graph[name].with_(name=f"{name}/part{k}", colocate_with=(),
-                              meta=OpMeta(origin=name, fraction=0.0, replica=k,
-                                          folded=graph[name].meta.folded))
+    made = [sync_batch_norm.replica_copy(graph[name], f"{name}/part{k}", k)
             for name, ks in wanted.items() for k in sorted(ks)]
     ops = []
     for op in graph:

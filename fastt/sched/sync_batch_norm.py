@@ -80,6 +80,14 @@ def gradient_rule(op: Op, synced: Callable[[str], bool]) -> SplitRule | None:
     return _GRADIENT_RULE
 
 
+def replica_copy(op: Op, name: str, k: int, origin: str | None = None) -> Op:
+    """Replica k's own copy of ``op``, named ``name``: the same inputs and control inputs,
+    no colocation, no share of the original's work (``origin``: what it stands for, ``op``
+    unless said)."""
+    return op.with_(name=name, colocate_with=(), meta=OpMeta(
+        origin=origin or op.name, fraction=0.0, replica=k, folded=op.meta.folded))
+
+
 class _Ops:
     """Collects the ops of one expansion; ``add`` returns the new op's output 0. An op of
     ``replica`` k is named ``{owner}/fastt_{suffix}{k}``; a shared one ``.../fastt_{suffix}``."""
@@ -138,9 +146,14 @@ class _Ops:
     def copy(self, op: Op, suffix: str, k: int) -> TensorRef:
         """Replica k's copy of ``op`` (output 0), named ``{owner}/fastt_{suffix}{k}``."""
         name = f"{self.owner}/fastt_{suffix}{k}"
-        self.ops.append(op.with_(name=name, colocate_with=(), meta=OpMeta(
-            origin=self.owner, fraction=0.0, replica=k, folded=op.meta.folded)))
+        self.ops.append(replica_copy(op, name, k, origin=self.owner))
         return TensorRef(name, 0)
+
+    def to_float(self, suffix: str, size: TensorRef, shape: tuple[int, ...], k: int
+                 ) -> TensorRef:
+        """Replica k's ``float32`` of an ``int32`` count."""
+        return self.add(suffix, "Cast", [size], shape, {"SrcT": "int32", "DstT": "float32",
+                                                        "Truncate": False}, replica=k)
 
     def vector(self, suffix: str, v: TensorRef, c: int, nchw: bool, k: int) -> TensorRef:
         """A channel vector shaped to broadcast against the activations."""
@@ -172,21 +185,20 @@ def expand_forward(op: Op, graph: Graph, x_parts: list[TensorRef],
     frac = [r / sum(rows) / 6 for r in rows]  # six ops a replica share the fused op's work
     sums = [b.add("sum", "Sum", [x_parts[k], axes_ref[k]], (c,), {"Tidx": "int32"}, replica=k,
                   fraction=frac[k]) for k in range(n)]
+    scalar: tuple[int, ...]
     if name + SIZE in graph:  # each replica reads the whole batch's size from the batch
-        size = graph[name + SIZE]
+        size, scalar = graph[name + SIZE], ()
         totals = b.exchange("sum_all", [[s] for s in sums], [c])
-        counted = [b.add("size_float", "Cast", [b.copy(size, "batch_size", k)], (), {
-            "SrcT": "int32", "DstT": "float32", "Truncate": False}, replica=k)
+        counted = [b.to_float("size_float", b.copy(size, "batch_size", k), scalar, k)
+                   for k in range(n)]
+    else:  # each replica's size travels with its sum (a pack's slice: shape [1])
+        scalar = (1,)
+        sizes = [b.add("size_vector", "Reshape", [b.to_float("size_float", b.add(
+            "size", "Size", [x_parts[k]], (), {"T": "float32", "out_type": "int32"},
+            dtype="int32", replica=k), (), k)], scalar, {"shape": [1]}, replica=k)
             for k in range(n)]
-    else:  # each replica's size travels with its sum
-        sizes = [b.add("size_vector", "Reshape", [b.add("size_float", "Cast", [
-            b.add("size", "Size", [x_parts[k]], (), {"T": "float32", "out_type": "int32"},
-                  dtype="int32", replica=k)], (), {"SrcT": "int32", "DstT": "float32",
-                                                    "Truncate": False}, replica=k)], (1,),
-            {"shape": [1]}, replica=k) for k in range(n)]
         totals = b.exchange("sum_all", [[sums[k], sizes[k]] for k in range(n)], [c, 1])
         counted = [t[1] for t in totals]
-    scalar: tuple[int, ...] = (1,) if len(totals[0]) > 1 else ()  # (a pack's slice: [1])
     count, mean, centred, squares = [], [], [], []
     for k in range(n):
         count.append(b.add("count", "RealDiv", [counted[k], b.const(
