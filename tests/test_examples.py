@@ -25,14 +25,15 @@ SHORT = {"keras_fit.py": ["--epochs", "6"], "session_feed_dict.py": ["--steps", 
 
 def example_command(script, tmp_path, fastt, fastt_env=None, extra=()):
     """(argv, env) of an example run with its own output directory; with ``fastt``, the
-    plugin on, ``fastt_env`` (default: two logical CPU devices) and dumps in tmp_path/dump."""
+    plugin on, ``fastt_env`` (default: two logical CPU devices) and dumps in tmp_path/dump;
+    ``extra`` arguments override the short run's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTT") and k != "TF_CONFIG"}
     env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
     if fastt:  # short runs (80 steps): decisions on 3 settled steps, not 20
         env.update(FASTT="1", FASTT_DUMP_DIR=str(tmp_path / "dump"), FASTT_MEASURE_STEPS="3",
                    FASTT_MEASURE_SECONDS="0", FASTT_WARMUP_STEPS="2",
                    **(fastt_env or {"FASTT_DEVICES": "cpu:2"}))
-    args = [sys.executable, os.path.join(ROOT, "examples", script), *extra, *SHORT[script]]
+    args = [sys.executable, os.path.join(ROOT, "examples", script), *SHORT[script], *extra]
     if script != "keras_fit.py":
         args += ["--out", str(tmp_path / ("fastt" if fastt else "plain"))]
     return args, env
