@@ -69,7 +69,8 @@ def case(graph, fetch, seconds, spec: str, batch: int) -> dict:
     costs = StaticCosts(seconds, ds)
     row: dict = {"devices": spec, "gpus": gpus(spec), "batch": batch, "strategies": {}}
     planned = {}
-    for name, s in plan_each(Setup(graph, spec, ds, fetch, costs), STRATEGIES).items():
+    setup = Setup(graph, spec, ds, fetch, costs)  # the strategies share its data-parallel graphs
+    for name, s in plan_each(setup, STRATEGIES).items():
         if isinstance(s, str):
             row["strategies"][name] = {"error": s}
             continue
@@ -82,8 +83,8 @@ def case(graph, fetch, seconds, spec: str, batch: int) -> dict:
             "splits": [sp.details() for sp in s.splits]}
     fastt = planned.get("os-dpos")
     if fastt is not None:
-        no_split = plan(graph, ds.devices, costs, "os-dpos", ds.copy_bytes_per_s,
-                        fetches=fetch, split=False)
+        no_split = plan(graph, ds.devices, costs, "os-dpos", split=False,
+                        shared=setup.planning)
         row["ablation"] = {"ordered_s": fastt.simulated_step_time_s,
                            "fifo_s": fifo_step(fastt, ds, costs, graph),
                            "split_s": fastt.simulated_step_time_s,

@@ -5,7 +5,7 @@ import functools
 import json
 import logging
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from fastt import devices as devnames
@@ -16,7 +16,7 @@ from fastt.ir import Graph
 from fastt.sched.device_spec import DeviceSet, parse
 from fastt.sched.allreduce import BUCKET_BYTES
 from fastt.sched.registry import STRATEGIES, kind
-from fastt.sched.strategy import Strategy, plan
+from fastt.sched.strategy import Planning, Strategy, plan
 
 log = logging.getLogger("fastt")
 
@@ -72,6 +72,17 @@ class Setup:
     fetches: list[str]
     costs: CostSource
     bucket_bytes: float = BUCKET_BYTES
+    _planning: Planning | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def planning(self) -> Planning:
+        """What its strategies share (the data-parallel graphs, compiled problems,
+        placements), built as they need it."""
+        if self._planning is None:
+            devs = self.devices
+            self._planning = Planning(self.graph, devs.devices, self.costs,
+                                      devs.copy_bytes_per_s, self.fetches, self.bucket_bytes)
+        return self._planning
 
     @property
     def models(self) -> CostModels | None:
@@ -98,10 +109,9 @@ def plan_all(setup: Setup, strategy: str = "os-dpos", baselines: Sequence[str] =
 
 def plan_one(setup: Setup, name: str) -> Strategy:
     """Strategy ``name`` for ``setup``; OS-DPOS's split search on every core."""
-    devs = setup.devices
-    return plan(setup.graph, devs.devices, setup.costs, name, devs.copy_bytes_per_s,
+    return plan(setup.graph, setup.devices.devices, setup.costs, name,
                 workers=(os.cpu_count() or 1) if kind(name).search else 1,
-                fetches=setup.fetches, bucket_bytes=setup.bucket_bytes)
+                shared=setup.planning)
 
 
 def plan_each(setup: Setup, names: Sequence[str], progress: Any = None

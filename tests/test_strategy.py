@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from fastt.errors import FasttError
+from fastt.errors import DoesNotFit, FasttError
 from fastt.ir import Graph
 from fastt.costs.source import StaticCosts
 from fastt.sched.device_spec import parse
@@ -149,3 +149,37 @@ def test_device_specs(tmp_path):
     (tmp_path / "bad.json").write_text('{"devices": [{"nom": 1}]}')
     with pytest.raises(FasttError, match="KeyError"):
         parse(str(tmp_path / "bad.json"))
+
+
+@pytest.mark.parametrize("spec", ["2xV100", "2x4xV100"])
+def test_strategies_sharing_a_planning_are_those_planned_alone(spec, monkeypatch):
+    # one Planning for every strategy: the same plans, the data-parallel replicas built once
+    import fastt.sched.strategy as strategy
+    ds = parse(spec)
+    g = training_graph(B=16)
+    c = costs(ds, g)
+    alone = {n: plan(g, ds.devices, c, n) for n in STRATEGIES}
+    built = []
+    real = strategy.data_parallel
+    monkeypatch.setattr(strategy, "data_parallel", lambda *a: built.append(a) or real(*a))
+    shared = strategy.Planning(g, ds.devices, c)
+    for n in STRATEGIES:
+        s = plan(g, ds.devices, c, n, shared=shared)
+        a = alone[n]
+        assert (s.placement, s.order, s.replicas, s.splits) == \
+            (a.placement, a.order, a.replicas, a.splits), n
+        assert (s.predicted_step_time_s, s.simulated_step_time_s) == \
+            (a.predicted_step_time_s, a.simulated_step_time_s), n
+        assert s.plan_time_s > 0
+    assert len(built) == 1
+
+
+def test_a_planning_says_again_why_a_layout_does_not_fit():
+    import fastt.sched.strategy as strategy
+    ds = parse("2xV100")
+    g = training_graph(B=16)
+    tiny = [d.__class__(d.name, 10.0) for d in ds.devices]  # no replica fits
+    shared = strategy.Planning(g, tiny, costs(ds, g))
+    for _ in range(2):
+        with pytest.raises(DoesNotFit, match="every replica"):
+            plan(g, tiny, costs(ds, g), "data-parallel", shared=shared)

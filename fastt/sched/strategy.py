@@ -18,6 +18,9 @@ Every strategy's step time is predicted the same way: its placement and per-devi
 replayed by the simulator with contention-free links (``predicted_step_time_s``, the model
 DPOS optimises) and with one transfer at a time per link direction
 (``simulated_step_time_s``).
+
+Strategies planned for the same graph, devices and costs share a ``Planning``: the
+data-parallel graphs, compiled problems, placements and replays are built once for all.
 """
 from __future__ import annotations
 
@@ -149,7 +152,7 @@ def _replay(p: Problem, s: Schedule) -> tuple[float, float]:
 def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
          name: str = "os-dpos", copy_bytes_per_s: float = 10e9, workers: int = 1,
          fetches: Sequence[str] = (), splits: Sequence[Split] = (), split: bool = True,
-         bucket_bytes: float = BUCKET_BYTES) -> Strategy:
+         bucket_bytes: float = BUCKET_BYTES, shared: Planning | None = None) -> Strategy:
     """Compute strategy ``name`` (``fastt.sched.registry``) for ``graph`` on ``devices``
     under ``costs``; ops fastt adds (split, concat, sum) copy ``copy_bytes_per_s`` on a
     device; OS-DPOS evaluates candidate splits on ``workers`` processes. With ``fetches`` (a
@@ -157,16 +160,15 @@ def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
     the like are left out. ``splits`` (of the user's ops, e.g. a saved strategy's) are applied
     to the model graph first; with ``split=False`` OS-DPOS keeps its starting plan (DPOS or
     data parallel, no splits); ``bucket_bytes``: the size of the all-reduce's gradient
-    buckets. ``DoesNotFit`` when no starting point fits the devices."""
+    buckets. ``shared``: what strategies planned before for the same graph, devices and
+    costs built (``Planning``); given, it stands for the other arguments but ``name``,
+    ``workers``, ``splits`` and ``split``. ``DoesNotFit`` when no starting point fits the
+    devices."""
     k = kind(name)
-    if fetches:
-        try:
-            graph = graph.fan_in(fetches)
-        except KeyError as e:
-            raise FasttError(f"fetches name an op that is not in the graph: {e}") from None
-    result = _plan(graph, list(devices), costs, k, copy_bytes_per_s, workers, list(splits),
-                   split, bucket_bytes)
-    result.fetches = list(fetches)
+    if shared is None:
+        shared = Planning(graph, devices, costs, copy_bytes_per_s, fetches, bucket_bytes)
+    result = _plan(shared, k, workers, list(splits), split)
+    result.fetches = list(shared.fetches)
     return result
 
 
@@ -174,56 +176,121 @@ Start = tuple[Graph, int, str]  # (graph, replicas, layout: "model" or a data-pa
 LAYOUTS = ("data-parallel", "data-parallel-ps")
 
 
-def _starts(graph: Graph, devices: list[Device], k: StrategyKind, forced: list[Split],
-            bucket_bytes: float = BUCKET_BYTES) -> list[Start]:
-    """Where strategy ``k`` starts, the data-parallel graphs first."""
-    if forced:  # a split list names the user's ops: it starts from the model graph
+class Planning:
+    """What the strategies of one training graph on one device set under one cost source
+    share: the compiler, the starting graphs (the data-parallel ones take seconds to build
+    on large models), each graph's compiled ``Problem``, each placer's schedule on it and
+    each schedule's replay; each is built once. A strategy's plan time still counts what it
+    used, built for it or before (``alone_s``): its time planned alone."""
+
+    def __init__(self, graph: Graph, devices: Sequence[Device], costs: CostSource,
+                 copy_bytes_per_s: float = 10e9, fetches: Sequence[str] = (),
+                 bucket_bytes: float = BUCKET_BYTES) -> None:
+        if fetches:
+            try:
+                graph = graph.fan_in(fetches)
+            except KeyError as e:
+                raise FasttError(f"fetches name an op that is not in the graph: {e}") from None
+        self.graph, self.devices, self.costs = graph, list(devices), costs
+        self.fetches, self.bucket_bytes = list(fetches), bucket_bytes
+        self.compile_graph = compiler(self.devices, costs, graph, copy_bytes_per_s)
+        # key -> (what was built or the misfit found, seconds, the objects its key names)
+        self._built: dict[tuple[object, ...], tuple[Any, float, tuple[object, ...]]] = {}
+        self._used: set[tuple[object, ...]] = set()
+        self._fresh_s = 0.0  # seconds spent building since ``begin``
+
+    def _get(self, key: tuple[object, ...], build: Any, keep: tuple[object, ...] = ()) -> Any:
+        self._used.add(key)
+        if key not in self._built:
+            t0 = time.perf_counter()
+            try:
+                value = build()
+            except (DoesNotFit, NoBatch) as e:
+                value = e
+            seconds = time.perf_counter() - t0
+            self._fresh_s += seconds
+            self._built[key] = (value, seconds, keep)
+        value = self._built[key][0]
+        if isinstance(value, Exception):
+            raise value
+        return value
+
+    def begin(self) -> None:
+        """A strategy's planning begins: what it uses is counted from here."""
+        self._used, self._fresh_s = set(), 0.0
+
+    def alone_s(self, wall_s: float) -> float:
+        """The seconds a strategy that took ``wall_s`` since ``begin`` would have taken
+        alone: its own work plus the building of everything it used."""
+        return wall_s - self._fresh_s + sum(self._built[k][1] for k in self._used)
+
+    def compile(self, g: Graph) -> Problem:
+        """``g`` compiled."""
+        return self._get(("compile", id(g)), lambda: self.compile_graph(g), (g,))
+
+    def place(self, k: StrategyKind, g: Graph) -> Schedule:
+        """Placer ``k``'s schedule of ``g`` (``DoesNotFit`` each time when it does not)."""
+        p = self.compile(g)
+        return self._get(("place", k.name, id(g)), lambda: k.place(p, g), (g,))
+
+    def replay(self, p: Problem, s: Schedule) -> tuple[float, float]:
+        """Schedule ``s`` of ``p`` simulated with free links and with one transfer at a
+        time per link direction."""
+        return self._get(("replay", id(p), id(s)), lambda: _replay(p, s), (p, s))
+
+    def layout(self, layout: str) -> Start:
+        """The data-parallel starting graph of ``layout`` over the devices; ``NoBatch`` or
+        ``DoesNotFit`` (every time) when there is none."""
+        D = len(self.devices)
+        replicas = self._get(("replicas",), lambda: data_parallel(self.graph, D))
+
+        def build() -> Start:
+            dp = data_parallel_fitting(self.graph, self.devices, layout == "data-parallel",
+                                       self.bucket_bytes, replicas)
+            if dp is None:
+                raise DoesNotFit("data parallelism needs every replica (the model with its "
+                                 f"share of the batch) to fit one device ({D} devices given)")
+            return (dp, D, layout)
+        return self._get(("layout", layout), build)
+
+    def starts(self, k: StrategyKind, forced: list[Split]) -> list[Start]:
+        """Where strategy ``k`` starts, the data-parallel graphs first."""
+        if forced:  # a split list names the user's ops: it starts from the model graph
+            if k.starts in LAYOUTS:
+                raise FasttError("a split list cannot be combined with the data-parallel "
+                                 "strategy; plan it with dpos or os-dpos")
+            return [(apply_splits(self.graph, forced), 1, "model")]
         if k.starts in LAYOUTS:
-            raise FasttError("a split list cannot be combined with the data-parallel "
-                             "strategy; plan it with dpos or os-dpos")
-        return [(apply_splits(graph, forced), 1, "model")]
-    only = k.starts in LAYOUTS
-    starts: list[Start] = [] if only else [(graph, 1, "model")]
-    if k.starts == "model" or len(devices) < 2:
-        return starts
-    try:
-        replicas = data_parallel(graph, len(devices))  # both layouts start from it
-    except NoBatch:
-        if only:
-            raise
-        return starts
-    for layout in reversed([k.starts] if only else LAYOUTS):
-        dp = data_parallel_fitting(graph, devices, layout == "data-parallel", bucket_bytes,
-                                   replicas)
-        if dp is not None:
-            starts.insert(0, (dp, len(devices), layout))
-        elif only:
-            raise DoesNotFit("data parallelism needs every replica (the model with its share "
-                             f"of the batch) to fit one device ({len(devices)} devices given)")
-    return starts
+            return [self.layout(k.starts)] if len(self.devices) > 1 else []
+        starts: list[Start] = []
+        if k.starts != "model" and len(self.devices) > 1:
+            for layout in LAYOUTS:
+                try:
+                    starts.append(self.layout(layout))
+                except (NoBatch, DoesNotFit):
+                    pass
+        return starts + [(self.graph, 1, "model")]
 
 
 @without_gc
-def _plan(graph: Graph, devices: list[Device], costs: CostSource, k: StrategyKind,
-          copy_bytes_per_s: float, workers: int, forced: list[Split], split: bool = True,
-          bucket_bytes: float = BUCKET_BYTES) -> Strategy:
+def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
+          split: bool = True) -> Strategy:
     t0 = time.perf_counter()
-    compile_graph = compiler(devices, costs, graph, copy_bytes_per_s)
-    starts = _starts(graph, devices, k, forced, bucket_bytes)
+    shared.begin()
+    starts = shared.starts(k, forced)
     if k.search:
-        (best, replicas), runs = _searched(starts, compile_graph, len(devices), workers, split)
+        (best, replicas), runs = _searched(shared, starts, workers, split)
     else:
         def place(start: Graph, reps: int) -> tuple[Plan, int]:
-            p = compile_graph(start)
-            return Plan(start, p, k.place(p, start)), reps
+            return Plan(start, shared.compile(start), shared.place(k, start)), reps
         # of the starting points that fit, the fastest plan (DPOS: never worse than any)
         cands = _feasible([functools.partial(place, g0, r) for g0, r, _ in starts])
         best, replicas = min(cands, key=lambda cand: cand[0].makespan)
         runs = len(cands) if k.name == "dpos" else 0
     g, p, s, splits = best.graph, best.problem, best.schedule, best.splits
-    plan_time = time.perf_counter() - t0
-    predicted, simulated = (t + step_overhead(costs) for t in _replay(p, s))
-    names = [d.name for d in devices]
+    predicted, simulated = (t + step_overhead(shared.costs) for t in shared.replay(p, s))
+    plan_time = shared.alone_s(time.perf_counter() - t0)
+    names = [d.name for d in shared.devices]
     return Strategy(name=k.name, devices=names, graph=g,
                     placement={p.names[i]: names[s.device[i]] for i in range(p.n)},
                     order=[p.names[i] for i in s.order()], predicted_step_time_s=predicted,
@@ -231,7 +298,7 @@ def _plan(graph: Graph, devices: list[Device], costs: CostSource, k: StrategyKin
                     splits=forced + splits, replicas=replicas, dpos_runs=runs)
 
 
-def _searched(starts: list[Start], compile_graph: Any, D: int, workers: int,
+def _searched(shared: Planning, starts: list[Start], workers: int,
               split: bool) -> tuple[tuple[Plan, int], int]:
     """OS-DPOS: from each starting graph, DPOS and every other placer that starts there (the
     data-parallel layout on the data-parallel graph; one device, HEFT, m-TOPO, m-ETF and m-SCT
@@ -239,20 +306,20 @@ def _searched(starts: list[Start], compile_graph: Any, D: int, workers: int,
     plan that runs fastest when links carry one transfer at a time (so OS-DPOS is never
     simulated slower than any strategy of the registry); and DPOS runs made."""
     def start_from(g0: Graph, reps: int, layout: str) -> list[tuple[Plan, int]]:
-        p0 = compile_graph(g0)
+        p0 = shared.compile(g0)
         kinds = [KINDS["dpos"]] + [k for k in KINDS.values() if k.starts == layout]
-        plans = _feasible([functools.partial(k.place, p0, g0) for k in kinds])
+        plans = _feasible([functools.partial(shared.place, k, g0) for k in kinds])
         return [(Plan(g0, p0, s0), reps) for s0 in plans]
 
     plans = [c for cs in _feasible([functools.partial(start_from, *start)
                                     for start in starts]) for c in cs]
     start_plan, reps = min(plans, key=lambda pr: pr[0].makespan)
-    result = (os_dpos(start_plan.graph, compile_graph, D, start=start_plan, workers=workers)
-              if split else start_plan)
+    result = (os_dpos(start_plan.graph, shared.compile_graph, len(shared.devices),
+                      start=start_plan, workers=workers) if split else start_plan)
     # Links carry one transfer at a time in truth, which DPOS's model ignores: of what was
     # planned, keep what runs fastest when they do (e.g. one device over a spread whose
     # transfers would queue).
-    final, reps = min([(result, reps)] + plans, key=lambda pr: _replay(
+    final, reps = min([(result, reps)] + plans, key=lambda pr: shared.replay(
         pr[0].problem, pr[0].schedule)[::-1])
     return (final, reps), result.tried + len(starts)
 
