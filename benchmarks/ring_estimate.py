@@ -35,7 +35,7 @@ from fastt import dtypes  # noqa: E402
 from fastt.costs.source import StaticCosts  # noqa: E402
 from fastt.sched.device_spec import LINKS, parse  # noqa: E402
 from fastt.sched.ring import SCOPE  # noqa: E402
-from fastt.sched.strategy import plan  # noqa: E402
+from fastt.sched.strategy import Planning, plan  # noqa: E402
 
 MODELS = ("vgg_19", "resnet_200")
 GPUS = (4, 8)
@@ -74,8 +74,9 @@ def row(model: zoo_models.Model, n: int) -> dict:
     ds = parse(f"{n}xV100")
     costs = StaticCosts(seconds, ds)
     out = {"model": model.name, "gpus": n, "batch": model.batch}
+    shared = Planning(graph, ds.devices, costs, ds.copy_bytes_per_s, fetch)
     for name in ("data-parallel", "data-parallel-ps"):
-        s = plan(graph, ds.devices, costs, name, ds.copy_bytes_per_s, fetches=fetch)
+        s = plan(graph, ds.devices, costs, name, shared=shared)
         out[name] = s.simulated_step_time_s
         if name == "data-parallel":
             out["last_bucket_bytes"] = last_bucket_bytes(s.graph)
