@@ -72,3 +72,21 @@ def test_m_sct_keeps_a_chain_with_dear_transfers_on_one_device_where_m_etf_sprea
     assert len({s.device[i] for i in range(5)}) == 1
     assert s.makespan <= m_etf(p).makespan
     check_schedule(p, s)
+
+
+def test_sct_never_favours_a_control_edge_and_prices_control_blocks_once():
+    # Ops 3-5 are waited for by 6-8 through control edges only (the moving-average updates
+    # every gradient op waits for under tf.control_dependencies): one block, 6 rows, not 9.
+    from fastt.sched.msct import _bicliques
+    data = [(0, 1, 8.0), (1, 2, 8.0), (0, 3, 8.0), (0, 4, 8.0), (0, 5, 8.0)]
+    control = [(i, j, 0.0, None) for i in (3, 4, 5) for j in (6, 7, 8)]
+    p = Problem.build(9, data + control, [[1, 1]] * 9, [Device("/gpu:0"), Device("/gpu:1")],
+                      intercept=[[0, 1.0], [1.0, 0]], slope=[[0, 0.1], [0.1, 0]])
+    fav = favourite_children(p)
+    assert fav and all(p.edge_tensors[e] for i, j in fav.items()
+                       for k, e in p.succs[i] if k == j)
+    assert not {6, 7, 8} & set(fav.values())
+    assert _bicliques([(i, j) for i, j, *_ in control]) == [([3, 4, 5], [6, 7, 8])]
+    blocks = _bicliques([(0, 1), (0, 2), (3, 2)])  # each edge in exactly one complete block
+    assert sorted((i, j) for s, t in blocks for i in s for j in t) == [(0, 1), (0, 2), (3, 2)]
+    check_schedule(p, m_sct(p))
