@@ -4,8 +4,6 @@ names the ops one rule of a pass applies to."""
 #: Ops that define variables (their persistent bytes are the variable's size).
 VARIABLE_TYPES = frozenset({
     "AutoReloadVariable", "VarHandleOp", "Variable", "VariableV2", "_VarHandlesOp"})
-#: Reference variables: a read aliases the buffer that an update later writes in place.
-REF_VARIABLE_TYPES = frozenset({"TemporaryVariable", "Variable", "VariableV2"})
 #: TensorFlow's v1 while-loop machinery.
 LOOP_TYPES = frozenset({
     "Enter", "Exit", "LoopCond", "NextIteration", "RefEnter", "RefExit", "RefNextIteration"})

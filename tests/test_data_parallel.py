@@ -261,10 +261,8 @@ def test_replicas_wait_for_several_shared_ops_through_one_gate():
 def test_a_gate_on_replicated_ops_gets_one_copy_per_replica():
     """tf.gradients' per-op gate (a NoOp waiting for an op's gradients, then Identities
     behind it): each replica waits for its own copy, not for the slowest replica through a
-    control edge to the first device. (A reference variable in the graph: the replicas keep
-    such gates.)"""
+    control edge to the first device."""
     g = Graph([
-        op("v", "VariableV2", out=((4,),), is_variable=True),
         op("x", "Placeholder", out=((B8, 4),)),
         op("a", "Relu", ["x"], out=((B8, 4),)),
         op("b", "Sigmoid", ["x"], out=((B8, 4),)),
@@ -278,30 +276,3 @@ def test_a_gate_on_replicated_ops_gets_one_copy_per_replica():
         assert dp[f"a_gated/part{k}"].control_inputs == (f"gate/part{k}",)
         assert replica_of(dp[f"gate/part{k}"]) == k
     assert dp["gate"].control_inputs == ("gate/part0", "gate/part1")  # waiting for all
-
-
-def gated_training_graph(variable="VarHandleOp", B=8):
-    """``training_graph`` with the matmul's gradients gated as ``tf.gradients`` does by
-    default (GATE_OP): dx and dw each an Identity waiting for a NoOp waiting for both."""
-    ops = [o for o in training_graph(B) if o.name not in ("w", "update")]
-    return Graph(ops + [
-        op("w", variable, out=((),) if variable == "VarHandleOp" else ((4, 3),),
-           dtype="resource" if variable == "VarHandleOp" else "float32", is_variable=True),
-        op("dx", "MatMul", ["dh", "w/read"], out=((B, 4),), attrs={"transpose_b": True}),
-        op("gate", "NoOp", [], ["dx", "dw"], out=()),
-        op("dx/gated", "Identity", ["dx"], ["gate"], out=((B, 4),)),
-        op("dw/gated", "Identity", ["dw"], ["gate"], out=((4, 3),)),
-        op("dx_sq", "Square", ["dx/gated"], out=((B, 4),)),
-        op("update", "ResourceApplyGradientDescent", ["w", "lr", "dw/gated"], out=()),
-    ])
-
-
-def test_the_replicas_drop_the_gradient_gates_of_resource_variables_only():
-    # A gate keeps an update from writing a reference variable's buffer while a gradient
-    # still reads it; a resource variable's read is a snapshot, so the replicas go without.
-    g = data_parallel(gated_training_graph(), 2)
-    assert g["gate/part0"].type == "NoOp" and g["dx/gated/part0"].inputs[0].op == "dx/part0"
-    assert all(g[f"dx/gated/part{k}"].control_inputs == () for k in range(2))
-    ref = data_parallel(gated_training_graph("VariableV2"), 2)
-    assert [ref[f"dx/gated/part{k}"].control_inputs for k in range(2)] == \
-        [("gate/part0",), ("gate/part1",)]

@@ -20,7 +20,7 @@ from collections import Counter
 
 from fastt.errors import NoBatch
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
-from fastt.op_types import BATCH_SOURCES, LINEAR, MAYBE_BATCH, READS, REF_VARIABLE_TYPES, SHAPE_OPS
+from fastt.op_types import BATCH_SOURCES, LINEAR, MAYBE_BATCH, READS, SHAPE_OPS
 from fastt.sched import sync_batch_norm
 from fastt.sched.split_rules import FULL, PARTIAL, SHAPE, SPLIT, Part, SplitRule, part_sizes, rules
 from fastt.sched.splitting import apply_decisions
@@ -223,33 +223,7 @@ def data_parallel(graph: Graph, n: int) -> Graph:
     graph = _gates_per_replica(apply_decisions(graph, decisions), n)
     graph = Graph([o for o in graph if not o.name.endswith(sync_batch_norm.SIZE)],
                   name=graph.name, meta=graph.meta)  # each replica has its copy
-    return _gradient_gates_dropped(_shared_control_gates(_constants_per_replica(graph)))
-
-
-def _gradient_gates_dropped(graph: Graph) -> Graph:
-    """The replicas' ops without ``tf.gradients``' per-op gates, when no variable is a
-    reference one. With ``gate_gradients=GATE_OP`` (``minimize``'s default) each gradient an
-    op sends back is an ``Identity`` waiting for a ``NoOp`` that waits for all of them: a
-    convolution's filter gradient must be done before its input gradient is read, so a
-    synchronised batch norm's exchange further back has nothing left to hide behind. The
-    gate keeps an update from writing a reference variable's buffer while a gradient still
-    reads it through an alias; a resource variable's read is a snapshot, so the values are
-    the same without it (TensorFlow's ``GATE_NONE``)."""
-    if any(op.type in REF_VARIABLE_TYPES for op in graph):
-        return graph
-
-    def gate(op: Op, c: str) -> bool:
-        g = graph[c]
-        return g.type == "NoOp" and not g.inputs and op.inputs[0].op in g.control_inputs
-
-    ops = []
-    for op in graph:
-        if op.type == "Identity" and op.control_inputs and replica_of(op) is not None and \
-                any(gate(op, c) for c in op.control_inputs):
-            op = op.with_(control_inputs=tuple(c for c in op.control_inputs
-                                               if not gate(op, c)))
-        ops.append(op)
-    return Graph(ops, name=graph.name, meta=graph.meta)
+    return _shared_control_gates(_constants_per_replica(graph))
 
 
 def _sync_rule(op: Op, graph: Graph, axis: dict[str, int], B: int,
