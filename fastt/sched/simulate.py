@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from fastt.errors import FasttError
 from fastt.sched.problem import Problem
@@ -52,10 +52,20 @@ class SimResult:
     finish: list[float]
     device: list[int]
     transfers: list[Transfer] = field(default_factory=list)
-    peak_memory: list[float] = field(default_factory=list)
     busy: list[float] = field(default_factory=list)
     reach: float = 0.0  # what the step pays to run on the devices it uses (Problem.reach)
     shared_work: float = 0.0  # the busiest cores' work over the devices sharing them
+    # the per-device peaks of live bytes, worked out when first read (most replays never do)
+    _peaks: Callable[[], list[float]] | None = field(default=None, repr=False)
+    _peak_memory: list[float] | None = field(default=None, repr=False)
+
+    @property
+    def peak_memory(self) -> list[float]:
+        """Per device, the peak bytes held: variables plus live tensors."""
+        if self._peak_memory is None:
+            self._peak_memory = self._peaks() if self._peaks else []
+            self._peaks = None
+        return self._peak_memory
 
     @property
     def makespan(self) -> float:
@@ -254,7 +264,7 @@ def _result(p: Problem, device: list[int], start: list[float], finish: list[floa
     result = SimResult(start, finish, list(device), transfers, busy=busy,
                        reach=max((p.reach[d] for d in set(device)), default=0.0),
                        shared_work=max(work.values(), default=0.0))
-    result.peak_memory = _peak_memory(p, result, needs)
+    result._peaks = lambda: _peak_memory(p, result, needs)
     return result
 
 
