@@ -91,6 +91,18 @@ def test_comm_fit_of_the_probes_points_alone_is_their_median_line():
     assert both.samples == 24 and both.slope == pytest.approx(1 / 4e9, rel=0.05)
     again = CostModels.from_dict(CostModels(comm=m).to_dict()).comm.fit(G0, G1)
     assert (again.slope, again.intercept) == pytest.approx((both.slope, both.intercept))
+    # where the transfers take the ends' cores, the traced ones also waited for them (the
+    # simulator charges that through the shares): the probe alone fits the link
+    m.set_cpu_share(G1, G0, 0.5, 1.0)  # measured one way: it holds for both
+    alone = m.fit(G0, G1)
+    assert alone.samples == 8 and alone.slope == pytest.approx(fit.slope)
+    assert alone.intercept == pytest.approx(fit.intercept)
+    again = CostModels.from_dict(CostModels(comm=m).to_dict()).comm.fit(G0, G1)
+    assert (again.slope, again.samples) == pytest.approx((alone.slope, 8))
+    unprobed = CommCostModel()  # traced transfers only: they fit it, shares or not
+    unprobed.update([TransferSample(G0, G1, n, 50e-6 + n / 4e9) for n in sizes])
+    unprobed.set_cpu_share(G0, G1, 0.5, 1.0)
+    assert unprobed.fit(G0, G1).slope == pytest.approx(1 / 4e9, rel=0.05)
 
 
 def test_comm_refits_on_new_samples_and_falls_back():
