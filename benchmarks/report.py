@@ -74,6 +74,7 @@ def simulated_section(sim: dict, out: str) -> list[str]:
                          f"| {_fmt(st.get('os-dpos', {}).get('samples_per_s'), '.0f')} |")
         lines += ["", f"![speedup {scaling}](sim_speedup_{scaling}.png)", ""]
         _speedup_plot(rows, os.path.join(out, f"sim_speedup_{scaling}.png"), scaling)
+    lines += _bound_table(sim)
     rows = _rows(sim, "strong")
     lines += ["### Strategy time (strong scaling; seconds to compute each strategy)", "",
               "| model | devices | ops | " + " | ".join(SHORT[s] for s in strategies) +
@@ -121,6 +122,34 @@ def simulated_section(sim: dict, out: str) -> list[str]:
                          f"{_fmt(1e3 * sp['step_after_s'], '.2f')} |")
     if not any_split:
         lines.append("| (none) | | | | | | | |")
+    return lines + [""]
+
+
+def _bound_table(sim: dict) -> list[str]:
+    """Each row's lower bound on any plan's step time and OS-DPOS's distance to it."""
+    rows = [(m, r) for scaling in ("strong", "weak") for m, r in _rows(sim, scaling)
+            if "bound" in r]
+    if not rows:
+        return []
+    lines = ["### Distance to the limit", "",
+             "A lower bound on the step time of any plan fastt can make (`fastt.sched.bounds`): "
+             "the larger of the critical path with free transfers (each op on its fastest "
+             "device; an op fastt can cut into parts, by the batch or a split rule, at 1/D of "
+             "its time) and the total compute over the D devices. OS-DPOS / bound: 1 would be "
+             "optimal.", "",
+             "| model | scaling | devices | critical path (ms) | compute / D (ms) | bound (ms) | "
+             "OS-DPOS (ms) | OS-DPOS / bound |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    for model, r in rows:
+        b, mine = r["bound"], r["strategies"].get("os-dpos", {}).get("simulated_s")
+        lines.append(f"| {model} | {r['scaling']} | {r['devices']} | "
+                     f"{1e3 * b['critical_path_s']:.2f} | {1e3 * b['work_s']:.2f} | "
+                     f"{1e3 * b['s']:.2f} | {_fmt(mine and 1e3 * mine)} | "
+                     f"{_fmt(mine and b['s'] and mine / b['s'])} |")
+    ratios = [r["strategies"]["os-dpos"]["simulated_s"] / r["bound"]["s"] for _, r in rows
+              if r["strategies"].get("os-dpos", {}).get("simulated_s") and r["bound"]["s"]]
+    if ratios:
+        lines += ["", f"OS-DPOS / bound: median {statistics.median(ratios):.2f}, worst "
+                  f"{max(ratios):.2f} over {len(ratios)} rows."]
     return lines + [""]
 
 

@@ -8,7 +8,8 @@ For every model, device set (2, 4, 8 GPUs on one server; 2 servers x 4 and x 8) 
 (strong: one global batch; weak: a fixed batch per GPU), each strategy is computed (single
 device, data parallel, DPOS, OS-DPOS, HEFT, m-TOPO, m-ETF) and its step replayed by the
 simulator with one transfer at a time per link direction. Ablations on OS-DPOS: its placement
-run first come, first served (no enforced order), and OS-DPOS without splits. Writes
+run first come, first served (no enforced order), and OS-DPOS without splits. Each row also
+gets a lower bound on any plan's step time (``fastt.sched.bounds``). Writes
 simulated.json after each model; with ``--models`` (and not ``--quick``) the rows of those
 models replace their rows in an existing full run's simulated.json, the others are kept.
 """
@@ -89,6 +90,9 @@ def case(graph, fetch, seconds, spec: str, batch: int) -> dict:
                            "fifo_s": fifo_step(fastt, ds, costs, graph),
                            "split_s": fastt.simulated_step_time_s,
                            "no_split_s": no_split.simulated_step_time_s}
+    bound = setup.planning.bound()
+    row["bound"] = {"s": bound.value, "critical_path_s": bound.critical_path,
+                    "work_s": bound.work}
     dp = row["strategies"].get("data-parallel", {}).get("simulated_s")
     for r in row["strategies"].values():
         if dp and "simulated_s" in r:

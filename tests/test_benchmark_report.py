@@ -45,6 +45,16 @@ def test_losses_list_every_baseline_faster_than_fastt():
     assert report.losses_section(None, None)[-2] == "- nowhere"
 
 
+def test_the_bound_table_gives_each_rows_distance_to_the_limit():
+    row = {"scaling": "strong", "devices": "4xV100", "strategies": {"os-dpos": {
+        "simulated_s": 0.03}}, "bound": {"s": 0.02, "critical_path_s": 0.02, "work_s": 0.015}}
+    lines = report._bound_table({"models": [{"model": "m", "rows": [row, {**row, "bound": {
+        **row["bound"], "s": 0.025}, "scaling": "weak"}]}]})
+    assert "| m | strong | 4xV100 | 20.00 | 15.00 | 20.00 | 30.00 | 1.50 |" in lines
+    assert "OS-DPOS / bound: median 1.35, worst 1.50 over 2 rows." in lines
+    assert report._bound_table({"models": [{"model": "m", "rows": []}]}) == []
+
+
 def test_rerunning_some_models_updates_their_rows_of_a_full_run(tmp_path):
     from benchmarks.common import previous_full_run, with_row, write_json
     path = str(tmp_path / "real.json")

@@ -38,6 +38,7 @@ from fastt.ir import Graph
 from fastt.sched import baselines
 from fastt.sched._gc import without_gc
 from fastt.sched.allreduce import BUCKET_BYTES, all_reduce
+from fastt.sched.bounds import Bound, least_shares, lower_bound
 from fastt.sched.data_parallel import data_parallel
 from fastt.sched.osdpos import Plan, compiler, os_dpos
 from fastt.sched.problem import Device, Problem
@@ -232,6 +233,19 @@ class Planning:
         """Placer ``k``'s schedule of ``g`` (``DoesNotFit`` each time when it does not)."""
         p = self.compile(g)
         return self._get(("place", k.name, id(g)), lambda: k.place(p, g), (g,))
+
+    def bound(self) -> Bound:
+        """A lower bound on the step time of any plan of the graph on the devices
+        (``fastt.sched.bounds``)."""
+        D, shared = len(self.devices), None
+        if D > 1:
+            try:
+                shared = self._get(("replicas",), lambda: data_parallel(self.graph, D))
+            except NoBatch:
+                pass
+        p = self.compile(self.graph)
+        return lower_bound(p, least_shares(self.graph, D, shared),
+                           step_overhead(self.costs) + min(p.reach, default=0.0))
 
     def replay(self, p: Problem, s: Schedule) -> tuple[float, float]:
         """Schedule ``s`` of ``p`` simulated with free links and with one transfer at a
