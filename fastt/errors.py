@@ -21,6 +21,10 @@ class DoesNotFit(FasttError):
     """A placement or a strategy needs more memory than the devices have."""
 
 
+class Declined(FasttError):
+    """A strategy that does not take this graph (the message says why)."""
+
+
 class NoBatch(FasttError):
     """Data parallelism cannot share the graph's batch (none found, or too small)."""
 

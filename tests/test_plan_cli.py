@@ -51,7 +51,7 @@ def test_compare_shows_every_strategy_and_dumps_them(tmp_path, capsys):
     assert header.split()[:3] == ["strategy", "predicted", "step"] and "ops per device" in header
     from fastt.sched.registry import STRATEGIES
     names = ("os-dpos", *(n for n in STRATEGIES if n != "os-dpos"))  # the chosen one first
-    assert len(names) == 9
+    assert len(names) == 10
     for name in names:
         assert re.search(rf"^{re.escape(name)}( \*)? +\d+\.\d{{3}} ms", captured.out, re.M)
     assert "dumping m-sct..." in captured.err  # progress, on stderr
@@ -81,6 +81,12 @@ def test_os_dpos_is_no_slower_than_any_strategy_on_real_graphs(name, spec):
     m = zoo.build(name)
     g, ds = from_tf_graph(m.graph), parse(spec)
     c = costs(ds, g)
-    got = {n: plan(g, ds.devices, c, n, fetches=[m.train_op.name]).simulated_step_time_s
-           for n in STRATEGIES}
+    from fastt.errors import Declined
+    got = {}
+    for n in STRATEGIES:
+        try:
+            got[n] = plan(g, ds.devices, c, n, fetches=[m.train_op.name]).simulated_step_time_s
+        except Declined:  # the exact program, above its size
+            assert n == "exact" and len(g) > 300
+    assert len(got) >= len(STRATEGIES) - 1
     assert all(got["os-dpos"] <= t + 1e-12 for t in got.values()), got

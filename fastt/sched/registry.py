@@ -17,6 +17,7 @@ from fastt.errors import FasttError
 from fastt.ir import Graph
 from fastt.sched import baselines
 from fastt.sched.dpos import dpos
+from fastt.sched.exact import exact
 from fastt.sched.problem import Problem
 from fastt.sched.schedule import Schedule
 
@@ -30,6 +31,8 @@ class StrategyKind:
     starts: str  # "model", "data-parallel" or "data-parallel-ps" (only), or "both"
     search: bool  # OS-DPOS's split search after placing
     summary: str
+    starts_search: bool = True  # OS-DPOS starts from its plan (not the exact program: its
+    # time limit is a strategy of its own)
 
 
 def _model_only(placer: Callable[[Problem], Schedule]) -> Place:
@@ -55,6 +58,9 @@ KINDS: dict[str, StrategyKind] = {k.name: k for k in (
                  "Baechi's m-ETF: the op that can start earliest, memory permitting"),
     StrategyKind("m-sct", _model_only(baselines.m_sct), "model", False,
                  "Baechi's m-SCT: m-ETF, favourite children (SCT's LP) with their parent"),
+    StrategyKind("exact", _model_only(exact), "model", False,
+                 "NetSplit's MILP (HiGHS): the optimal placement and order of a small graph, "
+                 "or the best found and its gap", starts_search=False),
 )}
 STRATEGIES = tuple(KINDS)
 

@@ -6,13 +6,14 @@ order, and the predicted step time. The strategies are those of ``fastt.sched.re
 ``dpos`` and ``os-dpos`` run from the data-parallel graph when every replica fits its device
 (FastT's choice: never worse than data parallelism) and from the model graph, and keep the
 faster plan (so never worse than DPOS on the model either). OS-DPOS also starts from every
-other placer of the registry (the data-parallel layout; one device, HEFT, m-TOPO, m-ETF and
-m-SCT on the model graph), splits from the fastest starting plan, and of its starting plans
-and its split plan returns the one fastest when links carry one transfer at a time: so it is
-never simulated slower than any strategy of the registry, by construction (``dpos`` stays
-pure DPOS). ``heft``, ``m-topo``, ``m-etf``, ``m-sct`` and ``single`` place the model graph,
-as their papers do; ``data-parallel`` puts replica k on device k and the shared ops (updates,
-whole-batch ops) on device 0.
+other list scheduler of the registry (the data-parallel layout; one device, HEFT, m-TOPO, m-ETF
+and m-SCT on the model graph; not the exact program, a strategy of its own with a time
+limit), splits from the fastest starting plan, and of its starting plans and its split plan
+returns the one fastest when links carry one transfer at a time: so it is never simulated
+slower than any of them, by construction (``dpos`` stays pure DPOS). ``heft``, ``m-topo``,
+``m-etf``, ``m-sct``, ``exact`` and ``single`` place the model graph, as their papers do;
+``data-parallel`` puts replica k on device k and the shared ops (updates, whole-batch ops) on
+device 0.
 
 Every strategy's step time is predicted the same way: its placement and per-device order
 replayed by the simulator with contention-free links (``predicted_step_time_s``, the model
@@ -33,7 +34,7 @@ from typing import Any, Sequence
 from fastt.costs.memory import MemoryModel
 from fastt.costs.source import CostSource
 from fastt.devices import same_process
-from fastt.errors import DoesNotFit, FasttError, NoBatch
+from fastt.errors import Declined, DoesNotFit, FasttError, NoBatch
 from fastt.ir import Graph
 from fastt.sched import baselines
 from fastt.sched._gc import without_gc
@@ -136,7 +137,7 @@ def _feasible(attempts: list[Any]) -> list[Any]:
     for attempt in attempts:
         try:
             results.append(attempt())
-        except DoesNotFit as e:
+        except (DoesNotFit, Declined) as e:
             errors.append(e)
     if errors and not results:
         raise errors[0]
@@ -206,7 +207,7 @@ class Planning:
             t0 = time.perf_counter()
             try:
                 value = build()
-            except (DoesNotFit, NoBatch) as e:
+            except (DoesNotFit, NoBatch, Declined) as e:
                 value = e
             seconds = time.perf_counter() - t0
             self._fresh_s += seconds
@@ -321,7 +322,8 @@ def _searched(shared: Planning, starts: list[Start], workers: int,
     simulated slower than any strategy of the registry); and DPOS runs made."""
     def start_from(g0: Graph, reps: int, layout: str) -> list[tuple[Plan, int]]:
         p0 = shared.compile(g0)
-        kinds = [KINDS["dpos"]] + [k for k in KINDS.values() if k.starts == layout]
+        kinds = [KINDS["dpos"]] + [k for k in KINDS.values()
+                                   if k.starts == layout and k.starts_search]
         plans = _feasible([functools.partial(shared.place, k, g0) for k in kinds])
         return [(Plan(g0, p0, s0), reps) for s0 in plans]
 
