@@ -166,6 +166,8 @@ def table(chosen: Strategy, others: dict[str, Strategy | str],
                                                   for _, w, cell in columns))
     lines += [f"{name:<15}not computed: {s}" for name, s in others.items()
               if isinstance(s, str)]
+    lines += [f"{s.name}: {s.note}" for s in [chosen] + list(others.values())
+              if isinstance(s, Strategy) and s.note]
     return lines
 
 

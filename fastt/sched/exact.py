@@ -248,4 +248,5 @@ def exact(p: Problem, time_limit: float = TIME_LIMIT_S) -> Schedule:
     src = "" if r.from_solver else " (a list scheduler's plan: the solver found none better)"
     log.info("exact: %d ops on %d devices, %s, %.1f ms%s, in %.1f s", p.n, p.num_devices, how,
              1e3 * r.schedule.makespan, src, r.seconds)
+    r.schedule.note = f"{how} ({1e3 * r.lower_bound:.3f} ms){src}, {r.seconds:.1f} s"
     return r.schedule

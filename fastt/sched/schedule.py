@@ -114,6 +114,7 @@ class Schedule:
     start: list[float]
     finish: list[float]
     critical_path: list[int] = field(default_factory=list)
+    note: str = ""  # what the placer says of it (the exact program: optimal, or its gap)
 
     @property
     def makespan(self) -> float:

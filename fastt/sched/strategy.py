@@ -65,6 +65,7 @@ class Strategy:
     replicas: int = 1
     dpos_runs: int = 0
     fetches: list[str] = field(default_factory=list)  # the training step it was planned for
+    note: str = ""  # what its placer said of it (the exact program: optimal, or its gap)
 
     def ops_per_device(self) -> dict[str, int]:
         counts = {d: 0 for d in self.devices}
@@ -310,7 +311,7 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
                     placement={p.names[i]: names[s.device[i]] for i in range(p.n)},
                     order=[p.names[i] for i in s.order()], predicted_step_time_s=predicted,
                     simulated_step_time_s=simulated, plan_time_s=plan_time,
-                    splits=forced + splits, replicas=replicas, dpos_runs=runs)
+                    splits=forced + splits, replicas=replicas, dpos_runs=runs, note=s.note)
 
 
 def _searched(shared: Planning, starts: list[Start], workers: int,
