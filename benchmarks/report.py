@@ -2,11 +2,12 @@
 
     python benchmarks/report.py [--out benchmarks/results]
 
-Reads simulated.json and real.json (whichever exist) and writes REPORT.md with tables and
-plots: speedup over data parallelism per model and GPU count (simulated, strong and weak
-scaling), strategy times, the ordering and splitting ablations, ops per device, the split
-table, samples/second on the real 2-worker testbed, and the simulator's predicted step time
-against the measured one.
+Reads simulated.json, real.json and optimality.json (whichever exist) and writes REPORT.md
+with tables and plots: speedup over data parallelism per model and GPU count (simulated, strong
+and weak scaling), each row's distance to a lower bound, strategy times, the ordering and
+splitting ablations, ops per device, the split table, samples/second on the real 2-worker
+testbed, the simulator's predicted step time against the measured one, and each placer's
+distance to the exact optimum on small graphs.
 """
 from __future__ import annotations
 
@@ -439,6 +440,10 @@ def main(argv: list[str] | None = None) -> int:
         lines += simulated_section(sim, args.out)
     if real is not None:
         lines += real_section(real, args.out)
+    optimality = _load(args.out, "optimality.json")
+    if optimality is not None:
+        from benchmarks.optimality import markdown
+        lines += markdown(optimality, "##").splitlines() + [""]
     with open(os.path.join(args.out, "REPORT.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {os.path.join(args.out, 'REPORT.md')}")

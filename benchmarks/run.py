@@ -1,4 +1,5 @@
-"""Regenerate the benchmark report: the simulated testbed, the real testbed, REPORT.md.
+"""Regenerate the benchmark report: the simulated testbed, the real testbed, the distance to
+the optimum on small graphs, REPORT.md.
 
     python benchmarks/run.py [--quick]
 
@@ -19,7 +20,7 @@ def main() -> int:
     extra = [a for a in sys.argv[1:] if a != "--quick"]
     if extra:
         sys.exit(f"unknown arguments {extra}; usage: python benchmarks/run.py [--quick]")
-    for script in ("simulated.py", "real.py", "report.py"):
+    for script in ("simulated.py", "real.py", "optimality.py", "report.py"):
         args = [sys.executable, os.path.join(HERE, script)] + (quick if script != "report.py"
                                                                else [])
         print("+", " ".join(args), flush=True)

@@ -47,15 +47,6 @@ def optimal_makespan(p: Problem) -> float:
     return best[0]
 
 
-def c_max(p: Problem) -> float:
-    """Largest total transfer time along any chain (max-over-pairs cost per edge)."""
-    c = p.max_comm()
-    longest = [0.0] * p.n
-    for i in reversed(p.topo):
-        longest[i] = max((c[e] + longest[j] for j, e in p.succs[i]), default=0.0)
-    return max(longest, default=0.0)
-
-
 def check_schedule(p: Problem, s) -> None:
     """Precedence with transfer times, no overlap on a device, memory, colocation."""
     for j in range(p.n):

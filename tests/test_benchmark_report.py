@@ -93,3 +93,20 @@ def test_plans_the_measurements_cannot_tell_apart_tie_in_the_noise_aware_ranking
     far = {**row, "times_s": {**times, "c": [t + 0.5 for t in times["c"]]}}
     text = "\n".join(report.ranking_section({"rows": [far]}, ["a", "b", "c"]))
     assert "| m | 3 | +0.33 | +0.33 | +0.33 |" in text  # told apart: still discordant
+
+
+def test_the_optimality_table_gives_each_placers_ratio_and_the_guarantee():
+    from benchmarks.optimality import markdown
+    row = {"graph": "g", "ops": 5, "devices": 2, "exact_s": 0.01, "optimal": True, "gap": 0.0,
+           "placers": {"DPOS": {"makespan_s": 0.012, "over_optimum": 1.2},
+                       "OS-DPOS": {"makespan_s": 0.01, "over_optimum": 1.0},
+                       "single": {"error": "does not fit"}},
+           "theorem": {"omega_dpos_s": 0.012, "bound_s": 0.025, "holds": True}}
+    doc = {"meta": {"machine": "m", "when": "w", "time_limit_s": 60}, "rows": [row]}
+    lines = markdown(doc, "##").splitlines()
+    assert lines[0] == "## Distance to the optimum (exact program, HiGHS)"
+    assert "| g | 5 | 2 | 10.00 | 1.20 | 1.00 | n/a | n/a | n/a | n/a | n/a | 12.00 | 25.00 " \
+           "| yes |" in lines
+    assert "- DPOS: median gap 20.0%, worst 20.0%, optimal on 0 of 1 graphs" in lines
+    assert "- OS-DPOS: median gap 0.0%, worst 0.0%, optimal on 1 of 1 graphs" in lines
+    assert "- DPOS's guarantee holds on 1 of 1 graphs" in lines

@@ -4,7 +4,8 @@ import pytest
 
 from fastt.errors import FasttError
 from fastt.sched import Device, Problem, Timeline, critical_path, dpos, rank_u
-from tests.exact import c_max, check_schedule, optimal_makespan
+from fastt.sched.bounds import c_max
+from tests.exact import check_schedule, optimal_makespan
 
 
 def devs(k, memory=float("inf")):

@@ -62,3 +62,14 @@ def lower_bound(p: Problem, shares: Mapping[str, float] = {}, overhead: float = 
         finish[i] = max((finish[m] for m, _ in p.preds[i]), default=0.0) + span[i]
     return Bound(critical_path=max(finish, default=0.0), work=work / p.num_devices,
                  overhead=overhead)
+
+
+def c_max(p: Problem) -> float:
+    """The largest total transfer time along any chain of ``p``, each edge at its dearest
+    device pair: the ``C_max`` of DPOS's guarantee, ``omega_DPOS <= 2 omega_opt + C_max``
+    (FastT, Theorem 1; ``omega_opt`` the optimum with free transfers). O(n + e)."""
+    c = p.max_comm()
+    longest = [0.0] * p.n
+    for i in reversed(p.topo):
+        longest[i] = max((c[e] + longest[j] for j, e in p.succs[i]), default=0.0)
+    return max(longest, default=0.0)

@@ -21,9 +21,10 @@ most ``time_limit`` seconds; when it stops before proving optimality the result 
 gap to the dual bound, and when its best point is no better than that list schedule, the list
 schedule is returned with the solver's bound (so the gap stays honest). Graphs above
 ``MAX_OPS`` ops are declined: O(n^2 D) rows for n ops and D devices. Identical devices are
-interchangeable, so the heaviest group is fixed on device 0. On this 2-core machine HiGHS
-proves the optimum of random 8-op graphs in milliseconds; a 232-op CNN step on 2 devices
-(about 20k unordered pairs) reaches no better point than the list schedules in 10 s.
+interchangeable, so they are numbered in the order the groups first use them (group g on a
+device below g + 1). On this 2-core machine HiGHS proves the optimum of random 18-op graphs
+on 2-4 devices in seconds; a 232-op CNN step on 2 devices (about 20k unordered pairs) reaches
+no better point than the list schedules in 10 s.
 """
 from __future__ import annotations
 
@@ -174,9 +175,9 @@ def solve(p: Problem, time_limit: float = TIME_LIMIT_S) -> ExactResult:
     integrality = np.zeros(width)
     integrality[:s0] = 1
     integrality[o0:] = 1
-    if _identical(p) and G:
-        heaviest = max(range(G), key=lambda g: (mem[g], -g))
-        lo[heaviest * D] = 1.0
+    if _identical(p):  # number the devices in the order groups first use them
+        for g in range(min(G, D)):
+            hi[g * D + g + 1:g * D + D] = 0.0
     cost = np.zeros(width)
     cost[c_col] = 1.0
     res = milp(cost, constraints=rows.constraint(width), integrality=integrality,
