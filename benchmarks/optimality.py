@@ -79,10 +79,13 @@ def coarsened(model: str, spec: str) -> tuple[str, Problem]:
     step = graph.fan_in(fetch)
     p = compiler(ds.devices, StaticCosts(seconds, ds), step)(step)
 
+    tops = {n.split("/")[0] for n in p.names if not n.startswith("gradients/")}
+    depth = 2 if len(tops) < 4 else 1  # tf-slim nets put every layer under the net's scope
+
     def scope(name: str) -> str:
-        parts = name.split("/")
-        head = parts[:2] if parts[0] == "gradients" else parts[:1]
-        return "/".join(head)
+        grad = name.startswith("gradients/")
+        parts = name.split("/")[1 if grad else 0:]
+        return ("gradients/" if grad else "") + "/".join(parts[:depth])
     g = nx.DiGraph()
     g.add_nodes_from(range(p.n))
     g.add_edges_from((i, j) for i in range(p.n) for j, _ in p.succs[i])

@@ -85,3 +85,16 @@ def test_a_time_limit_returns_the_best_plan_with_an_honest_gap():
     assert 0.0 <= r.lower_bound <= r.schedule.makespan
     assert r.optimal or r.gap == pytest.approx(
         (r.schedule.makespan - r.lower_bound) / r.schedule.makespan)
+
+
+def test_microsecond_steps_are_solved_as_well_as_second_ones():
+    # the program works in units of its upper bound: a step of microsecond ops is not lost
+    # below the solver's tolerances
+    rnd = random.Random(9)
+    for _ in range(5):
+        p = free_links(random_problem(rnd, homogeneous=False))
+        tiny = Problem.build(p.n, [(m, j, 0.0) for j in range(p.n) for m, _ in p.preds[j]],
+                             [[t * 1e-6 for t in row] for row in p.w], p.devices)
+        r = solve(tiny)
+        assert r.optimal
+        assert r.schedule.makespan == pytest.approx(optimal_makespan(tiny), rel=1e-6)

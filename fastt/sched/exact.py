@@ -16,7 +16,8 @@ memory capacities, co-placed groups) on fastt's ``Problem``, with DPOS's model o
               x, o binary; 0 <= s, C <= U
 
 ``U`` (and the big-M, ``U`` plus the longest op) is the makespan of the best list schedule
-(one device, DPOS, HEFT, m-ETF), a feasible point of the same model. The solver runs for at
+(one device, DPOS, HEFT, m-ETF), a feasible point of the same model; times are in units of
+``U`` (a step of microsecond ops would sit below the solver's tolerances). The solver runs for at
 most ``time_limit`` seconds; when it stops before proving optimality the result carries its
 gap to the dual bound, and when its best point is no better than that list schedule, the list
 schedule is returned with the solver's bound (so the gap stays honest). Graphs above
@@ -123,14 +124,19 @@ def solve(p: Problem, time_limit: float = TIME_LIMIT_S) -> ExactResult:
     gidx = {g: k for k, g in enumerate(groups)}
     G = len(groups)
     busy = [max(row) > 0 for row in p.w]
-    M = U + max((max(row) for row in p.w), default=0.0)
+    unit = U if U > 0 else 1.0  # times in units of U: microsecond ops stay above the tolerances
+    w = [[t / unit for t in row] for row in p.w]
+
+    def comm(e: int, a: int, b: int) -> float:
+        return p.comm(e, a, b) / unit
+    M = 1.0 + max((max(row) for row in w), default=0.0)
 
     def x(i: int, d: int) -> int:  # column of op i's group on device d
         return gidx[p.group[i]] * D + d
     s0, c_col = G * D, G * D + n
     width = c_col + 1
     cross = [(i, j, e) for i in range(n) for j, e in p.succs[i] if p.group[i] != p.group[j]
-             and max(p.comm(e, a, b) for a in range(D) for b in range(D)) > 0]
+             and max(comm(e, a, b) for a in range(D) for b in range(D)) > 0]
     q0 = width
     width += len(cross)
     pairs = _unordered_pairs(p, busy)
@@ -146,13 +152,13 @@ def solve(p: Problem, time_limit: float = TIME_LIMIT_S) -> ExactResult:
     for d, dev in enumerate(p.devices):
         if np.isfinite(dev.memory) and any(mem):
             rows.add([(g * D + d, mem[g]) for g in range(G) if mem[g]], -np.inf, dev.memory)
-    work = {i: [(x(i, d), -p.w[i][d]) for d in range(D) if p.w[i][d]] for i in range(n)}
+    work = {i: [(x(i, d), -w[i][d]) for d in range(D) if w[i][d]] for i in range(n)}
     q_of = {}
     for k, (i, j, e) in enumerate(cross):
         q_of[(i, j)] = q0 + k
         for a in range(D):
             for b in range(D):
-                c = p.comm(e, a, b)
+                c = comm(e, a, b)
                 if a != b and c > 0:
                     rows.add([(x(i, a), c), (x(j, b), c), (q0 + k, -1.0)], -np.inf, c)
     for i in range(n):
@@ -166,12 +172,12 @@ def solve(p: Problem, time_limit: float = TIME_LIMIT_S) -> ExactResult:
         for d in range(D):
             both = [(x(i, d), -M), (x(j, d), -M)] if p.group[i] != p.group[j] else \
                 [(x(i, d), -2 * M)]
-            rows.add([(s0 + j, 1.0), (s0 + i, -1.0), (o, -M)] + both, p.w[i][d] - 3 * M, np.inf)
-            rows.add([(s0 + i, 1.0), (s0 + j, -1.0), (o, M)] + both, p.w[j][d] - 2 * M, np.inf)
+            rows.add([(s0 + j, 1.0), (s0 + i, -1.0), (o, -M)] + both, w[i][d] - 3 * M, np.inf)
+            rows.add([(s0 + i, 1.0), (s0 + j, -1.0), (o, M)] + both, w[j][d] - 2 * M, np.inf)
 
     lo, hi = np.zeros(width), np.full(width, 1.0)
-    hi[s0:c_col + 1] = U
-    hi[q0:o0] = [max(p.comm(e, a, b) for a in range(D) for b in range(D)) for _, _, e in cross]
+    hi[s0:c_col + 1] = 1.0
+    hi[q0:o0] = [max(comm(e, a, b) for a in range(D) for b in range(D)) for _, _, e in cross]
     integrality = np.zeros(width)
     integrality[:s0] = 1
     integrality[o0:] = 1
@@ -183,7 +189,7 @@ def solve(p: Problem, time_limit: float = TIME_LIMIT_S) -> ExactResult:
     res = milp(cost, constraints=rows.constraint(width), integrality=integrality,
                bounds=Bounds(lo, hi), options={"time_limit": float(time_limit)})
     dual = getattr(res, "mip_dual_bound", None)
-    dual = 0.0 if dual is None or not np.isfinite(dual) else float(dual)
+    dual = 0.0 if dual is None or not np.isfinite(dual) else float(dual) * unit
     from_solver = False
     schedule = heuristic
     if res.x is not None:
