@@ -3,9 +3,9 @@
     python benchmarks/optimality.py [--quick] [--time-limit S] [--out benchmarks/results]
 
 Small graphs, two kinds: random layered DAGs (10-18 ops, random op and transfer times, on 2-4
-devices, identical or not) and real models coarsened (LeNet and AlexNet's training steps on
-simulated V100s, TensorFlow's analytical op times, ops merged by name scope: a layer's forward
-ops, its gradient ops, its update; cycles the merge makes are merged too). On each, the exact
+devices, identical or not) and real models coarsened (LeNet, AlexNet and VGG-19's training
+steps on simulated V100s, TensorFlow's analytical op times, ops merged by name scope: a
+layer's forward ops, its gradient ops; cycles the merge makes are merged too). On each, the exact
 program (``fastt.sched.exact``, HiGHS) gives the optimal makespan under DPOS's model of a step
 (links without contention), and each placer's makespan under the same model is set against it:
 DPOS, HEFT, m-TOPO, m-ETF, m-SCT, and OS-DPOS (on these graphs no op has a split rule, so
@@ -79,8 +79,9 @@ def coarsened(model: str, spec: str) -> tuple[str, Problem]:
     step = graph.fan_in(fetch)
     p = compiler(ds.devices, StaticCosts(seconds, ds), step)(step)
 
-    tops = {n.split("/")[0] for n in p.names if not n.startswith("gradients/")}
-    depth = 2 if len(tops) < 4 else 1  # tf-slim nets put every layer under the net's scope
+    tops = [n.split("/")[0] for n in p.names if not n.startswith("gradients/")]
+    # tf-slim nets put every layer under the net's own scope
+    depth = 2 if max(map(tops.count, set(tops))) > len(tops) / 2 else 1
 
     def scope(name: str) -> str:
         grad = name.startswith("gradients/")
@@ -205,7 +206,7 @@ def main() -> None:
     graphs = [layered(rnd, k) for k in range(6 if args.quick else 16)]
     if not args.quick:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        graphs += [coarsened(m, spec) for m in ("lenet", "alexnet")
+        graphs += [coarsened(m, spec) for m in ("lenet", "alexnet", "vgg_19")
                    for spec in ("2xV100", "4xV100")]
     doc = {"meta": {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
                                f"{platform.python_version()}",
