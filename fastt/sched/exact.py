@@ -111,8 +111,10 @@ def _identical(p: Problem) -> bool:
     return same_w and len(links) <= 1 and len({d.memory for d in p.devices}) == 1
 
 
-def solve(p: Problem, time_limit: float = TIME_LIMIT_S) -> ExactResult:
-    """The program above for ``p``; raises ``TooLarge`` above ``MAX_OPS`` ops."""
+def solve(p: Problem, time_limit: float | None = None) -> ExactResult:
+    """The program above for ``p``, for at most ``time_limit`` seconds (default
+    ``TIME_LIMIT_S``); raises ``TooLarge`` above ``MAX_OPS`` ops."""
+    time_limit = TIME_LIMIT_S if time_limit is None else time_limit
     if p.n > MAX_OPS:
         raise TooLarge(f"the exact program takes graphs of at most {MAX_OPS} ops; this one has "
                        f"{p.n} (its rows grow with the square of the ops)")
@@ -248,7 +250,7 @@ def _replayed(p: Problem, device: list[int], orders: list[list[int]]) -> Schedul
     return Schedule(list(device), r.start, r.finish)
 
 
-def exact(p: Problem, time_limit: float = TIME_LIMIT_S) -> Schedule:
+def exact(p: Problem, time_limit: float | None = None) -> Schedule:
     """The exact strategy's schedule of ``p`` (``solve``), its gap logged."""
     r = solve(p, time_limit)
     how = "optimal" if r.optimal else f"within {100 * r.gap:.1f}% of HiGHS's bound"
