@@ -16,6 +16,7 @@ class FakeStrategy:
     name: str
     predicted_step_time_s: float
     devices: list = field(default_factory=lambda: ["a", "b"])
+    ordered: bool = True
 
 
 class FakeBackend:
@@ -36,6 +37,7 @@ class FakeBackend:
         self.traced = []  # per step: whether it was traced
         self.rng = np.random.default_rng(0)
         self.drift = drift  # clock -> factor on every step time (the machine drifting)
+        self.planned_fifo: set[str] = set()  # "<name>/fifo": planned in TensorFlow's order
 
     def starting_strategy(self):
         return "data-parallel"
@@ -52,7 +54,8 @@ class FakeBackend:
         if self.fail_on == "plan":
             raise RuntimeError("planner broke")
         self.plans.append(name)
-        return FakeStrategy(name, self.predicted.get(name, 0.001))
+        return FakeStrategy(name, self.predicted.get(name, 0.001),
+                            ordered=name + "/fifo" not in self.planned_fifo)
 
     def predict(self, strategy, fifo=False):
         return self.predicted.get(strategy.name + ("/fifo" if fifo else ""), 0.001)
@@ -361,3 +364,16 @@ def test_the_order_is_enforced_only_where_it_measures_faster(fifo_time, kept, ca
     assert any("strategy 2 (data-parallel, FIFO order)" in r.message for r in caplog.records)
     until(ctl, b, lambda: ctl.phase == "steady")
     assert len(ctl.history) == 2  # tried once
+
+
+def test_a_plan_predicted_faster_in_tensorflows_order_runs_in_it_from_the_start():
+    b = FakeBackend({None: 0.010, "data-parallel": 0.009, "data-parallel/fifo": 0.006},
+                    predicted={"data-parallel": 0.006})
+    b.planned_fifo.add("data-parallel/fifo")
+    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
+                              max_rounds=1), b)
+    until(ctl, b, decided(ctl, 1))
+    (entry,) = ctl.history
+    assert not entry.ordered and entry.status == "active" and not b.ordered
+    until(ctl, b, lambda: ctl.phase == "steady")
+    assert len(ctl.history) == 1  # no second trial of the same order

@@ -183,3 +183,21 @@ def test_a_planning_says_again_why_a_layout_does_not_fit():
     for _ in range(2):
         with pytest.raises(DoesNotFit, match="every replica"):
             plan(g, tiny, costs(ds, g), "data-parallel", shared=shared)
+
+
+def test_os_dpos_keeps_its_order_only_where_the_simulator_says_it_pays(monkeypatch):
+    from fastt.sched import strategy as st
+    ds = parse("2xV100")
+    g = training_graph(B=16)
+    c = costs(ds, g)
+    planned = plan(g, ds.devices, c, "os-dpos")
+    assert planned.ordered and planned.to_dict()["ordered"] is True  # its order is faster here
+    fifo = st._replay_fifo
+    assert all(f > planned.simulated_step_time_s for f in [
+        st.replay(planned, ds.devices, c, g, link_concurrency=1, fifo=True)[1].makespan])
+    # where the first-come order runs the same placement faster, that order is kept
+    monkeypatch.setattr(st, "_replay_fifo", lambda p, s: tuple(0.5 * t for t in fifo(p, s)))
+    faster = plan(g, ds.devices, c, "os-dpos")
+    assert not faster.ordered and faster.placement == planned.placement
+    assert faster.simulated_step_time_s < planned.simulated_step_time_s
+    assert plan(g, ds.devices, c, "dpos").ordered  # DPOS stays pure DPOS

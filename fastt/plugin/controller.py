@@ -166,8 +166,10 @@ class Controller:
                          1e3 * current)
                 self._next_round()
                 return
+        # a plan predicted faster in TensorFlow's own order runs in it from the start
         self._measure_entry(Entry(len(self.history) + 1, name, strategy,
-                                  strategy.predicted_step_time_s, step=self.step))
+                                  strategy.predicted_step_time_s, step=self.step,
+                                  ordered=getattr(strategy, "ordered", True)))
 
     def _try_fifo(self, kept: Entry) -> None:
         """The plan just kept, with TensorFlow's own order instead of the planned one: the

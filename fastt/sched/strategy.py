@@ -66,6 +66,9 @@ class Strategy:
     dpos_runs: int = 0
     fetches: list[str] = field(default_factory=list)  # the training step it was planned for
     note: str = ""  # what its placer said of it (the exact program: optimal, or its gap)
+    # False: TensorFlow's own first-come order runs the placement faster than ``order``
+    # (the step times are then that order's)
+    ordered: bool = True
 
     def ops_per_device(self) -> dict[str, int]:
         counts = {d: 0 for d in self.devices}
@@ -81,7 +84,7 @@ class Strategy:
                 "plan_time_s": self.plan_time_s, "dpos_runs": self.dpos_runs,
                 "splits": [s.to_list() for s in self.splits],
                 "split_details": [s.details() for s in self.splits], "fetches": self.fetches,
-                "placement": self.placement, "order": self.order}
+                "placement": self.placement, "order": self.order, "ordered": self.ordered}
 
 
 def peak_memory_one_device(graph: Graph) -> float:
@@ -150,6 +153,12 @@ def _replay(p: Problem, s: Schedule) -> tuple[float, float]:
     free = simulate(p, s.device, orders, link_concurrency=None).makespan
     contended = simulate(p, s.device, orders, link_concurrency=1).makespan
     return free, contended
+
+
+def _replay_fifo(p: Problem, s: Schedule) -> tuple[float, float]:
+    """``_replay`` of ``s``'s placement in TensorFlow's own first-come order."""
+    return (simulate_fifo(p, s.device, link_concurrency=None).makespan,
+            simulate_fifo(p, s.device, link_concurrency=1).makespan)
 
 
 def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
@@ -254,6 +263,11 @@ class Planning:
         time per link direction."""
         return self._get(("replay", id(p), id(s)), lambda: _replay(p, s), (p, s))
 
+    def replay_fifo(self, p: Problem, s: Schedule) -> tuple[float, float]:
+        """``replay`` of ``s``'s placement with no order enforced (first come, first
+        served)."""
+        return self._get(("fifo", id(p), id(s)), lambda: _replay_fifo(p, s), (p, s))
+
     def layout(self, layout: str) -> Start:
         """The data-parallel starting graph of ``layout`` over the devices; ``NoBatch`` or
         ``DoesNotFit`` (every time) when there is none."""
@@ -304,14 +318,20 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
         best, replicas = min(cands, key=lambda cand: cand[0].makespan)
         runs = len(cands) if k.name == "dpos" else 0
     g, p, s, splits = best.graph, best.problem, best.schedule, best.splits
-    predicted, simulated = (t + step_overhead(shared.costs) for t in shared.replay(p, s))
+    times, ordered = shared.replay(p, s), True
+    if k.search:  # OS-DPOS keeps its order only where the simulator says it pays
+        fifo = shared.replay_fifo(p, s)
+        if fifo[::-1] < times[::-1]:
+            times, ordered = fifo, False
+    predicted, simulated = (t + step_overhead(shared.costs) for t in times)
     plan_time = shared.alone_s(time.perf_counter() - t0)
     names = [d.name for d in shared.devices]
     return Strategy(name=k.name, devices=names, graph=g,
                     placement={p.names[i]: names[s.device[i]] for i in range(p.n)},
                     order=[p.names[i] for i in s.order()], predicted_step_time_s=predicted,
                     simulated_step_time_s=simulated, plan_time_s=plan_time,
-                    splits=forced + splits, replicas=replicas, dpos_runs=runs, note=s.note)
+                    splits=forced + splits, replicas=replicas, dpos_runs=runs, note=s.note,
+                    ordered=ordered)
 
 
 def _searched(shared: Planning, starts: list[Start], workers: int,
