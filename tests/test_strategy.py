@@ -201,3 +201,7 @@ def test_os_dpos_keeps_its_order_only_where_the_simulator_says_it_pays(monkeypat
     assert not faster.ordered and faster.placement == planned.placement
     assert faster.simulated_step_time_s < planned.simulated_step_time_s
     assert plan(g, ds.devices, c, "dpos").ordered  # DPOS stays pure DPOS
+    from fastt.inspect import trace  # its predicted step is drawn in the order it keeps
+    for s, fifo_order in ((planned, False), (faster, True)):
+        shown = trace.predicted(s, ds.devices, c, g)["otherData"]["fastt"]["step_time_s"]
+        assert shown == st.replay(s, ds.devices, c, g, fifo=fifo_order)[1].makespan

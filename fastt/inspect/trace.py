@@ -41,9 +41,11 @@ class Slice:
 
 def predicted(strategy: Strategy, devices: Sequence[Device], costs: CostSource,
               original: Graph, copy_bytes_per_s: float = 10e9) -> dict[str, Any]:
-    """The step ``strategy`` predicts under ``costs``: its placement and order replayed with
-    contention-free links (its ``predicted_step_time_s``)."""
-    p, r = replay(strategy, devices, costs, original, copy_bytes_per_s)
+    """The step ``strategy`` predicts under ``costs``: its placement and order (TensorFlow's
+    own when it keeps none) replayed with contention-free links (its
+    ``predicted_step_time_s``)."""
+    p, r = replay(strategy, devices, costs, original, copy_bytes_per_s,
+                  fifo=not strategy.ordered)
     names = [d.name for d in devices]
     slices = [Slice(names[r.device[i]], r.start[i], r.finish[i], p.names[i],
                     args={"type": strategy.graph[p.names[i]].type})
