@@ -66,7 +66,7 @@ def simulated_section(sim: dict, out: str) -> list[str]:
         for model, r in rows:
             st = r["strategies"]
             dp = st.get("data-parallel", {}).get("simulated_s")
-            cells = [_fmt(st[s].get("speedup_over_dp")) for s in strategies]
+            cells = [_fmt(st.get(s, {}).get("speedup_over_dp")) for s in strategies]
             ps = st.get("data-parallel-ps", {}).get("simulated_s")
             fastt = st.get("os-dpos", {}).get("simulated_s")
             lines.append(f"| {model} | {r['devices']} | {r['batch']} | "
@@ -84,7 +84,7 @@ def simulated_section(sim: dict, out: str) -> list[str]:
     for model, r in rows:
         st = r["strategies"]
         lines.append(f"| {model} | {r['devices']} | {ops.get(model)} | " + " | ".join(
-            _fmt(st[s].get("plan_time_s")) for s in strategies) +
+            _fmt(st.get(s, {}).get("plan_time_s")) for s in strategies) +
             f" | {st.get('os-dpos', {}).get('dpos_runs', 'n/a')} |")
     lines += ["", "### Ablations of OS-DPOS (strong scaling)", "",
               "Ordering: OS-DPOS's placement run first come, first served (TensorFlow's own "

@@ -158,6 +158,9 @@ def main() -> None:
                                      "direction"},
                   "models": []}
     doc["meta"]["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    # the registry's strategies, also when rows of an older run are kept (their strategies
+    # missing from a row read n/a)
+    doc["meta"]["strategies"] = list(STRATEGIES)
     order = [m.name for m in zoo_models.SIMULATED]
     for m in models:  # written after each model
         doc["models"] = with_row(doc["models"], bench(m, scalings), order)
