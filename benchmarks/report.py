@@ -26,7 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 SHORT = {"single": "single", "data-parallel": "DP", "data-parallel-ps": "DP-PS", "dpos": "DPOS",
          "os-dpos": "OS-DPOS",
-         "heft": "HEFT", "m-topo": "m-TOPO", "m-etf": "m-ETF", "m-sct": "m-SCT"}
+         "heft": "HEFT", "m-topo": "m-TOPO", "m-etf": "m-ETF", "m-sct": "m-SCT", "exact": "exact"}
 
 
 def _load(out: str, name: str) -> dict | None:
