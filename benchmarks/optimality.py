@@ -32,8 +32,7 @@ from fastt.errors import FasttError  # noqa: E402
 from fastt.sched import Device, Problem, baselines, dpos  # noqa: E402
 from fastt.sched.bounds import c_max  # noqa: E402
 from fastt.sched.exact import solve  # noqa: E402
-from fastt.sched.schedule import Schedule  # noqa: E402
-from fastt.sched.simulate import simulate  # noqa: E402
+from fastt.sched.strategy import replay_schedule  # noqa: E402
 
 PLACERS = {"DPOS": dpos, "HEFT": baselines.heft, "m-TOPO": baselines.m_topo,
            "m-ETF": baselines.m_etf, "m-SCT": baselines.m_sct, "single": baselines.single}
@@ -115,12 +114,6 @@ def coarsened(model: str, spec: str) -> tuple[str, Problem]:
     return f"{model} coarsened ({spec})", q
 
 
-def _contention_free(p: Problem, s: Schedule) -> tuple[float, float]:
-    orders = s.device_orders(p.num_devices)
-    return (simulate(p, s.device, orders, link_concurrency=None).makespan,
-            simulate(p, s.device, orders, link_concurrency=1).makespan)
-
-
 def case(name: str, p: Problem, time_limit: float) -> dict:
     t = time.perf_counter()
     opt = solve(p, time_limit)
@@ -138,7 +131,7 @@ def case(name: str, p: Problem, time_limit: float) -> dict:
         except FasttError as e:
             row["placers"][label] = {"error": str(e)}
             continue
-        replays[label] = _contention_free(p, s)
+        replays[label] = replay_schedule(p, s)
         row["placers"][label] = {"makespan_s": replays[label][0]}
     # OS-DPOS with nothing to split: of its starting plans, the fastest with one transfer at
     # a time per link (ties: the contention-free one)

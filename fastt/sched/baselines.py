@@ -32,7 +32,7 @@ from fastt.sched.simulate import simulate, simulate_fifo
 from fastt.sched.splitting import PART_SHAPE
 
 
-def _timed(p: Problem, device: list[int], order: list[int]) -> Schedule:
+def timed(p: Problem, device: list[int], order: list[int]) -> Schedule:
     """Start and finish times of ``order`` run on ``device`` (contention-free transfers)."""
     orders: list[list[int]] = [[] for _ in range(p.num_devices)]
     for i in order:
@@ -47,7 +47,7 @@ def single(p: Problem) -> Schedule:
     if not fits:
         raise DoesNotFit("the graph does not fit in any single device's memory")
     best = min(fits, key=lambda d: (sum(row[d] for row in p.w), d))
-    return _timed(p, [best] * p.n, p.topo)
+    return timed(p, [best] * p.n, p.topo)
 
 
 def heft(p: Problem) -> Schedule:
@@ -92,7 +92,7 @@ def m_topo(p: Problem) -> Schedule:
             group_dev[g] = d
             used[d] += gmem[g]
         device[i] = group_dev[g]
-    return _timed(p, device, p.topo)
+    return timed(p, device, p.topo)
 
 
 def m_etf(p: Problem) -> Schedule:

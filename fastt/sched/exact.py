@@ -43,7 +43,6 @@ from fastt.sched import baselines
 from fastt.sched.dpos import dpos
 from fastt.sched.problem import Problem
 from fastt.sched.schedule import Schedule
-from fastt.sched.simulate import simulate
 
 log = logging.getLogger("fastt")
 
@@ -178,7 +177,6 @@ def solve(p: Problem, time_limit: float | None = None) -> ExactResult:
             rows.add([(s0 + i, 1.0), (s0 + j, -1.0), (o, M)] + both, w[j][d] - 2 * M, np.inf)
 
     lo, hi = np.zeros(width), np.full(width, 1.0)
-    hi[s0:c_col + 1] = 1.0
     hi[q0:o0] = [max(comm(e, a, b) for a in range(D) for b in range(D)) for _, _, e in cross]
     integrality = np.zeros(width)
     integrality[:s0] = 1
@@ -197,10 +195,7 @@ def solve(p: Problem, time_limit: float | None = None) -> ExactResult:
     if res.x is not None:
         device = [int(np.argmax(res.x[x(i, 0):x(i, 0) + D])) for i in range(n)]
         start = res.x[s0:c_col]
-        orders: list[list[int]] = [[] for _ in range(D)]
-        for i in _by_start(p, start):
-            orders[device[i]].append(i)
-        solved = _replayed(p, device, orders)
+        solved = baselines.timed(p, device, _by_start(p, start))
         if solved.makespan < schedule.makespan - 1e-12:
             schedule, from_solver = solved, True
     span = schedule.makespan
@@ -220,7 +215,7 @@ def _best_heuristic(p: Problem) -> Schedule:
             s = placer(p)
         except DoesNotFit:
             continue
-        plans.append(_replayed(p, s.device, s.device_orders(p.num_devices)))
+        plans.append(baselines.timed(p, s.device, s.order()))
     if not plans:
         raise DoesNotFit("no list scheduler fits the graph in the devices' memory")
     return min(plans, key=lambda s: s.makespan)
@@ -242,12 +237,6 @@ def _by_start(p: Problem, start: np.ndarray) -> list[int]:
             if not waiting[j]:
                 heapq.heappush(ready, (float(start[j]), pos[j], j))
     return out
-
-
-def _replayed(p: Problem, device: list[int], orders: list[list[int]]) -> Schedule:
-    """The schedule of ``orders`` as the simulator runs it (links without contention)."""
-    r = simulate(p, device, orders, link_concurrency=None)
-    return Schedule(list(device), r.start, r.finish)
 
 
 def exact(p: Problem, time_limit: float | None = None) -> Schedule:

@@ -148,7 +148,9 @@ def _feasible(attempts: list[Any]) -> list[Any]:
     return results
 
 
-def _replay(p: Problem, s: Schedule) -> tuple[float, float]:
+def replay_schedule(p: Problem, s: Schedule) -> tuple[float, float]:
+    """Schedule ``s`` of ``p`` simulated with free links and with one transfer at a time per
+    link direction (makespans)."""
     orders = s.device_orders(p.num_devices)
     free = simulate(p, s.device, orders, link_concurrency=None).makespan
     contended = simulate(p, s.device, orders, link_concurrency=1).makespan
@@ -156,7 +158,7 @@ def _replay(p: Problem, s: Schedule) -> tuple[float, float]:
 
 
 def _replay_fifo(p: Problem, s: Schedule) -> tuple[float, float]:
-    """``_replay`` of ``s``'s placement in TensorFlow's own first-come order."""
+    """``replay_schedule`` of ``s``'s placement in TensorFlow's own first-come order."""
     return (simulate_fifo(p, s.device, link_concurrency=None).makespan,
             simulate_fifo(p, s.device, link_concurrency=1).makespan)
 
@@ -261,7 +263,7 @@ class Planning:
     def replay(self, p: Problem, s: Schedule) -> tuple[float, float]:
         """Schedule ``s`` of ``p`` simulated with free links and with one transfer at a
         time per link direction."""
-        return self._get(("replay", id(p), id(s)), lambda: _replay(p, s), (p, s))
+        return self._get(("replay", id(p), id(s)), lambda: replay_schedule(p, s), (p, s))
 
     def replay_fifo(self, p: Problem, s: Schedule) -> tuple[float, float]:
         """``replay`` of ``s``'s placement with no order enforced (first come, first
