@@ -55,8 +55,8 @@ import tensorflow as tf  # noqa: E402
 
 from benchmarks import models as zoo_models  # noqa: E402
 from benchmarks import mwms  # noqa: E402
-from benchmarks.common import block, keeps_candidate, previous_full_run, training_session, \
-    with_row, write_json  # noqa: E402
+from benchmarks.common import block, keeps_candidate, previous_full_run, real_arguments, \
+    training_session, with_row, write_json  # noqa: E402
 
 from fastt.adapters.engine import Engine  # noqa: E402
 from fastt.cluster import LocalCluster  # noqa: E402
@@ -219,14 +219,7 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
 
 
 def main() -> None:
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="two models, few steps")
-    ap.add_argument("--models", nargs="*", help="model names (default: all)")
-    ap.add_argument("--steps", type=int, default=10, help="steps per timed block")
-    ap.add_argument("--repeats", type=int, default=5, help="blocks per variant (>= 3)")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
-    args = ap.parse_args()
+    args = real_arguments(__doc__)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.getLogger("fastt").setLevel(logging.ERROR)
     tf1.disable_eager_execution()

@@ -28,7 +28,8 @@ def _progress(what: str) -> Any:
 def _plan(args: argparse.Namespace) -> int:
     from fastt import plan_cmd
     graph = plan_cmd.load(args.graph, args.model, args.batch_size)
-    setup = plan_cmd.prepare(graph, args.devices, args.costs, args.fetch or (), args.bucket_mb)
+    setup = plan_cmd.prepare(graph, args.devices, args.costs, args.fetch or (), args.bucket_mb,
+                             args.transfer_priorities)
     compare = args.command == "compare"
     print(f"planning {'every strategy' if compare else args.strategy}...", file=sys.stderr,
           flush=True)
@@ -176,6 +177,10 @@ def _graph_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bucket-mb", type=float, default=25.0,
                    help="gradient bucket of data parallelism's ring all-reduce (default 25; "
                         "0: each gradient on its own)")
+    p.add_argument("--transfer-priorities", choices=("auto", "on", "off"), default="auto",
+                   help="send the weights a step reads from another device in the order "
+                        "their consumers need them: where the simulator predicts it faster "
+                        "(auto, the default), always, or never")
 
 
 def _positive(text: str) -> int:

@@ -3,7 +3,8 @@ each order mechanism, trains like the original. ``python -m tests.equivalence NA
 one case in a process of its own (each builds and drops dozens of graphs: in one long-lived
 process their memory is never returned) and exits non-zero with the mismatch;
 ``python -m tests.equivalence --cluster [NAME...]`` checks both data-parallel layouts over a
-local 2-worker gRPC cluster."""
+local 2-worker gRPC cluster; ``--priorities [NAME...]`` the parameter-server layout with its
+weight transfers ordered, in-process and on the cluster."""
 import sys
 
 import numpy as np
@@ -19,6 +20,7 @@ from fastt.sched.device_spec import DeviceSet, parse
 from fastt.sched.problem import Device
 from fastt.sched.split_rules import rules
 from fastt.sched.splitting import Split
+from fastt.sched import transfer_order
 from fastt.sched.strategy import plan
 from tf_patches import priority_executor
 
@@ -187,37 +189,86 @@ def _reference(m, ir, D):
 CLUSTER_MODELS = [n for n in MODELS if n not in HEAVY]
 
 
+def _workers(cluster):
+    """The cluster's two workers and a device set over them."""
+    devices = [Device(cluster.device(i)) for i in range(2)]
+    return devices, DeviceSet("CPU", devices, {(a.name, b.name): (1e-4, 1e9)
+                                               for a in devices for b in devices if a != b})
+
+
+def _case(name):
+    """Model ``name``, its IR, its (losses, variables) on 2 devices, its tolerances."""
+    m, ir = build(name)
+    return m, ir, _reference(m, ir, 2), TOL[MODELS[name][0]]
+
+
+def _assert_trains_like(got, want, ir, tol, where):
+    """(losses, variables) ``got`` as ``want`` within ``tol`` (rtol, atol)."""
+    np.testing.assert_allclose(got[0], want[0], rtol=tol[0], atol=tol[1], err_msg=where)
+    for v, a, b in zip(_variables(ir), got[1], want[1]):
+        np.testing.assert_allclose(a, b, rtol=tol[0], atol=tol[1],
+                                   err_msg=f"{where} variable {v}")
+
+
 def check_cluster(names):
     """Both data-parallel layouts of each model over a local cluster of 2 gRPC workers (one
     core each): the losses and variables of the original graph run in-process. Workers keep
     variables across sessions, so their containers are reset before each run."""
     with LocalCluster(workers=2) as cluster:
-        devices = [Device(cluster.device(i)) for i in range(2)]
-        ds = DeviceSet("CPU", devices, {(a.name, b.name): (1e-4, 1e9) for a in devices
-                                        for b in devices if a != b})
+        devices, ds = _workers(cluster)
         for name in names:
-            m, ir = build(name)
-            ref_losses, ref_values = _reference(m, ir, 2)
-            rtol, atol = TOL[MODELS[name][0]]
+            m, ir, ref, tol = _case(name)
             costs = StaticCosts({o.name: 1e-4 for o in ir}, ds)
             for mode in ("data-parallel", "data-parallel-ps"):
                 s = plan(ir, devices, costs, mode, fetches=[m.train_op.name, m.loss.name])
                 assert set(s.placement.values()) == {d.name for d in devices}
                 tf1.Session.reset(cluster.target)
-                losses, values = _run_with_values(rewrite(ir, s, enforce_order=True), m, ir,
-                                                  2, copies=mirrors(s.graph),
-                                                  target=cluster.target)
-                np.testing.assert_allclose(losses, ref_losses, rtol=rtol, atol=atol,
-                                           err_msg=f"{name} {mode} on the cluster")
-                for v, got, want in zip(_variables(ir), values, ref_values):
-                    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol,
-                                               err_msg=f"{name} {mode} variable {v}")
+                got = _run_with_values(rewrite(ir, s, enforce_order=True), m, ir, 2,
+                                       copies=mirrors(s.graph), target=cluster.target)
+                _assert_trains_like(got, ref, ir, tol, f"{name} {mode} on the cluster")
             print(f"{name}: both layouts as the original on the cluster", flush=True)
+
+
+# Reference and resource variables, BatchNorm, an LSTM's loop: the weight transfers ordered.
+PRIORITY_MODELS = ["lenet_ref", "small_cnn", "lstm_lm"]
+
+
+def check_priorities(names):
+    """The parameter-server layout with its weight transfers ordered by need
+    (``fastt.sched.transfer_order``, every weight a group of its own so that every link
+    is chained), in-process under each order mechanism and over a local 2-worker cluster:
+    the losses and variables of the original graph."""
+    transfer_order.GROUP_BYTES = 0
+    with LocalCluster(workers=2) as cluster:
+        devices, ds = _workers(cluster)
+        for name in names:
+            m, ir, ref, tol = _case(name)
+            fetches = [m.train_op.name, m.loss.name]
+            local = plan(ir, parse("2xCPU").devices, StaticCosts({o.name: 1e-4 for o in ir},
+                                                                 parse("2xCPU")),
+                         "data-parallel-ps", fetches=fetches, transfer_priorities="on")
+            remote = plan(ir, devices, StaticCosts({o.name: 1e-4 for o in ir}, ds),
+                          "data-parallel-ps", fetches=fetches, transfer_priorities="on")
+            for s, order, target in ((local, "none", ""), (local, "priority", ""),
+                                     (remote, "control", cluster.target)):
+                ordered = s.transfer_priorities
+                assert ordered and ordered["kept"] and ordered["transfers"] >= 4, ordered
+                if target:
+                    tf1.Session.reset(target)
+                gd = rewrite(ir, s, enforce_order=order == "control",
+                             priority=order == "priority")
+                got = _run_with_values(gd, m, ir, 2, priority=order == "priority",
+                                       target=target)
+                _assert_trains_like(got, ref, ir, tol, f"{name} ordered transfers, "
+                                    f"order={order}, {target or 'in-process'}")
+            print(f"{name}: ordered weight transfers train as the original", flush=True)
 
 
 if __name__ == "__main__":
     tf1.disable_eager_execution()
     if sys.argv[1] == "--cluster":
         check_cluster(sys.argv[2:] or CLUSTER_MODELS)
+    elif sys.argv[1] == "--priorities":
+        check_priorities(sys.argv[2:] or PRIORITY_MODELS)
     else:
         check(sys.argv[1], int(sys.argv[2]))

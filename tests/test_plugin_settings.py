@@ -24,6 +24,13 @@ def test_values_are_read():
     assert not s.order and not s.split and s.strict and s.log_level == "DEBUG"
 
 
+@pytest.mark.parametrize("raw, mode", [("", "auto"), ("auto", "auto"), ("1", "on"),
+                                       ("on", "on"), ("off", "off"), ("false", "off")])
+def test_transfer_priorities_are_auto_on_or_off(raw, mode):
+    assert from_env({"FASTT_TRANSFER_PRIORITIES": raw}).transfer_priorities == mode
+    assert Settings().transfer_priorities == "auto"
+
+
 def test_device_lists():
     names, cpus = parse_devices("/device:CPU:0, /device:CPU:2")
     assert names == [LOCAL_CPU.format(0), LOCAL_CPU.format(2)] and cpus == 3
@@ -49,6 +56,7 @@ def test_device_lists():
     ({"FASTT_SPLIT": "2"}, "FASTT_SPLIT"),
     ({"FASTT_STRICT": "y"}, "FASTT_STRICT"),
     ({"FASTT_LOG_LEVEL": "loud"}, "FASTT_LOG_LEVEL"),
+    ({"FASTT_TRANSFER_PRIORITIES": "first"}, "FASTT_TRANSFER_PRIORITIES"),
 ])
 def test_invalid_values_name_the_variable(env, variable):
     with pytest.raises(SettingsError, match=variable):

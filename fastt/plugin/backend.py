@@ -55,7 +55,8 @@ class PluginBackend:
     def plan(self, name: str) -> Strategy:
         self._probed()
         s = self.engine.plan(name, split=self.settings.split,
-                             bucket_bytes=self.settings.bucket_mb * 2 ** 20)
+                             bucket_bytes=self.settings.bucket_mb * 2 ** 20,
+                             transfer_priorities=self.settings.transfer_priorities)
         log.info("fastt: planned %s in %.2f s: predicted %.2f ms/step, %d splits", name,
                  s.plan_time_s, 1e3 * s.predicted_step_time_s, len(s.splits))
         return s

@@ -35,6 +35,17 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise SettingsError(f"{name}={raw!r}: expected 1/0 (or true/false, on/off, yes/no)")
 
 
+def _auto_flag(env: Mapping[str, str], name: str) -> str:
+    """``auto`` (the default), ``on`` or ``off`` (a flag's other spellings too)."""
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "auto"):
+        return "auto"
+    try:
+        return "on" if _flag(env, name, True) else "off"
+    except SettingsError:
+        raise SettingsError(f"{name}={env[name]!r}: expected auto, on or off") from None
+
+
 def _number(env: Mapping[str, str], name: str, default: float, parse: type,
             ok: Callable[[float], bool], expected: str) -> Any:
     """``env[name]`` read by ``parse`` (``default`` when unset); ``expected`` names what
@@ -100,6 +111,7 @@ class Settings:
     logical_cpus: int = 1
     strategy: str = "os-dpos"
     bucket_mb: float = 25.0  # the ring all-reduce's gradient buckets
+    transfer_priorities: str = "auto"  # weight transfers ordered by need: auto, on, off
     dump_dir: str = ""
     warmup_steps: int = 5
     profile_steps: int = 3
@@ -152,6 +164,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     return Settings(
         enabled=enabled, devices=devices, logical_cpus=cpus, strategy=strategy,
         bucket_mb=_real(env, "FASTT_BUCKET_MB", 25.0, float("inf"), "megabytes >= 0"),
+        transfer_priorities=_auto_flag(env, "FASTT_TRANSFER_PRIORITIES"),
         dump_dir=env.get("FASTT_DUMP_DIR", "").strip(),
         warmup_steps=_count(env, "FASTT_WARMUP_STEPS", 5, 2),
         profile_steps=_count(env, "FASTT_PROFILE_STEPS", 3, 1),

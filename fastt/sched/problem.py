@@ -18,6 +18,9 @@ from fastt.errors import FasttError
 from fastt.ir import Graph, Op
 from fastt.op_types import COLLECTIVE_TYPES
 
+TRANSFER_SCOPE = "fastt_transfers"  # the gates of ordered weight transfers (transfer_order)
+TRANSFER_STREAM = 2  # the stream they run on
+
 
 @dataclass(frozen=True, slots=True)
 class Device:
@@ -56,7 +59,8 @@ class Problem:
     # (``shared_cores``); default: each device its own.
     cores: list[int] = field(default_factory=list)
     # Per op: the stream of its device it runs on (0: compute; 1: collectives, NCCL's own
-    # stream, beside the compute stream); default: all 0.
+    # stream, beside the compute stream; 2: the gates of ordered weight transfers,
+    # ``fastt.sched.transfer_order``); default: all 0.
     stream: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -205,6 +209,8 @@ class Problem:
             if graph[name].type in COLLECTIVE_TYPES:
                 stream[i] = 1
                 w[i] = _collective_seconds(graph[name], links)
+            elif graph[name].meta.split_of == TRANSFER_SCOPE:
+                stream[i] = TRANSFER_STREAM
         share = getattr(costs, "transfer_cpu", None)
         cpu = [[share(a, b) if share and a != b else (0.0, 0.0) for b in devs] for a in devs]
         reach = getattr(costs, "device_step", None)

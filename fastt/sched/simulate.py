@@ -6,7 +6,8 @@ there. A tensor needed on another device is sent once per device when its produc
 one transfer at a time per direction by default (``link_concurrency=None``: unlimited, DPOS's
 own assumption, so replaying a DPOS schedule reproduces its predicted finish time). Ops of
 another stream (``Problem.stream``: NCCL's collectives) run beside the compute stream, in
-their own order. Messages
+their own order; the gates of ordered weight transfers (``TRANSFER_STREAM``) in no order, each
+as soon as its inputs are there. Messages
 under ``SMALL_BYTES`` (statistics, scalars, shapes) queue apart from bulk tensors: on a real
 link their packets interleave with those of a transfer in flight (concurrent gRPC streams, NCCL
 channels) rather than wait for its last byte. Where the
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from fastt.errors import FasttError
-from fastt.sched.problem import Problem
+from fastt.sched.problem import TRANSFER_STREAM, Problem
 
 Needs = list[list[tuple[int, object, float]]]  # per op: (producer, tensor key, bytes)
 SMALL_BYTES = 64 * 1024
@@ -87,8 +88,13 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
     start, finish = [0.0] * n, [-1.0] * n
     links = _Links(p, link_concurrency)
     streams = max(p.stream, default=0) + 1
-    lanes = [[[i for i in order if p.stream[i] == s] for s in range(streams)]
-             for order in orders]  # per device, per stream: its ops in order
+    lanes: list[list[list[int]]] = [[[] for _ in range(streams)] for _ in orders]
+    unordered = [s == TRANSFER_STREAM for s in p.stream]  # run as soon as they can
+    for d, order in enumerate(orders):  # per device, per stream: its ops in order
+        for i in order:
+            if not unordered[i]:
+                lanes[d][p.stream[i]].append(i)
+    waiting = [len({m for m, _, _ in needs[j]}) if unordered[j] else 0 for j in range(n)]
     pos = [[0] * streams for _ in range(D)]
     stream_free = [[0.0] * D for _ in range(streams)]  # per stream, per device
     dev_free = stream_free[0]  # the compute streams
@@ -123,11 +129,25 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
                 if p.w[j][d] > 0:
                     break  # the stream is busy until that op's finish event
 
+    def run_unordered(j: int) -> None:
+        a = inputs_ready(j, device[j])
+        start[j] = a if a is not None else 0.0
+        finish[j] = start[j] + p.w[j][device[j]]
+        heapq.heappush(events, (finish[j], j))
+
+    for j in range(n):
+        if unordered[j] and not waiting[j]:
+            run_unordered(j)
     for d in range(D):
         try_start(d)
     while events:
         t, m = heapq.heappop(events)
         links.send(m, device[m], t, wanted[m])
+        for j in {j for j, _ in p.succs[m]}:
+            if unordered[j]:
+                waiting[j] -= 1
+                if not waiting[j]:
+                    run_unordered(j)
         for d in range(D):
             try_start(d)
     if any(f < 0 for f in finish):
@@ -195,6 +215,20 @@ def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 
             if not pending[j]:
                 becomes_ready(j, ready_at[j])
     return _result(p, device, start, finish, links.transfers, needs)
+
+
+def replay_placement(p: Problem, device: list[int], order: list[int] | None
+                     ) -> tuple[float, float]:
+    """Op i of ``p`` on ``device[i]`` run in ``order`` (None: first come, first served),
+    simulated with free links and with one transfer at a time per link direction."""
+    if order is None:
+        return tuple(simulate_fifo(p, device, link_concurrency=c).makespan  # type: ignore
+                     for c in (None, 1))
+    orders: list[list[int]] = [[] for _ in range(p.num_devices)]
+    for i in order:
+        orders[device[i]].append(i)
+    return tuple(simulate(p, device, orders, link_concurrency=c).makespan  # type: ignore
+                 for c in (None, 1))
 
 
 def _tensors(p: Problem, device: list[int]) -> tuple[Needs, dict[int, dict[tuple[object, int],

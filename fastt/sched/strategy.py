@@ -45,8 +45,9 @@ from fastt.sched.osdpos import Plan, compiler, os_dpos
 from fastt.sched.problem import Device, Problem
 from fastt.sched.registry import KINDS, StrategyKind, kind
 from fastt.sched.schedule import Schedule
-from fastt.sched.simulate import SimResult, simulate, simulate_fifo
+from fastt.sched.simulate import SimResult, replay_placement, simulate, simulate_fifo
 from fastt.sched.splitting import Split, apply_splits
+from fastt.sched.transfer_order import prioritize
 
 SCHEMA_VERSION = 1
 
@@ -69,6 +70,9 @@ class Strategy:
     # False: TensorFlow's own first-come order runs the placement faster than ``order``
     # (the step times are then that order's)
     ordered: bool = True
+    # its weight transfers ordered by need (``fastt.sched.transfer_order``): what was found
+    # and whether it was kept (None: no link carries two groups of weights, or switched off)
+    transfer_priorities: dict[str, Any] | None = None
 
     def ops_per_device(self) -> dict[str, int]:
         counts = {d: 0 for d in self.devices}
@@ -84,7 +88,8 @@ class Strategy:
                 "plan_time_s": self.plan_time_s, "dpos_runs": self.dpos_runs,
                 "splits": [s.to_list() for s in self.splits],
                 "split_details": [s.details() for s in self.splits], "fetches": self.fetches,
-                "placement": self.placement, "order": self.order, "ordered": self.ordered}
+                "placement": self.placement, "order": self.order, "ordered": self.ordered,
+                "transfer_priorities": self.transfer_priorities}
 
 
 def peak_memory_one_device(graph: Graph) -> float:
@@ -151,22 +156,19 @@ def _feasible(attempts: list[Any]) -> list[Any]:
 def replay_schedule(p: Problem, s: Schedule) -> tuple[float, float]:
     """Schedule ``s`` of ``p`` simulated with free links and with one transfer at a time per
     link direction (makespans)."""
-    orders = s.device_orders(p.num_devices)
-    free = simulate(p, s.device, orders, link_concurrency=None).makespan
-    contended = simulate(p, s.device, orders, link_concurrency=1).makespan
-    return free, contended
+    return replay_placement(p, s.device, s.order())
 
 
 def _replay_fifo(p: Problem, s: Schedule) -> tuple[float, float]:
     """``replay_schedule`` of ``s``'s placement in TensorFlow's own first-come order."""
-    return (simulate_fifo(p, s.device, link_concurrency=None).makespan,
-            simulate_fifo(p, s.device, link_concurrency=1).makespan)
+    return replay_placement(p, s.device, None)
 
 
 def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
          name: str = "os-dpos", copy_bytes_per_s: float = 10e9, workers: int = 1,
          fetches: Sequence[str] = (), splits: Sequence[Split] = (), split: bool = True,
-         bucket_bytes: float = BUCKET_BYTES, shared: Planning | None = None) -> Strategy:
+         bucket_bytes: float = BUCKET_BYTES, shared: Planning | None = None,
+         transfer_priorities: str = "auto") -> Strategy:
     """Compute strategy ``name`` (``fastt.sched.registry``) for ``graph`` on ``devices``
     under ``costs``; ops fastt adds (split, concat, sum) copy ``copy_bytes_per_s`` on a
     device; OS-DPOS evaluates candidate splits on ``workers`` processes. With ``fetches`` (a
@@ -174,13 +176,16 @@ def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
     the like are left out. ``splits`` (of the user's ops, e.g. a saved strategy's) are applied
     to the model graph first; with ``split=False`` OS-DPOS keeps its starting plan (DPOS or
     data parallel, no splits); ``bucket_bytes``: the size of the all-reduce's gradient
-    buckets. ``shared``: what strategies planned before for the same graph, devices and
+    buckets; ``transfer_priorities``: "auto" orders the weight transfers by need where the
+    simulator predicts it faster, "on" always, "off" never (``fastt.sched.transfer_order``).
+    ``shared``: what strategies planned before for the same graph, devices and
     costs built (``Planning``); given, it stands for the other arguments but ``name``,
     ``workers``, ``splits`` and ``split``. ``DoesNotFit`` when no starting point fits the
     devices."""
     k = kind(name)
     if shared is None:
-        shared = Planning(graph, devices, costs, copy_bytes_per_s, fetches, bucket_bytes)
+        shared = Planning(graph, devices, costs, copy_bytes_per_s, fetches, bucket_bytes,
+                          transfer_priorities)
     result = _plan(shared, k, workers, list(splits), split)
     result.fetches = list(shared.fetches)
     return result
@@ -199,7 +204,8 @@ class Planning:
 
     def __init__(self, graph: Graph, devices: Sequence[Device], costs: CostSource,
                  copy_bytes_per_s: float = 10e9, fetches: Sequence[str] = (),
-                 bucket_bytes: float = BUCKET_BYTES) -> None:
+                 bucket_bytes: float = BUCKET_BYTES, transfer_priorities: str = "auto"
+                 ) -> None:
         if fetches:
             try:
                 graph = graph.fan_in(fetches)
@@ -207,6 +213,7 @@ class Planning:
                 raise FasttError(f"fetches name an op that is not in the graph: {e}") from None
         self.graph, self.devices, self.costs = graph, list(devices), costs
         self.fetches, self.bucket_bytes = list(fetches), bucket_bytes
+        self.transfer_priorities = transfer_priorities
         self.compile_graph = compiler(self.devices, costs, graph, copy_bytes_per_s)
         # key -> (what was built or the misfit found, seconds, the objects its key names)
         self._built: dict[tuple[object, ...], tuple[Any, float, tuple[object, ...]]] = {}
@@ -325,15 +332,21 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
         fifo = shared.replay_fifo(p, s)
         if fifo[::-1] < times[::-1]:
             times, ordered = fifo, False
+    names = [d.name for d in shared.devices]
+    placement = {p.names[i]: names[s.device[i]] for i in range(p.n)}
+    order = [p.names[i] for i in s.order()]
+    weights = prioritize(g, p, s.device, s.order(), ordered, shared.compile_graph, times,
+                         shared.transfer_priorities)
+    if weights is not None and weights.kept:
+        g, placement, order, times = weights.graph, weights.placement, weights.order, \
+            weights.times
     predicted, simulated = (t + step_overhead(shared.costs) for t in times)
     plan_time = shared.alone_s(time.perf_counter() - t0)
-    names = [d.name for d in shared.devices]
-    return Strategy(name=k.name, devices=names, graph=g,
-                    placement={p.names[i]: names[s.device[i]] for i in range(p.n)},
-                    order=[p.names[i] for i in s.order()], predicted_step_time_s=predicted,
-                    simulated_step_time_s=simulated, plan_time_s=plan_time,
-                    splits=forced + splits, replicas=replicas, dpos_runs=runs, note=s.note,
-                    ordered=ordered)
+    return Strategy(name=k.name, devices=names, graph=g, placement=placement, order=order,
+                    predicted_step_time_s=predicted, simulated_step_time_s=simulated,
+                    plan_time_s=plan_time, splits=forced + splits, replicas=replicas,
+                    dpos_runs=runs, note=s.note, ordered=ordered,
+                    transfer_priorities=weights.summary() if weights else None)
 
 
 def _searched(shared: Planning, starts: list[Start], workers: int,

@@ -1,0 +1,153 @@
+"""Weight transfers ordered by need (``fastt.sched.transfer_order``): the pass, its replay in
+the simulator, the planner's choice, and (in a process of its own) the ordered graphs
+training like the original in-process and on a 2-worker cluster."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fastt.costs.source import StaticCosts
+from fastt.errors import FasttError
+from fastt.ir import Graph, Op, TensorRef, TensorSpec
+from fastt.sched import transfer_order
+from fastt.sched.device_spec import DeviceSet
+from fastt.sched.problem import TRANSFER_STREAM, Device, Problem
+from fastt.sched.simulate import replay_placement
+from fastt.sched.transfer_order import order_transfers, prioritize, \
+    weight_transfers
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEVS = [Device("/cpu:0"), Device("/cpu:1")]
+MB = 10 ** 6
+
+
+def _var(name: str, nbytes: int) -> list[Op]:
+    """A reference variable of ``nbytes`` and its read, as TF1 builds them."""
+    n = nbytes // 4
+    return [Op(name, "VariableV2", outputs=(TensorSpec("float32_ref", (n,)),),
+               is_variable=True, stateful=True),
+            Op(f"{name}/read", "Identity", inputs=(TensorRef(name, 0),),
+               outputs=(TensorSpec("float32", (n,)),), colocate_with=(name,))]
+
+
+def model() -> tuple[Graph, dict[str, str]]:
+    """The big weight is made first (graph order), the small one is needed first: layer1
+    reads the small weight, layer2 (after it) the big one; the weights live on device 0,
+    the layers run on device 1."""
+    ops = _var("big", 8 * MB) + _var("small", 400_000)
+    ops += [Op("x", "Placeholder", outputs=(TensorSpec("float32", (1000,)),)),
+            Op("layer1", "Mul", inputs=(TensorRef("x", 0), TensorRef("small/read", 0)),
+               outputs=(TensorSpec("float32", (1000,)),)),
+            Op("layer2", "Mul", inputs=(TensorRef("layer1", 0), TensorRef("big/read", 0)),
+               outputs=(TensorSpec("float32", (1000,)),))]
+    g = Graph(ops)
+    placement = {n: DEVS[0].name if n.startswith(("big", "small")) else DEVS[1].name
+                 for n in g.names}
+    return g, placement
+
+
+def costs() -> StaticCosts:
+    links = {(a.name, b.name): (1e-4, 1e9) for a in DEVS for b in DEVS if a != b}
+    return StaticCosts({"layer1": 5e-3, "layer2": 1e-3}, DeviceSet("CPU", DEVS, links))
+
+
+@pytest.fixture
+def every_weight_a_group(monkeypatch):
+    monkeypatch.setattr(transfer_order, "GROUP_BYTES", 0)
+
+
+def test_weights_crossing_a_link_are_found_with_when_they_are_needed():
+    g, placement = model()
+    found = {str(t.tensor): (t.src, t.dst, t.nbytes, t.need)
+             for t in weight_transfers(g, placement, {"layer1": 1.0, "layer2": 7.0})}
+    assert found == {"small/read:0": (DEVS[0].name, DEVS[1].name, 400_000, 1.0),
+                     "big/read:0": (DEVS[0].name, DEVS[1].name, 8 * MB, 7.0)}
+
+
+def test_a_tensor_computed_in_the_step_is_not_a_weight():
+    g, placement = model()
+    placement = {**placement, "layer1": DEVS[0].name}  # layer1's output crosses, not weights
+    crossing = {str(t.tensor) for t in weight_transfers(g, placement, {})}
+    assert crossing == {"big/read:0"}
+
+
+def test_each_group_leaves_once_the_one_before_has_arrived(every_weight_a_group):
+    g, placement = model()
+    g2, placed, chains = order_transfers(g, placement, {"layer1": 1.0, "layer2": 7.0})
+    assert [str(t.tensor) for t in chains[0]] == ["small/read:0", "big/read:0"]
+    made = g2.names[len(g):]
+    gates = [n for n in made if n.endswith("/gate")]
+    copies = [n for n in made if n.endswith("/copy")]
+    assert len(gates) == len(copies) == 2
+    assert all(placed[n] == DEVS[0].name for n in gates)
+    assert all(placed[n] == DEVS[1].name for n in copies)
+    assert g2[gates[0]].control_inputs == () and g2[gates[1]].control_inputs == (copies[0],)
+    assert g2["layer1"].inputs[1] == TensorRef(copies[0], 0)  # reads the small weight's copy
+    assert g2["layer2"].inputs[1] == TensorRef(copies[1], 0)
+    assert made == [gates[0], copies[0], gates[1], copies[1]]  # by when they open
+
+
+def test_small_weights_travel_together():
+    g, placement = model()  # 0.4 MB and 8 MB: one group of at least 1 MB, nothing to chain
+    assert order_transfers(g, placement, {"layer1": 1.0, "layer2": 7.0})[2] == []
+
+
+def test_the_simulator_sees_the_gain_of_sending_the_needed_weight_first(every_weight_a_group):
+    """TensorFlow's first-come order sends the big weight first (it is read first): layer1
+    waits 8.1 ms for the small one behind it. Ordered, the small one arrives in 0.5 ms and
+    layer1 computes while the big one moves."""
+    g, placement = model()
+    p = Problem.from_graph(g, DEVS, costs())
+    device = [DEVS.index(next(d for d in DEVS if d.name == placement[n])) for n in p.names]
+    without = replay_placement(p, device, None)
+    assert without[1] == pytest.approx(8.1e-3 + 0.5e-3 + 5e-3 + 1e-3, rel=1e-6)
+    got = prioritize(g, p, device, list(range(p.n)), False,
+                     lambda x: Problem.from_graph(x, DEVS, costs()), without)
+    assert got is not None and got.kept and got.without == without
+    # small 0.5 ms, the control message back 0.1 ms, big 8.1 ms: layer2 at 8.7 ms
+    assert got.times[1] == pytest.approx(0.5e-3 + 1e-4 + 8.1e-3 + 1e-3, rel=1e-6)
+    assert got.summary()["transfers"] == 2
+    p2 = Problem.from_graph(got.graph, DEVS, costs())
+    assert {p2.stream[i] for i, n in enumerate(p2.names) if n.startswith("fastt")} == \
+        {TRANSFER_STREAM}
+    ordered = prioritize(g, p, device, list(range(p.n)), True,
+                         lambda x: Problem.from_graph(x, DEVS, costs()), without)
+    assert ordered is not None and ordered.times[1] == pytest.approx(got.times[1])
+
+
+def test_auto_keeps_the_order_only_where_it_is_predicted_faster(every_weight_a_group):
+    g, placement = model()
+    g = Graph([op.with_(inputs=(op.inputs[0], TensorRef("big/read", 0)))
+               if op.name == "layer1" else
+               op.with_(inputs=(op.inputs[0], TensorRef("small/read", 0)))
+               if op.name == "layer2" else op for op in g])  # the big one is needed first
+    p = Problem.from_graph(g, DEVS, costs())
+    device = [0 if n.startswith(("big", "small")) else 1 for n in p.names]
+    without = replay_placement(p, device, None)
+    again = prioritize(g, p, device, list(range(p.n)), False,
+                       lambda x: Problem.from_graph(x, DEVS, costs()), without)
+    assert again is not None and not again.kept and again.graph is g  # the gates only cost
+    forced = prioritize(g, p, device, list(range(p.n)), False,
+                        lambda x: Problem.from_graph(x, DEVS, costs()), without, mode="on")
+    assert forced is not None and forced.kept and forced.times[1] >= without[1]
+
+
+def test_off_and_bad_modes():
+    g, placement = model()
+    p = Problem.from_graph(g, DEVS, costs())
+    args = (g, p, [0] * p.n, list(range(p.n)), False, lambda x: p, (0.0, 0.0))
+    assert prioritize(*args, mode="off") is None
+    with pytest.raises(FasttError, match="transfer priorities must be one of"):
+        prioritize(*args, mode="always")
+
+
+def test_ordered_weight_transfers_train_like_the_original():
+    """The parameter-server layout with every weight chained, in-process (TensorFlow's order
+    and the priority executor) and over two gRPC workers (control dependencies), in a
+    process of its own (``tests/equivalence.py --priorities``)."""
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    p = subprocess.run([sys.executable, "-m", "tests.equivalence", "--priorities"], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-4000:]
+    assert p.stdout.count("ordered weight transfers train as the original") == 3
