@@ -2,12 +2,13 @@
 
     python benchmarks/report.py [--out benchmarks/results]
 
-Reads simulated.json, real.json and optimality.json (whichever exist) and writes REPORT.md
-with tables and plots: speedup over data parallelism per model and GPU count (simulated, strong
-and weak scaling), each row's distance to a lower bound, strategy times, the ordering and
-splitting ablations, ops per device, the split table, samples/second on the real 2-worker
-testbed, the simulator's predicted step time against the measured one, and each placer's
-distance to the exact optimum on small graphs.
+Reads simulated.json, real.json, optimality.json and transfer_priorities.json (whichever
+exist) and writes REPORT.md with tables and plots: speedup over data parallelism per model and
+GPU count (simulated, strong and weak scaling), each row's distance to a lower bound, strategy
+times, the ordering and splitting ablations, ops per device, the split table, samples/second
+on the real 2-worker testbed, the simulator's predicted step time against the measured one,
+each placer's distance to the exact optimum on small graphs, and what ordering the weight
+transfers by need gives.
 """
 from __future__ import annotations
 
@@ -450,6 +451,10 @@ def main(argv: list[str] | None = None) -> int:
     if optimality is not None:
         from benchmarks.optimality import markdown
         lines += markdown(optimality, "##").splitlines() + [""]
+    priorities = _load(args.out, "transfer_priorities.json")
+    if priorities is not None:
+        from benchmarks.transfer_priorities import markdown as priorities_markdown
+        lines += priorities_markdown(priorities, "##").splitlines() + [""]
     with open(os.path.join(args.out, "REPORT.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {os.path.join(args.out, 'REPORT.md')}")

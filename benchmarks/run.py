@@ -1,5 +1,5 @@
 """Regenerate the benchmark report: the simulated testbed, the real testbed, the distance to
-the optimum on small graphs, REPORT.md.
+the optimum on small graphs, transfer priorities, REPORT.md.
 
     python benchmarks/run.py [--quick]
 
@@ -20,9 +20,11 @@ def main() -> int:
     extra = [a for a in sys.argv[1:] if a != "--quick"]
     if extra:
         sys.exit(f"unknown arguments {extra}; usage: python benchmarks/run.py [--quick]")
-    for script in ("simulated.py", "real.py", "optimality.py", "report.py"):
-        args = [sys.executable, os.path.join(HERE, script)] + (quick if script != "report.py"
-                                                               else [])
+    runs = [["simulated.py"], ["real.py"], ["optimality.py"], ["transfer_priorities.py"],
+            ["transfer_priorities.py", "--simulated"], ["report.py"]]
+    for script, *rest in runs:
+        args = [sys.executable, os.path.join(HERE, script)] + rest + (
+            quick if script != "report.py" else [])
         print("+", " ".join(args), flush=True)
         code = subprocess.call(args)
         if code:

@@ -186,7 +186,8 @@ def main() -> None:
         write_json(path, whole)
     if args.simulated:
         for model in zoo_models.pick([m for m in zoo_models.SIMULATED if m.name in SIMULATED],
-                                     args.models):
+                                     args.models or (["lenet", "alexnet"] if args.quick
+                                                     else None)):
             load = os.getloadavg()[0]
             save(simulated(model), zoo_models.SIMULATED)
         return
