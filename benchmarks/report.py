@@ -27,7 +27,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 SHORT = {"single": "single", "data-parallel": "DP", "data-parallel-ps": "DP-PS", "dpos": "DPOS",
          "os-dpos": "OS-DPOS",
-         "heft": "HEFT", "m-topo": "m-TOPO", "m-etf": "m-ETF", "m-sct": "m-SCT", "exact": "exact"}
+         "heft": "HEFT", "m-topo": "m-TOPO", "m-etf": "m-ETF", "m-sct": "m-SCT", "exact": "exact",
+         "pipedream": "PipeDream"}
 
 
 def _load(out: str, name: str) -> dict | None:

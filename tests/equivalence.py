@@ -4,7 +4,8 @@ one case in a process of its own (each builds and drops dozens of graphs: in one
 process their memory is never returned) and exits non-zero with the mismatch;
 ``python -m tests.equivalence --cluster [NAME...]`` checks both data-parallel layouts over a
 local 2-worker gRPC cluster; ``--priorities [NAME...]`` the parameter-server layout with its
-weight transfers ordered, in-process and on the cluster."""
+weight transfers ordered, in-process and on the cluster; ``--pipeline [NAME...]`` two-stage
+pipelines over micro-batches, in-process and on the cluster."""
 import sys
 
 import numpy as np
@@ -21,7 +22,11 @@ from fastt.sched.problem import Device
 from fastt.sched.split_rules import rules
 from fastt.sched.splitting import Split
 from fastt.sched import transfer_order
-from fastt.sched.strategy import plan
+from fastt.sched.data_parallel import data_parallel
+from fastt.sched.dpos import rank_u
+from fastt.sched.pipeline import Stage, layers, place_stages
+from fastt.sched.simulate import simulate_fifo
+from fastt.sched.strategy import Planning, Strategy, plan
 from tf_patches import priority_executor
 
 tf1 = tf.compat.v1
@@ -264,11 +269,63 @@ def check_priorities(names):
             print(f"{name}: ordered weight transfers train as the original", flush=True)
 
 
+# The pipeline issue's four: an MLP, a CNN without BatchNorm, an LSTM language model, a
+# Transformer block.
+PIPELINE_MODELS = ["mlp", "lenet", "lstm_lm", "transformer"]
+
+
+def two_stages(ir, m, devices, costs, micro):
+    """A pipeline of ``ir`` cut into two stages of its layers (``fastt.sched.pipeline``), one
+    per device, over ``micro`` micro-batches, its order GPipe's (ranks, first come)."""
+    fetches = [m.train_op.name, m.loss.name]
+    shared = Planning(ir, devices, costs, fetches=fetches)
+    g = data_parallel(shared.graph, micro)
+    p = shared.compile(g)
+    layer = layers(p, g)
+    half = (max(layer) + 1) // 2
+    device = place_stages(p, g, layer, [Stage(0, half - 1, 1), Stage(half, max(layer), 1)])
+    assert 0 < device.count(0) < p.n, "both stages hold ops"
+    r = simulate_fifo(p, device, priority=rank_u(p))
+    names = [d.name for d in devices]
+    return Strategy("pipedream", names, g, {p.names[i]: names[device[i]] for i in range(p.n)},
+                    [p.names[i] for i in sorted(range(p.n), key=lambda i: (r.start[i], i))],
+                    r.makespan, r.makespan, 0.0, replicas=micro, fetches=fetches)
+
+
+def check_pipeline(names):
+    """Two-stage pipelines over 2 and 4 micro-batches, in-process (the priority executor for
+    2, TensorFlow's order for 4) and over a local 2-worker cluster (control dependencies):
+    the losses and variables of the original graph."""
+    with LocalCluster(workers=2) as cluster:
+        devices, ds = _workers(cluster)
+        for name in names:
+            m, ir, ref, tol = _case(name)
+            seconds = {o.name: 1e-4 for o in ir}
+            for micro in (2, 4):
+                local = two_stages(ir, m, parse("2xCPU").devices,
+                                   StaticCosts(seconds, parse("2xCPU")), micro)
+                remote = two_stages(ir, m, devices, StaticCosts(seconds, ds), micro)
+                for s, order, target in ((local, "priority" if micro == 2 else "none", ""),
+                                         (remote, "control", cluster.target)):
+                    if target:
+                        tf1.Session.reset(target)
+                    gd = rewrite(ir, s, enforce_order=order == "control",
+                                 priority=order == "priority")
+                    got = _run_with_values(gd, m, ir, 2, priority=order == "priority",
+                                           target=target)
+                    _assert_trains_like(got, ref, ir, tol, f"{name} pipeline of {micro} "
+                                        f"micro-batches, order={order}, "
+                                        f"{target or 'in-process'}")
+            print(f"{name}: pipelines train as the original", flush=True)
+
+
 if __name__ == "__main__":
     tf1.disable_eager_execution()
     if sys.argv[1] == "--cluster":
         check_cluster(sys.argv[2:] or CLUSTER_MODELS)
     elif sys.argv[1] == "--priorities":
         check_priorities(sys.argv[2:] or PRIORITY_MODELS)
+    elif sys.argv[1] == "--pipeline":
+        check_pipeline(sys.argv[2:] or PIPELINE_MODELS)
     else:
         check(sys.argv[1], int(sys.argv[2]))

@@ -1,11 +1,21 @@
-"""Pipeline stages: PipeDream's partitioner against a brute-force optimum."""
+"""Pipeline stages: PipeDream's partitioner against a brute-force optimum, the layers of a
+training graph, and micro-batched pipelines training like the original."""
 import itertools
+import os
 import random
+import subprocess
+import sys
 
 import pytest
 
+from fastt.costs.source import StaticCosts
 from fastt.errors import FasttError
-from fastt.sched.pipeline import Stage, partition, stage_time
+from fastt.ir import Graph, Op, TensorRef, TensorSpec
+from fastt.sched.device_spec import DeviceSet
+from fastt.sched.pipeline import Stage, layers, partition, stage_time
+from fastt.sched.problem import Device, Problem
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def brute_force(T, a, w, M, B):
@@ -61,3 +71,60 @@ def test_bad_input():
         partition([1.0], [1.0, 2.0], [1.0], 2, 1e9)
     with pytest.raises(FasttError, match="machines >= 1"):
         partition([1.0], [1.0], [1.0], 0, 1e9)
+
+
+def _op(name, typ="MatMul", inputs=(), variable=False, nbytes=4000):
+    return Op(name, typ, inputs=tuple(TensorRef(i, 0) for i in inputs),
+              outputs=(TensorSpec("resource" if variable else "float32",
+                                  None if variable else (nbytes // 4,)),),
+              is_variable=variable, stateful=variable or typ.startswith("Resource"))
+
+
+def chain(n):
+    """n dense layers as tf.gradients and an optimizer build them: layer k reads weight
+    w{k}; the backward ops are named after the forward ones; each update writes its
+    weight."""
+    ops, x = [_op("x", "Placeholder")], "x"
+    for k in range(n):
+        ops += [_op(f"w{k}", "VarHandleOp", variable=True),
+                _op(f"l{k}/read", "ReadVariableOp", [f"w{k}"]),
+                _op(f"l{k}/MatMul", "MatMul", [x, f"l{k}/read"])]
+        x = f"l{k}/MatMul"
+    ops.append(_op("loss", "Sum", [x]))
+    g = f"gradients/l{n - 1}/MatMul_grad"
+    ops.append(_op("gradients/Fill", "Fill", ["loss"]))
+    up = "gradients/Fill"
+    for k in reversed(range(n)):
+        g = f"gradients/l{k}/MatMul_grad"
+        ops += [_op(f"{g}/MatMul", "MatMul", [up, f"l{k}/read"]),
+                _op(f"{g}/MatMul_1", "MatMul", [x if k == 0 else f"l{k - 1}/MatMul", up]),
+                _op(f"SGD/update_w{k}/ResourceApplyGradientDescent",
+                    "ResourceApplyGradientDescent", [f"w{k}", f"{g}/MatMul_1"])]
+        up = f"{g}/MatMul"
+    return Graph(ops)
+
+
+def test_layers_follow_the_forward_pass_and_keep_each_layer_with_its_gradient_and_update():
+    g = chain(4)
+    devs = [Device("/cpu:0")]
+    p = Problem.from_graph(g, devs, StaticCosts({op.name: 1e-3 for op in g},
+                                                DeviceSet("CPU", devs)))
+    layer = dict(zip(p.names, layers(p, g, count=4)))
+    forward = [layer[f"l{k}/MatMul"] for k in range(4)]
+    assert forward == sorted(forward) and forward[0] == 0 and forward[-1] == 3
+    for k in range(4):
+        g_ = f"gradients/l{k}/MatMul_grad"
+        assert layer[f"{g_}/MatMul"] == layer[f"{g_}/MatMul_1"] == layer[f"l{k}/MatMul"]
+        assert layer[f"w{k}"] == layer[f"l{k}/read"] == \
+            layer[f"SGD/update_w{k}/ResourceApplyGradientDescent"] == layer[f"l{k}/MatMul"]
+
+
+def test_micro_batched_pipelines_train_like_the_original():
+    """Two-stage pipelines over 2 and 4 micro-batches of an MLP, a CNN without BatchNorm, an
+    LSTM language model and a Transformer block, in-process and on a 2-worker cluster, in a
+    process of their own (``tests/equivalence.py --pipeline``)."""
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    p = subprocess.run([sys.executable, "-m", "tests.equivalence", "--pipeline"], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-4000:]
+    assert p.stdout.count("pipelines train as the original") == 4

@@ -26,7 +26,7 @@ def test_plan_vgg19_on_4_v100_is_no_worse_than_data_parallel(tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert doc["strategy"] == "os-dpos" and len(doc["devices"]) == 4
     assert set(doc["baselines"]) == {"dpos", "data-parallel", "data-parallel-ps", "single",
-                                     "heft", "m-topo", "m-etf", "m-sct"}
+                                     "heft", "m-topo", "m-etf", "m-sct", "pipedream"}
     assert doc["predicted_step_time_s"] <= doc["baselines"]["data-parallel"]
     # ring all-reduce with mirrored variables beats TF-slim's gradients summed on device 0
     assert doc["baselines"]["data-parallel"] < doc["baselines"]["data-parallel-ps"]
@@ -53,7 +53,7 @@ def test_compare_shows_every_strategy_and_dumps_them(tmp_path, capsys, monkeypat
     assert header.split()[:3] == ["strategy", "predicted", "step"] and "ops per device" in header
     from fastt.sched.registry import STRATEGIES
     names = ("os-dpos", *(n for n in STRATEGIES if n != "os-dpos"))  # the chosen one first
-    assert len(names) == 10
+    assert len(names) == 11
     for name in names:
         assert re.search(rf"^{re.escape(name)}( \*)? +\d+\.\d{{3}} ms", captured.out, re.M)
     assert "dumping m-sct..." in captured.err  # progress, on stderr

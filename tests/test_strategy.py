@@ -153,7 +153,8 @@ def test_device_specs(tmp_path):
 
 @pytest.mark.parametrize("spec", ["2xV100", "2x4xV100"])
 def test_strategies_sharing_a_planning_are_those_planned_alone(spec, monkeypatch):
-    # one Planning for every strategy: the same plans, the data-parallel replicas built once
+    # one Planning for every strategy: the same plans, the data-parallel replicas (and each
+    # count of micro-batches) built once
     import fastt.sched.strategy as strategy
     ds = parse(spec)
     g = training_graph(B=16)
@@ -171,7 +172,10 @@ def test_strategies_sharing_a_planning_are_those_planned_alone(spec, monkeypatch
         assert (s.predicted_step_time_s, s.simulated_step_time_s) == \
             (a.predicted_step_time_s, a.simulated_step_time_s), n
         assert s.plan_time_s > 0
-    assert len(built) == 1
+    counts = [a[1] for a in built]
+    D = len(ds.devices)
+    assert sorted(counts) == sorted(set(counts)) and D in counts
+    assert set(counts) <= {D, 2 * D, 4 * D}
 
 
 def test_a_planning_says_again_why_a_layout_does_not_fit():

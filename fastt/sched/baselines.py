@@ -18,7 +18,7 @@ placers' own model); ``fastt.sched.simulate`` replays any of them under link con
 from __future__ import annotations
 
 import heapq
-from typing import Iterable
+from typing import Callable, Iterable
 
 from fastt.errors import DoesNotFit
 from fastt.ir import Graph
@@ -186,14 +186,12 @@ def _blocked(p: Problem, i: int, d: int, used: list[float], gmem: dict[int, floa
 SHAPE_READERS = SHAPE_OPS | {BATCH_SHAPE, PART_SHAPE}
 
 
-def data_parallel(p: Problem, g: Graph) -> Schedule:
-    """The data-parallel graph ``g``'s replica k on device k (mod D), the ops shared by the
-    replicas (updates, whole-batch ops) on device 0 (the ops reading a tensor's shape next
-    to it), colocation groups with their first member. Each device runs its ready ops by
-    decreasing upward rank, the all-reduce's ops first (as soon as a bucket's gradients are
-    there: the ring overlaps the backward pass, as Horovod's and NCCL's streams do), links
-    carrying one bulk transfer at a time."""
-    D = p.num_devices
+def place_replicas(p: Problem, g: Graph, where: Callable[[int, int | None], int]
+                   ) -> list[int]:
+    """The device of each op of the data-parallel (or micro-batched) graph ``g``:
+    ``where(i, k)`` for op i of replica k (None: shared by the replicas), but an op reading
+    a shared tensor's shape goes where that tensor is, and a colocation group with its first
+    member."""
     device = [0] * p.n
     index = {name: i for i, name in enumerate(p.names)}
     for i in p.topo:
@@ -202,10 +200,22 @@ def data_parallel(p: Problem, g: Graph) -> Schedule:
         if k is None and op.type in SHAPE_READERS and op.inputs and op.inputs[0].op in index:
             device[i] = device[index[op.inputs[0].op]]  # a shape is read where its tensor is
         else:
-            device[i] = 0 if k is None else k % D
+            device[i] = where(i, k)
     groups: dict[int, int] = {}
     for i, grp in enumerate(p.group):  # colocation wins: a group follows its first member
         device[i] = groups.setdefault(grp, device[i])
+    return device
+
+
+def data_parallel(p: Problem, g: Graph) -> Schedule:
+    """The data-parallel graph ``g``'s replica k on device k (mod D), the ops shared by the
+    replicas (updates, whole-batch ops) on device 0 (the ops reading a tensor's shape next
+    to it), colocation groups with their first member. Each device runs its ready ops by
+    decreasing upward rank, the all-reduce's ops first (as soon as a bucket's gradients are
+    there: the ring overlaps the backward pass, as Horovod's and NCCL's streams do), links
+    carrying one bulk transfer at a time."""
+    D = p.num_devices
+    device = place_replicas(p, g, lambda i, k: 0 if k is None else k % D)
     rank = rank_u(p)
     top = max(rank, default=0.0) + 1.0
     priority = [rank[i] + (top if (g[name].meta.split_of or "").startswith(RING) else 0.0)

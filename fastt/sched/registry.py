@@ -18,6 +18,7 @@ from fastt.ir import Graph
 from fastt.sched import baselines
 from fastt.sched.dpos import dpos
 from fastt.sched.exact import exact
+from fastt.sched.pipeline import pipedream
 from fastt.sched.problem import Problem
 from fastt.sched.schedule import Schedule
 
@@ -28,7 +29,8 @@ Place = Callable[[Problem, Graph], Schedule]
 class StrategyKind:
     name: str
     place: Place
-    starts: str  # "model", "data-parallel" or "data-parallel-ps" (only), or "both"
+    starts: str  # "model", "data-parallel" or "data-parallel-ps" (only), "both", or
+    # "micro-batched" (the batch cut into 1, 2 and 4 micro-batches per device)
     search: bool  # OS-DPOS's split search after placing
     summary: str
     starts_search: bool = True  # OS-DPOS starts from its plan (not the exact program: its
@@ -58,6 +60,9 @@ KINDS: dict[str, StrategyKind] = {k.name: k for k in (
                  "Baechi's m-ETF: the op that can start earliest, memory permitting"),
     StrategyKind("m-sct", _model_only(baselines.m_sct), "model", False,
                  "Baechi's m-SCT: m-ETF, favourite children (SCT's LP) with their parent"),
+    StrategyKind("pipedream", pipedream, "micro-batched", False,
+                 "PipeDream's stages (replicated where it pays) over micro-batches, GPipe's "
+                 "fill and drain", starts_search=False),
     StrategyKind("exact", _model_only(exact), "model", False,
                  "NetSplit's MILP (HiGHS): the optimal placement and order of a small graph, "
                  "or the best found and its gap", starts_search=False),

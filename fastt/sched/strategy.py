@@ -193,6 +193,9 @@ def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
 
 Start = tuple[Graph, int, str]  # (graph, replicas, layout: "model" or a data-parallel one)
 LAYOUTS = ("data-parallel", "data-parallel-ps")
+MICRO_BATCHED = "micro-batched"  # the batch cut into micro-batches (pipelines)
+MICRO_BATCHES = (1, 2, 4)  # per device: the micro-batch counts a pipeline is tried with
+MICRO_OPS = 150_000  # the largest micro-batched graph built beyond the data-parallel one
 
 
 class Planning:
@@ -292,6 +295,25 @@ class Planning:
             return (dp, D, layout)
         return self._get(("layout", layout), build)
 
+    def micro_batched(self) -> list[Start]:
+        """The graph with its batch cut into m micro-batches, for each m of
+        ``MICRO_BATCHES`` times the devices that the batch allows (none: ``NoBatch``), and
+        beyond the data-parallel graph (m = the devices) of at most ``MICRO_OPS`` ops."""
+        out: list[Start] = []
+        for times in MICRO_BATCHES:
+            m = times * len(self.devices)
+            if times > 1 and m * len(self.graph) > MICRO_OPS:
+                break
+            try:  # D micro-batches: the data-parallel replicas
+                g = self._get(("replicas",) if m == len(self.devices) else ("micro", m),
+                              lambda: data_parallel(self.graph, m))
+            except NoBatch:
+                break
+            out.append((g, m, MICRO_BATCHED))
+        if not out:
+            raise NoBatch(f"the batch cannot be cut into {len(self.devices)} micro-batches")
+        return out
+
     def starts(self, k: StrategyKind, forced: list[Split]) -> list[Start]:
         """Where strategy ``k`` starts, the data-parallel graphs first."""
         if forced:  # a split list names the user's ops: it starts from the model graph
@@ -301,6 +323,8 @@ class Planning:
             return [(apply_splits(self.graph, forced), 1, "model")]
         if k.starts in LAYOUTS:
             return [self.layout(k.starts)] if len(self.devices) > 1 else []
+        if k.starts == MICRO_BATCHED:
+            return self.micro_batched()
         starts: list[Start] = []
         if k.starts != "model" and len(self.devices) > 1:
             for layout in LAYOUTS:
