@@ -215,6 +215,16 @@ def _assert_trains_like(got, want, ir, tol, where):
                                    err_msg=f"{where} variable {v}")
 
 
+def _check_run(m, ir, s, order, target, ref, tol, what):
+    """Strategy ``s`` rewritten with its ``order`` mechanism and run on 2 devices (of the
+    cluster at ``target``, reset first; "": in-process) trains as ``ref``."""
+    if target:
+        tf1.Session.reset(target)
+    gd = rewrite(ir, s, enforce_order=order == "control", priority=order == "priority")
+    got = _run_with_values(gd, m, ir, 2, priority=order == "priority", target=target)
+    _assert_trains_like(got, ref, ir, tol, f"{what}, order={order}, {target or 'in-process'}")
+
+
 def check_cluster(names):
     """Both data-parallel layouts of each model over a local cluster of 2 gRPC workers (one
     core each): the losses and variables of the original graph run in-process. Workers keep
@@ -258,14 +268,7 @@ def check_priorities(names):
                                      (remote, "control", cluster.target)):
                 ordered = s.transfer_priorities
                 assert ordered and ordered["kept"] and ordered["transfers"] >= 4, ordered
-                if target:
-                    tf1.Session.reset(target)
-                gd = rewrite(ir, s, enforce_order=order == "control",
-                             priority=order == "priority")
-                got = _run_with_values(gd, m, ir, 2, priority=order == "priority",
-                                       target=target)
-                _assert_trains_like(got, ref, ir, tol, f"{name} ordered transfers, "
-                                    f"order={order}, {target or 'in-process'}")
+                _check_run(m, ir, s, order, target, ref, tol, f"{name} ordered transfers")
             print(f"{name}: ordered weight transfers train as the original", flush=True)
 
 
@@ -307,15 +310,8 @@ def check_pipeline(names):
                 remote = two_stages(ir, m, devices, StaticCosts(seconds, ds), micro)
                 for s, order, target in ((local, "priority" if micro == 2 else "none", ""),
                                          (remote, "control", cluster.target)):
-                    if target:
-                        tf1.Session.reset(target)
-                    gd = rewrite(ir, s, enforce_order=order == "control",
-                                 priority=order == "priority")
-                    got = _run_with_values(gd, m, ir, 2, priority=order == "priority",
-                                           target=target)
-                    _assert_trains_like(got, ref, ir, tol, f"{name} pipeline of {micro} "
-                                        f"micro-batches, order={order}, "
-                                        f"{target or 'in-process'}")
+                    _check_run(m, ir, s, order, target, ref, tol,
+                               f"{name} pipeline of {micro} micro-batches")
             print(f"{name}: pipelines train as the original", flush=True)
 
 

@@ -37,3 +37,17 @@ def node_stats(name, label_type, start_ns=0, dur_ns=1000, inputs=(), outputs=(),
 def run_metadata(devs: dict) -> NS:
     """A duck-typed RunMetadata: {device name: [node stats]}."""
     return NS(step_stats=NS(dev_stats=[NS(device=d, node_stats=n) for d, n in devs.items()]))
+
+
+def equivalence(*args: str) -> str:
+    """``python -m tests.equivalence ARGS`` in a process of its own (each builds and drops
+    dozens of graphs); its stdout, once it has exited 0."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    p = subprocess.run([sys.executable, "-m", "tests.equivalence", *args], cwd=root,
+                       env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-4000:]
+    return p.stdout

@@ -1,10 +1,7 @@
 """Pipeline stages: PipeDream's partitioner against a brute-force optimum, the layers of a
 training graph, and micro-batched pipelines training like the original."""
 import itertools
-import os
 import random
-import subprocess
-import sys
 
 import pytest
 
@@ -14,8 +11,8 @@ from fastt.ir import Graph, Op, TensorRef, TensorSpec
 from fastt.sched.device_spec import DeviceSet
 from fastt.sched.pipeline import Stage, layers, partition, stage_time
 from fastt.sched.problem import Device, Problem
+from tests.helpers import equivalence
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def brute_force(T, a, w, M, B):
@@ -123,8 +120,4 @@ def test_micro_batched_pipelines_train_like_the_original():
     """Two-stage pipelines over 2 and 4 micro-batches of an MLP, a CNN without BatchNorm, an
     LSTM language model and a Transformer block, in-process and on a 2-worker cluster, in a
     process of their own (``tests/equivalence.py --pipeline``)."""
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    p = subprocess.run([sys.executable, "-m", "tests.equivalence", "--pipeline"], cwd=ROOT,
-                       env=env, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stderr[-4000:]
-    assert p.stdout.count("pipelines train as the original") == 4
+    assert equivalence("--pipeline").count("pipelines train as the original") == 4

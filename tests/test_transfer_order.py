@@ -1,9 +1,6 @@
 """Weight transfers ordered by need (``fastt.sched.transfer_order``): the pass, its replay in
 the simulator, the planner's choice, and (in a process of its own) the ordered graphs
 training like the original in-process and on a 2-worker cluster."""
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -16,8 +13,8 @@ from fastt.sched.problem import TRANSFER_STREAM, Device, Problem
 from fastt.sched.simulate import replay_placement
 from fastt.sched.transfer_order import order_transfers, prioritize, \
     weight_transfers
+from tests.helpers import equivalence
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEVS = [Device("/cpu:0"), Device("/cpu:1")]
 MB = 10 ** 6
 
@@ -146,8 +143,4 @@ def test_ordered_weight_transfers_train_like_the_original():
     """The parameter-server layout with every weight chained, in-process (TensorFlow's order
     and the priority executor) and over two gRPC workers (control dependencies), in a
     process of its own (``tests/equivalence.py --priorities``)."""
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    p = subprocess.run([sys.executable, "-m", "tests.equivalence", "--priorities"], cwd=ROOT,
-                       env=env, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stderr[-4000:]
-    assert p.stdout.count("ordered weight transfers train as the original") == 3
+    assert equivalence("--priorities").count("ordered weight transfers train as the original") == 3
