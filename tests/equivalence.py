@@ -24,7 +24,8 @@ from fastt.sched.splitting import Split
 from fastt.sched import transfer_order
 from fastt.sched.data_parallel import data_parallel
 from fastt.sched.dpos import rank_u
-from fastt.sched.pipeline import Stage, layers, place_stages
+from fastt.sched.pipedream import layers, place_stages
+from fastt.sched.pipeline import Stage
 from fastt.sched.simulate import simulate_fifo
 from fastt.sched.strategy import Planning, Strategy, plan
 from tf_patches import priority_executor

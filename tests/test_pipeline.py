@@ -9,7 +9,8 @@ from fastt.costs.source import StaticCosts
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, TensorRef, TensorSpec
 from fastt.sched.device_spec import DeviceSet
-from fastt.sched.pipeline import Stage, layers, partition, stage_time
+from fastt.sched.pipedream import layers
+from fastt.sched.pipeline import Stage, balanced, partition, stage_time
 from fastt.sched.problem import Device, Problem
 from tests.helpers import equivalence
 
@@ -50,6 +51,24 @@ def test_the_partition_is_optimal_on_small_chains(seed):
     assert stages[0].first == 0 and stages[-1].last == N - 1
     assert all(s.first == t.last + 1 for t, s in zip(stages, stages[1:]))
     assert sum(s.replicas for s in stages) == M
+    assert value(T, a, w, stages, B) == pytest.approx(got)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_balanced_cut_is_optimal_for_its_stage_count(seed):
+    rnd = random.Random(100 + seed)
+    N, S, r, B = rnd.randint(1, 7), rnd.randint(1, 4), rnd.randint(1, 3), 1e9
+    S = min(S, N)
+    T = [rnd.uniform(0.1, 10) * 1e-3 for _ in range(N)]
+    a = [rnd.choice([1e3, 1e6, 5e6, 2e7]) for _ in range(N)]
+    w = [rnd.choice([0.0, 1e5, 1e7, 1e8]) for _ in range(N)]
+    best = float("inf")
+    for cuts in itertools.combinations(range(N - 1), S - 1):
+        stages = [Stage(i, j, r) for i, j in zip((0,) + tuple(c + 1 for c in cuts),
+                                                 cuts + (N - 1,))]
+        best = min(best, value(T, a, w, stages, B))
+    got, stages = balanced(T, a, w, S, r, B)
+    assert got == pytest.approx(best) and len(stages) == S
     assert value(T, a, w, stages, B) == pytest.approx(got)
 
 

@@ -18,7 +18,7 @@ from fastt.ir import Graph
 from fastt.sched import baselines
 from fastt.sched.dpos import dpos
 from fastt.sched.exact import exact
-from fastt.sched.pipeline import pipedream
+from fastt.sched.pipedream import pipedream
 from fastt.sched.problem import Problem
 from fastt.sched.schedule import Schedule
 
