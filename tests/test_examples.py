@@ -87,3 +87,16 @@ def assert_dumps_follow_the_schema(root):
         for name, kind in schema.FILES.items():
             if name in names:
                 assert schema.validate(json.loads((d / name).read_text()), kind) == [], (d, name)
+
+
+def test_a_pipeline_trains_the_same_with_fastt(tmp_path):
+    """``FASTT_STRATEGY=pipedream``: the unchanged script trains a micro-batched pipeline
+    over the two devices to the same loss; its dump names the stages."""
+    plain_loss, _, _ = run("session_feed_dict.py", tmp_path, fastt=False)
+    loss, _, err = run("session_feed_dict.py", tmp_path, fastt=True,
+                       fastt_env={"FASTT_DEVICES": "cpu:2", "FASTT_STRATEGY": "pipedream"})
+    assert loss == pytest.approx(plain_loss, rel=1e-3)
+    doc = json.loads((tmp_path / "dump" / "strategy-1" / "strategy.json").read_text())
+    assert doc["strategy"] == "pipedream" and doc["replicas"] >= 2, err[-3000:]
+    assert len(set(doc["placement"].values())) == 2 and doc["note"].startswith("stages: ")
+    assert_dumps_follow_the_schema(tmp_path / "dump")

@@ -62,7 +62,7 @@ KINDS: dict[str, StrategyKind] = {k.name: k for k in (
                  "Baechi's m-SCT: m-ETF, favourite children (SCT's LP) with their parent"),
     StrategyKind("pipedream", pipedream, "micro-batched", False,
                  "PipeDream's stages (replicated where it pays) over micro-batches, GPipe's "
-                 "fill and drain", starts_search=False),
+                 "fill and drain, or the earliest micro-batch first"),
     StrategyKind("exact", _model_only(exact), "model", False,
                  "NetSplit's MILP (HiGHS): the optimal placement and order of a small graph, "
                  "or the best found and its gap", starts_search=False),

@@ -7,13 +7,15 @@ order, and the predicted step time. The strategies are those of ``fastt.sched.re
 (FastT's choice: never worse than data parallelism) and from the model graph, and keep the
 faster plan (so never worse than DPOS on the model either). OS-DPOS also starts from every
 other list scheduler of the registry (the data-parallel layout; one device, HEFT, m-TOPO, m-ETF
-and m-SCT on the model graph; not the exact program, a strategy of its own with a time
-limit), splits from the fastest starting plan, and of its starting plans and its split plan
-returns the one fastest when links carry one transfer at a time: so it is never simulated
-slower than any of them, by construction (``dpos`` stays pure DPOS). ``heft``, ``m-topo``,
-``m-etf``, ``m-sct``, ``exact`` and ``single`` place the model graph, as their papers do;
+and m-SCT on the model graph; PipeDream on the graph cut into micro-batches; not the exact
+program, a strategy of its own with a time limit), splits from the fastest starting plan,
+and of its starting plans and its split plan returns the one fastest when links carry one
+transfer at a time: so it is never simulated slower than any of them, by construction
+(``dpos`` stays pure DPOS). ``heft``, ``m-topo``, ``m-etf``, ``m-sct``, ``exact`` and
+``single`` place the model graph, as their papers do;
 ``data-parallel`` puts replica k on device k and the shared ops (updates, whole-batch ops) on
-device 0.
+device 0; ``pipedream`` cuts the batch into 1, 2 and 4 micro-batches per device and keeps
+the fastest of its pipelines (``fastt.sched.pipedream``).
 
 Every strategy's step time is predicted the same way: its placement and per-device order
 replayed by the simulator with contention-free links (``predicted_step_time_s``, the model
@@ -89,7 +91,7 @@ class Strategy:
                 "splits": [s.to_list() for s in self.splits],
                 "split_details": [s.details() for s in self.splits], "fetches": self.fetches,
                 "placement": self.placement, "order": self.order, "ordered": self.ordered,
-                "transfer_priorities": self.transfer_priorities}
+                "transfer_priorities": self.transfer_priorities, "note": self.note}
 
 
 def peak_memory_one_device(graph: Graph) -> float:
@@ -332,6 +334,11 @@ class Planning:
                     starts.append(self.layout(layout))
                 except (NoBatch, DoesNotFit):
                     pass
+            if k.search:  # OS-DPOS also starts from the pipelines
+                try:
+                    starts += self.micro_batched()
+                except NoBatch:
+                    pass
         return starts + [(self.graph, 1, "model")]
 
 
@@ -377,13 +384,14 @@ def _searched(shared: Planning, starts: list[Start], workers: int,
               split: bool) -> tuple[tuple[Plan, int], int]:
     """OS-DPOS: from each starting graph, DPOS and every other placer that starts there (the
     data-parallel layout on the data-parallel graph; one device, HEFT, m-TOPO, m-ETF and m-SCT
-    on the model graph); the split search from the fastest of these, then of all of them the
-    plan that runs fastest when links carry one transfer at a time (so OS-DPOS is never
-    simulated slower than any strategy of the registry); and DPOS runs made."""
+    on the model graph; PipeDream alone on the micro-batched graphs); the split search from
+    the fastest of these, then of all of them the plan that runs fastest when links carry
+    one transfer at a time (so OS-DPOS is never simulated slower than any strategy of the
+    registry); and DPOS runs made."""
     def start_from(g0: Graph, reps: int, layout: str) -> list[tuple[Plan, int]]:
         p0 = shared.compile(g0)
-        kinds = [KINDS["dpos"]] + [k for k in KINDS.values()
-                                   if k.starts == layout and k.starts_search]
+        kinds = [KINDS["dpos"]] * (layout != MICRO_BATCHED) + [
+            k for k in KINDS.values() if k.starts == layout and k.starts_search]
         plans = _feasible([functools.partial(shared.place, k, g0) for k in kinds])
         return [(Plan(g0, p0, s0), reps) for s0 in plans]
 
