@@ -32,7 +32,7 @@ from fastt.errors import FasttError  # noqa: E402
 from fastt.sched import Device, Problem, baselines, dpos  # noqa: E402
 from fastt.sched.bounds import c_max  # noqa: E402
 from fastt.sched.exact import solve  # noqa: E402
-from fastt.sched.strategy import replay_schedule  # noqa: E402
+from fastt.sched.planning import replay_schedule  # noqa: E402
 
 PLACERS = {"DPOS": dpos, "HEFT": baselines.heft, "m-TOPO": baselines.m_topo,
            "m-ETF": baselines.m_etf, "m-SCT": baselines.m_sct, "single": baselines.single}

@@ -35,7 +35,8 @@ from fastt import dtypes  # noqa: E402
 from fastt.costs.source import StaticCosts  # noqa: E402
 from fastt.sched.device_spec import LINKS, parse  # noqa: E402
 from fastt.sched.ring import SCOPE  # noqa: E402
-from fastt.sched.strategy import Planning, plan  # noqa: E402
+from fastt.sched.planning import Planning  # noqa: E402
+from fastt.sched.strategy import plan  # noqa: E402
 
 MODELS = ("vgg_19", "resnet_200")
 GPUS = (4, 8)

@@ -103,7 +103,8 @@ def simulated(model: zoo_models.Model) -> dict:
     from benchmarks.simulated import training_graph
     from fastt.costs.source import StaticCosts
     from fastt.sched.device_spec import parse
-    from fastt.sched.strategy import Planning, plan
+    from fastt.sched.planning import Planning
+    from fastt.sched.strategy import plan
     graph, fetch, seconds = training_graph(model, model.batch)
     row: dict = {"model": model.name, "batch": model.batch, "devices": {}}
     for spec in SPECS:

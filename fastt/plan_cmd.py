@@ -16,7 +16,8 @@ from fastt.ir import Graph
 from fastt.sched.device_spec import DeviceSet, parse
 from fastt.sched.allreduce import BUCKET_BYTES
 from fastt.sched.registry import STRATEGIES, kind
-from fastt.sched.strategy import Planning, Strategy, plan
+from fastt.sched.planning import Planning
+from fastt.sched.strategy import Strategy, plan
 
 log = logging.getLogger("fastt")
 

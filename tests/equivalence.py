@@ -27,7 +27,8 @@ from fastt.sched.dpos import rank_u
 from fastt.sched.pipedream import layers, place_stages
 from fastt.sched.pipeline import Stage
 from fastt.sched.simulate import simulate_fifo
-from fastt.sched.strategy import Planning, Strategy, plan
+from fastt.sched.planning import Planning
+from fastt.sched.strategy import Strategy, plan
 from tf_patches import priority_executor
 
 tf1 = tf.compat.v1

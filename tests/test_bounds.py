@@ -8,7 +8,8 @@ from fastt.sched import Problem
 from fastt.sched.bounds import least_shares, lower_bound
 from fastt.sched.device_spec import parse
 from fastt.sched.registry import STRATEGIES
-from fastt.sched.strategy import Planning, plan
+from fastt.sched.planning import Planning
+from fastt.sched.strategy import plan
 from tests.exact import optimal_makespan
 from tests.helpers import op
 from tests.test_dpos import devs, random_problem

@@ -9,7 +9,8 @@ from fastt.costs.source import StaticCosts
 from fastt.sched.device_spec import parse
 from fastt.sched.splitting import Split
 from fastt.sched.registry import STRATEGIES
-from fastt.sched.strategy import data_parallel_fitting, peak_memory_one_device, plan
+from fastt.sched.planning import data_parallel_fitting, peak_memory_one_device
+from fastt.sched.strategy import plan
 from tests.helpers import op
 from tests.test_data_parallel import training_graph
 
@@ -155,7 +156,7 @@ def test_device_specs(tmp_path):
 def test_strategies_sharing_a_planning_are_those_planned_alone(spec, monkeypatch):
     # one Planning for every strategy: the same plans, the data-parallel replicas (and each
     # count of micro-batches) built once
-    import fastt.sched.strategy as strategy
+    import fastt.sched.planning as strategy
     ds = parse(spec)
     g = training_graph(B=16)
     c = costs(ds, g)
@@ -179,7 +180,7 @@ def test_strategies_sharing_a_planning_are_those_planned_alone(spec, monkeypatch
 
 
 def test_a_planning_says_again_why_a_layout_does_not_fit():
-    import fastt.sched.strategy as strategy
+    import fastt.sched.planning as strategy
     ds = parse("2xV100")
     g = training_graph(B=16)
     tiny = [d.__class__(d.name, 10.0) for d in ds.devices]  # no replica fits
@@ -190,17 +191,19 @@ def test_a_planning_says_again_why_a_layout_does_not_fit():
 
 
 def test_os_dpos_keeps_its_order_only_where_the_simulator_says_it_pays(monkeypatch):
+    from fastt.sched import planning
     from fastt.sched import strategy as st
     ds = parse("2xV100")
     g = training_graph(B=16)
     c = costs(ds, g)
     planned = plan(g, ds.devices, c, "os-dpos")
     assert planned.ordered and planned.to_dict()["ordered"] is True  # its order is faster here
-    fifo = st._replay_fifo
+    fifo = planning._replay_fifo
     assert all(f > planned.simulated_step_time_s for f in [
         st.replay(planned, ds.devices, c, g, link_concurrency=1, fifo=True)[1].makespan])
     # where the first-come order runs the same placement faster, that order is kept
-    monkeypatch.setattr(st, "_replay_fifo", lambda p, s: tuple(0.5 * t for t in fifo(p, s)))
+    monkeypatch.setattr(planning, "_replay_fifo",
+                        lambda p, s: tuple(0.5 * t for t in fifo(p, s)))
     faster = plan(g, ds.devices, c, "os-dpos")
     assert not faster.ordered and faster.placement == planned.placement
     assert faster.simulated_step_time_s < planned.simulated_step_time_s

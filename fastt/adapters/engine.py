@@ -26,7 +26,8 @@ from fastt.ir import Graph, TensorRef
 from fastt.op_types import BATCH_SOURCES
 from fastt.profiler import Profile, profile
 from fastt.sched.problem import Device
-from fastt.sched.strategy import Strategy, data_parallel_fitting, plan, predict
+from fastt.sched.planning import data_parallel_fitting
+from fastt.sched.strategy import Strategy, plan, predict
 
 ORDERS = ("priority-executor", "control-dependencies", "none")  # how a plan's order is kept
 

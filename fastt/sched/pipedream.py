@@ -10,6 +10,8 @@ step computes what the original does (GPipe's synchronous pipeline with a flush)
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 from fastt.ir import Graph
 from fastt.sched.baselines import place_replicas
 from fastt.sched.data_parallel import replica_of
@@ -131,24 +133,49 @@ def pipedream(p: Problem, g: Graph) -> Schedule:
     cuts = [partition(T, a, w, D, B)[1]]
     cuts += [balanced(T, a, w, S, D // S, B)[1] for S in range(1, min(D, len(T)) + 1)
              if D % S == 0]
+    best: Schedule | None = None
+    for stages in dict.fromkeys(tuple(c) for c in cuts):
+        s = fastest_order(p, g, place_stages(p, g, layer, list(stages)), "stages: " + ", ".join(
+            f"layers {st.first}-{st.last} on {st.replicas} device{'s' * (st.replicas > 1)}"
+            for st in stages) + f" (of {len(T)} layers)")
+        if best is None or s.makespan < best.makespan:
+            best = s
+    assert best is not None
+    return best
+
+
+def fastest_order(p: Problem, g: Graph, device: list[int], note: str) -> Schedule:
+    """The micro-batched graph ``g`` placed on ``device`` run in GPipe's order (each device's
+    ready ops by decreasing upward rank: every micro-batch's forward pass before the backward
+    passes) and earliest micro-batch first (its backward pass before the next forward
+    passes, as 1F1B), links carrying one bulk transfer at a time: the faster, its order
+    added to ``note``."""
     rank = rank_u(p)
     top = max(rank, default=0.0) + 1.0
     part = [replica_of(g[n]) or 0 for n in p.names]
-    orders = {"GPipe": rank, "earliest micro-batch first":
-              [rank[i] - top * part[i] for i in range(p.n)]}
-    best: tuple[float, Schedule] | None = None
-    for stages in {tuple(c) for c in cuts}:
-        device = place_stages(p, g, layer, list(stages))
-        for order, priority in orders.items():
-            r = simulate_fifo(p, device, link_concurrency=1, priority=priority)
-            if best is None or r.makespan < best[0]:
-                note = "stages: " + ", ".join(
-                    f"layers {st.first}-{st.last} on {st.replicas} "
-                    f"device{'s' * (st.replicas > 1)}" for st in stages) + \
-                    f" (of {len(T)} layers), {order}"
-                best = (r.makespan, Schedule(device, r.start, r.finish, note=note))
+    best: Schedule | None = None
+    for order, priority in (("GPipe", rank), ("earliest micro-batch first",
+                                              [rank[i] - top * part[i] for i in range(p.n)])):
+        r = simulate_fifo(p, device, link_concurrency=1, priority=priority)
+        if best is None or r.makespan < best.makespan:
+            best = Schedule(list(device), r.start, r.finish, note=f"{note}, {order}")
     assert best is not None
-    return best[1]
+    return best
+
+
+def micro_batch(p: Problem, g: Graph, placed: Mapping[str, int], note: str) -> Schedule:
+    """A placement of the model graph (``placed``: op -> device) over the micro-batched graph
+    ``g`` (compiled as ``p``): every part of an op on its op's device, an op fastt made for the
+    micro-batches (a cut of the batch, a join) with the op feeding it (``place_replicas``
+    for the rest), in the faster of ``fastest_order``'s orders."""
+    device = [0] * p.n
+    for i in p.topo:
+        name = p.names[i]
+        home = placed.get(g[name].meta.origin or name)
+        if home is None:
+            home = next((device[m] for m, _ in p.preds[i]), 0)
+        device[i] = home
+    return fastest_order(p, g, place_replicas(p, g, lambda i, k: device[i]), note)
 
 
 def place_stages(p: Problem, g: Graph, layer: list[int], stages: list[Stage]) -> list[int]:

@@ -22,33 +22,27 @@ replayed by the simulator with contention-free links (``predicted_step_time_s``,
 DPOS optimises) and with one transfer at a time per link direction
 (``simulated_step_time_s``).
 
-Strategies planned for the same graph, devices and costs share a ``Planning``: the
-data-parallel graphs, compiled problems, placements and replays are built once for all.
+Strategies planned for the same graph, devices and costs share a ``Planning``
+(``fastt.sched.planning``): the data-parallel and micro-batched graphs, compiled problems,
+placements and replays are built once for all.
 """
 from __future__ import annotations
 
 import functools
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from fastt.costs.memory import MemoryModel
 from fastt.costs.source import CostSource
-from fastt.devices import same_process
-from fastt.errors import Declined, DoesNotFit, FasttError, NoBatch
 from fastt.ir import Graph
-from fastt.sched import baselines
 from fastt.sched._gc import without_gc
-from fastt.sched.allreduce import BUCKET_BYTES, all_reduce
-from fastt.sched.bounds import Bound, least_shares, lower_bound
-from fastt.sched.data_parallel import data_parallel
+from fastt.sched.allreduce import BUCKET_BYTES
 from fastt.sched.osdpos import Plan, compiler, os_dpos
 from fastt.sched.problem import Device, Problem
 from fastt.sched.registry import KINDS, StrategyKind, kind
-from fastt.sched.schedule import Schedule
-from fastt.sched.simulate import SimResult, replay_placement, simulate, simulate_fifo
-from fastt.sched.splitting import Split, apply_splits
+from fastt.sched.simulate import SimResult, simulate, simulate_fifo
+from fastt.sched.splitting import Split
+from fastt.sched.planning import MICRO_BATCHED, Planning, Start, feasible, step_overhead
 from fastt.sched.transfer_order import prioritize
 
 SCHEMA_VERSION = 1
@@ -94,78 +88,6 @@ class Strategy:
                 "transfer_priorities": self.transfer_priorities, "note": self.note}
 
 
-def peak_memory_one_device(graph: Graph) -> float:
-    """Bytes the graph needs on one device: variables plus the peak of live outputs when its
-    ops run one after another in topological order (a unit of time each). Outputs of
-    aliasing ops (Identity, ReadVariableOp...) are counted too: an over-estimate."""
-    mem = MemoryModel.from_graph(graph)
-    dev = [Device("/job:localhost/replica:0/task:0/device:CPU:0")]
-    p = Problem.from_graph(graph, dev, _UnitCosts(), persistent=mem.persistent)
-    return simulate(p, [0] * p.n, [p.topo]).peak_memory[0]
-
-
-class _UnitCosts:
-    def compute(self, op: str, device: str) -> float:
-        return 1.0
-
-    def link(self, src: str, dst: str) -> tuple[float, float]:
-        return (0.0, 0.0)
-
-
-def nccl(devices: Sequence[Device]) -> bool:
-    """Whether the all-reduce over ``devices`` is NCCL's: GPUs, all in one process."""
-    return all(d.type == "GPU" and same_process(d.name, devices[0].name) for d in devices)
-
-
-def data_parallel_fitting(graph: Graph, devices: Sequence[Device], ring: bool = True,
-                          bucket_bytes: float = BUCKET_BYTES, replicas: Graph | None = None
-                          ) -> Graph | None:
-    """The data-parallel graph over ``devices`` when every device holds its replica (each
-    with its share of the batch; with ``ring``, mirrored variables and ring all-reduce, else
-    gradients summed on device 0; ``bucket_bytes``: the all-reduce's fusion buckets), else
-    None. ``replicas``: ``data_parallel(graph, len(devices))`` when the caller has it. Memory
-    is the simulated peak of the replicas' placement, ops in topological order."""
-    D = len(devices)
-    dp = replicas if replicas is not None else data_parallel(graph, D)
-    if ring:
-        dp = all_reduce(dp, D, bucket_bytes, collective=nccl(devices))
-    if all(d.memory == math.inf for d in devices):
-        return dp
-    mem = MemoryModel.from_graph(dp)
-    p = Problem.from_graph(dp, devices, _UnitCosts(), persistent=mem.persistent)
-    device = baselines.data_parallel(p, dp).device
-    orders: list[list[int]] = [[] for _ in range(D)]
-    for i in p.topo:  # as peak_memory_one_device: each device in topological order
-        orders[device[i]].append(i)
-    peaks = simulate(p, device, orders).peak_memory
-    return dp if all(m <= d.memory for m, d in zip(peaks, devices)) else None
-
-
-def _feasible(attempts: list[Any]) -> list[Any]:
-    """The results of the attempts (one per starting point) that fit; the first misfit
-    when none does (e.g. the model graph fits no device, its data-parallel replicas do)."""
-    results, errors = [], []
-    for attempt in attempts:
-        try:
-            results.append(attempt())
-        except (DoesNotFit, Declined) as e:
-            errors.append(e)
-    if errors and not results:
-        raise errors[0]
-    return results
-
-
-def replay_schedule(p: Problem, s: Schedule) -> tuple[float, float]:
-    """Schedule ``s`` of ``p`` simulated with free links and with one transfer at a time per
-    link direction (makespans)."""
-    return replay_placement(p, s.device, s.order())
-
-
-def _replay_fifo(p: Problem, s: Schedule) -> tuple[float, float]:
-    """``replay_schedule`` of ``s``'s placement in TensorFlow's own first-come order."""
-    return replay_placement(p, s.device, None)
-
-
 def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
          name: str = "os-dpos", copy_bytes_per_s: float = 10e9, workers: int = 1,
          fetches: Sequence[str] = (), splits: Sequence[Split] = (), split: bool = True,
@@ -193,155 +115,6 @@ def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
     return result
 
 
-Start = tuple[Graph, int, str]  # (graph, replicas, layout: "model" or a data-parallel one)
-LAYOUTS = ("data-parallel", "data-parallel-ps")
-MICRO_BATCHED = "micro-batched"  # the batch cut into micro-batches (pipelines)
-MICRO_BATCHES = (1, 2, 4)  # per device: the micro-batch counts a pipeline is tried with
-MICRO_OPS = 150_000  # the largest micro-batched graph built beyond the data-parallel one
-
-
-class Planning:
-    """What the strategies of one training graph on one device set under one cost source
-    share: the compiler, the starting graphs (the data-parallel ones take seconds to build
-    on large models), each graph's compiled ``Problem``, each placer's schedule on it and
-    each schedule's replay; each is built once. A strategy's plan time still counts what it
-    used, built for it or before (``alone_s``): its time planned alone."""
-
-    def __init__(self, graph: Graph, devices: Sequence[Device], costs: CostSource,
-                 copy_bytes_per_s: float = 10e9, fetches: Sequence[str] = (),
-                 bucket_bytes: float = BUCKET_BYTES, transfer_priorities: str = "auto"
-                 ) -> None:
-        if fetches:
-            try:
-                graph = graph.fan_in(fetches)
-            except KeyError as e:
-                raise FasttError(f"fetches name an op that is not in the graph: {e}") from None
-        self.graph, self.devices, self.costs = graph, list(devices), costs
-        self.fetches, self.bucket_bytes = list(fetches), bucket_bytes
-        self.transfer_priorities = transfer_priorities
-        self.compile_graph = compiler(self.devices, costs, graph, copy_bytes_per_s)
-        # key -> (what was built or the misfit found, seconds, the objects its key names)
-        self._built: dict[tuple[object, ...], tuple[Any, float, tuple[object, ...]]] = {}
-        self._used: set[tuple[object, ...]] = set()
-        self._fresh_s = 0.0  # seconds spent building since ``begin``
-
-    def _get(self, key: tuple[object, ...], build: Any, keep: tuple[object, ...] = ()) -> Any:
-        self._used.add(key)
-        if key not in self._built:
-            t0 = time.perf_counter()
-            try:
-                value = build()
-            except (DoesNotFit, NoBatch, Declined) as e:
-                value = e
-            seconds = time.perf_counter() - t0
-            self._fresh_s += seconds
-            self._built[key] = (value, seconds, keep)
-        value = self._built[key][0]
-        if isinstance(value, Exception):
-            raise value
-        return value
-
-    def begin(self) -> None:
-        """A strategy's planning begins: what it uses is counted from here."""
-        self._used, self._fresh_s = set(), 0.0
-
-    def alone_s(self, wall_s: float) -> float:
-        """The seconds a strategy that took ``wall_s`` since ``begin`` would have taken
-        alone: its own work plus the building of everything it used."""
-        return wall_s - self._fresh_s + sum(self._built[k][1] for k in self._used)
-
-    def compile(self, g: Graph) -> Problem:
-        """``g`` compiled."""
-        return self._get(("compile", id(g)), lambda: self.compile_graph(g), (g,))
-
-    def place(self, k: StrategyKind, g: Graph) -> Schedule:
-        """Placer ``k``'s schedule of ``g`` (``DoesNotFit`` each time when it does not)."""
-        p = self.compile(g)
-        return self._get(("place", k.name, id(g)), lambda: k.place(p, g), (g,))
-
-    def bound(self) -> Bound:
-        """A lower bound on the step time of any plan of the graph on the devices
-        (``fastt.sched.bounds``)."""
-        D, shared = len(self.devices), None
-        if D > 1:
-            try:
-                shared = self._get(("replicas",), lambda: data_parallel(self.graph, D))
-            except NoBatch:
-                pass
-        p = self.compile(self.graph)
-        return lower_bound(p, least_shares(self.graph, D, shared),
-                           step_overhead(self.costs) + min(p.reach, default=0.0))
-
-    def replay(self, p: Problem, s: Schedule) -> tuple[float, float]:
-        """Schedule ``s`` of ``p`` simulated with free links and with one transfer at a
-        time per link direction."""
-        return self._get(("replay", id(p), id(s)), lambda: replay_schedule(p, s), (p, s))
-
-    def replay_fifo(self, p: Problem, s: Schedule) -> tuple[float, float]:
-        """``replay`` of ``s``'s placement with no order enforced (first come, first
-        served)."""
-        return self._get(("fifo", id(p), id(s)), lambda: _replay_fifo(p, s), (p, s))
-
-    def layout(self, layout: str) -> Start:
-        """The data-parallel starting graph of ``layout`` over the devices; ``NoBatch`` or
-        ``DoesNotFit`` (every time) when there is none."""
-        D = len(self.devices)
-        replicas = self._get(("replicas",), lambda: data_parallel(self.graph, D))
-
-        def build() -> Start:
-            dp = data_parallel_fitting(self.graph, self.devices, layout == "data-parallel",
-                                       self.bucket_bytes, replicas)
-            if dp is None:
-                raise DoesNotFit("data parallelism needs every replica (the model with its "
-                                 f"share of the batch) to fit one device ({D} devices given)")
-            return (dp, D, layout)
-        return self._get(("layout", layout), build)
-
-    def micro_batched(self) -> list[Start]:
-        """The graph with its batch cut into m micro-batches, for each m of
-        ``MICRO_BATCHES`` times the devices that the batch allows (none: ``NoBatch``), and
-        beyond the data-parallel graph (m = the devices) of at most ``MICRO_OPS`` ops."""
-        out: list[Start] = []
-        for times in MICRO_BATCHES:
-            m = times * len(self.devices)
-            if times > 1 and m * len(self.graph) > MICRO_OPS:
-                break
-            try:  # D micro-batches: the data-parallel replicas
-                g = self._get(("replicas",) if m == len(self.devices) else ("micro", m),
-                              lambda: data_parallel(self.graph, m))
-            except NoBatch:
-                break
-            out.append((g, m, MICRO_BATCHED))
-        if not out:
-            raise NoBatch(f"the batch cannot be cut into {len(self.devices)} micro-batches")
-        return out
-
-    def starts(self, k: StrategyKind, forced: list[Split]) -> list[Start]:
-        """Where strategy ``k`` starts, the data-parallel graphs first."""
-        if forced:  # a split list names the user's ops: it starts from the model graph
-            if k.starts in LAYOUTS:
-                raise FasttError("a split list cannot be combined with the data-parallel "
-                                 "strategy; plan it with dpos or os-dpos")
-            return [(apply_splits(self.graph, forced), 1, "model")]
-        if k.starts in LAYOUTS:
-            return [self.layout(k.starts)] if len(self.devices) > 1 else []
-        if k.starts == MICRO_BATCHED:
-            return self.micro_batched()
-        starts: list[Start] = []
-        if k.starts != "model" and len(self.devices) > 1:
-            for layout in LAYOUTS:
-                try:
-                    starts.append(self.layout(layout))
-                except (NoBatch, DoesNotFit):
-                    pass
-            if k.search:  # OS-DPOS also starts from the pipelines
-                try:
-                    starts += self.micro_batched()
-                except NoBatch:
-                    pass
-        return starts + [(self.graph, 1, "model")]
-
-
 @without_gc
 def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
           split: bool = True) -> Strategy:
@@ -354,7 +127,7 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
         def place(start: Graph, reps: int) -> tuple[Plan, int]:
             return Plan(start, shared.compile(start), shared.place(k, start)), reps
         # of the starting points that fit, the fastest plan (DPOS: never worse than any)
-        cands = _feasible([functools.partial(place, g0, r) for g0, r, _ in starts])
+        cands = feasible([functools.partial(place, g0, r) for g0, r, _ in starts])
         best, replicas = min(cands, key=lambda cand: cand[0].makespan)
         runs = len(cands) if k.name == "dpos" else 0
     g, p, s, splits = best.graph, best.problem, best.schedule, best.splits
@@ -392,11 +165,14 @@ def _searched(shared: Planning, starts: list[Start], workers: int,
         p0 = shared.compile(g0)
         kinds = [KINDS["dpos"]] * (layout != MICRO_BATCHED) + [
             k for k in KINDS.values() if k.starts == layout and k.starts_search]
-        plans = _feasible([functools.partial(shared.place, k, g0) for k in kinds])
+        plans = feasible([functools.partial(shared.place, k, g0) for k in kinds])
         return [(Plan(g0, p0, s0), reps) for s0 in plans]
 
-    plans = [c for cs in _feasible([functools.partial(start_from, *start)
+    plans = [c for cs in feasible([functools.partial(start_from, *start)
                                     for start in starts]) for c in cs]
+    model = [pr for pr in plans if pr[1] == 1 and pr[0].graph is starts[-1][0]]
+    if model and any(layout == MICRO_BATCHED for *_, layout in starts):
+        plans += shared.micro_batched_plans(min(model, key=lambda pr: pr[0].makespan)[0])
     start_plan, reps = min(plans, key=lambda pr: pr[0].makespan)
     result = (os_dpos(start_plan.graph, shared.compile_graph, len(shared.devices),
                       start=start_plan, workers=workers) if split else start_plan)
@@ -436,9 +212,3 @@ def predict(strategy: Strategy, devices: Sequence[Device], costs: CostSource,
     overhead."""
     return replay(strategy, devices, costs, original, copy_bytes_per_s,
                   link_concurrency=link_concurrency, fifo=fifo)[1].makespan + step_overhead(costs)
-
-
-def step_overhead(costs: CostSource) -> float:
-    """What a step takes beyond its ops and transfers, when ``costs`` knows it (else 0)."""
-    known = getattr(costs, "step_overhead", None)
-    return float(known()) if known else 0.0
