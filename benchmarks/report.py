@@ -2,13 +2,13 @@
 
     python benchmarks/report.py [--out benchmarks/results]
 
-Reads simulated.json, real.json, optimality.json and transfer_priorities.json (whichever
-exist) and writes REPORT.md with tables and plots: speedup over data parallelism per model and
-GPU count (simulated, strong and weak scaling), each row's distance to a lower bound, strategy
-times, the ordering and splitting ablations, ops per device, the split table, samples/second
-on the real 2-worker testbed, the simulator's predicted step time against the measured one,
-each placer's distance to the exact optimum on small graphs, and what ordering the weight
-transfers by need gives.
+Reads simulated.json, real.json, optimality.json, pipeline.json and transfer_priorities.json
+(whichever exist) and writes REPORT.md with tables and plots: speedup over data parallelism
+per model and GPU count (simulated, strong and weak scaling), each row's distance to a lower
+bound, strategy times, the ordering and splitting ablations, ops per device, the split table,
+samples/second on the real 2-worker testbed, the simulator's predicted step time against the
+measured one, each placer's distance to the exact optimum on small graphs, pipelines against
+the other plans, and what ordering the weight transfers by need gives.
 """
 from __future__ import annotations
 
@@ -452,6 +452,10 @@ def main(argv: list[str] | None = None) -> int:
     if optimality is not None:
         from benchmarks.optimality import markdown
         lines += markdown(optimality, "##").splitlines() + [""]
+    pipelines = _load(args.out, "pipeline.json")
+    if pipelines is not None:
+        from benchmarks.pipeline import markdown as pipeline_markdown
+        lines += pipeline_markdown(pipelines, "##").splitlines() + [""]
     priorities = _load(args.out, "transfer_priorities.json")
     if priorities is not None:
         from benchmarks.transfer_priorities import markdown as priorities_markdown

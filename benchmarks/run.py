@@ -1,5 +1,5 @@
 """Regenerate the benchmark report: the simulated testbed, the real testbed, the distance to
-the optimum on small graphs, transfer priorities, REPORT.md.
+the optimum on small graphs, pipelines, transfer priorities, REPORT.md.
 
     python benchmarks/run.py [--quick]
 
@@ -20,7 +20,8 @@ def main() -> int:
     extra = [a for a in sys.argv[1:] if a != "--quick"]
     if extra:
         sys.exit(f"unknown arguments {extra}; usage: python benchmarks/run.py [--quick]")
-    runs = [["simulated.py"], ["real.py"], ["optimality.py"], ["transfer_priorities.py"],
+    runs = [["simulated.py"], ["real.py"], ["optimality.py"], ["pipeline.py"],
+            ["transfer_priorities.py"],
             ["transfer_priorities.py", "--simulated"], ["report.py"]]
     for script, *rest in runs:
         args = [sys.executable, os.path.join(HERE, script)] + rest + (

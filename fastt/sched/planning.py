@@ -124,6 +124,7 @@ class Planning:
         self.graph, self.devices, self.costs = graph, list(devices), costs
         self.fetches, self.bucket_bytes = list(fetches), bucket_bytes
         self.transfer_priorities = transfer_priorities
+        self.pipelines = True  # False: OS-DPOS does not start from micro-batched graphs
         self.compile_graph = compiler(self.devices, costs, graph, copy_bytes_per_s)
         # key -> (what was built or the misfit found, seconds, the objects its key names)
         self._built: dict[tuple[object, ...], tuple[Any, float, tuple[object, ...]]] = {}
@@ -253,7 +254,7 @@ class Planning:
                     starts.append(self.layout(layout))
                 except (NoBatch, DoesNotFit):
                     pass
-            if k.search:  # OS-DPOS also starts from the pipelines
+            if k.search and self.pipelines:  # OS-DPOS also starts from the pipelines
                 try:
                     starts += self.micro_batched()
                 except NoBatch:
