@@ -91,7 +91,8 @@ def assert_dumps_follow_the_schema(root):
 
 def test_a_pipeline_trains_the_same_with_fastt(tmp_path):
     """``FASTT_STRATEGY=pipedream``: the unchanged script trains a micro-batched pipeline
-    over the two devices to the same loss; its dump names the stages."""
+    over the two devices to the same loss; its dump and report name the stages and the
+    micro-batches (the report's Gantt chart draws the bubbles)."""
     plain_loss, _, _ = run("session_feed_dict.py", tmp_path, fastt=False)
     loss, _, err = run("session_feed_dict.py", tmp_path, fastt=True,
                        fastt_env={"FASTT_DEVICES": "cpu:2", "FASTT_STRATEGY": "pipedream"})
@@ -100,3 +101,5 @@ def test_a_pipeline_trains_the_same_with_fastt(tmp_path):
     assert doc["strategy"] == "pipedream" and doc["replicas"] >= 2, err[-3000:]
     assert len(set(doc["placement"].values())) == 2 and doc["note"].startswith("stages: ")
     assert_dumps_follow_the_schema(tmp_path / "dump")
+    html = (tmp_path / "dump" / "strategy-1" / "report.html").read_text()
+    assert "micro-batches" in html and "stages: layers" in html  # what the pipeline is

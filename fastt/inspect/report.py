@@ -129,7 +129,11 @@ def _summary(doc: dict[str, Any], dump: Dump) -> str:
         ("source", "session plugin (FASTT=1)" if doc["source"] == "session"
          else "fastt plan / compare"),
         ("session", doc["session"]), ("dump", dump.path),
-        ("devices", ", ".join(doc["devices"])), ("replicas", doc["replicas"]),
+        ("devices", ", ".join(doc["devices"])),
+        ("micro-batches" if doc["strategy"] == "pipedream" else "replicas", doc["replicas"]),
+        *([("placer's note", doc["note"])] if doc.get("note") else []),
+        *([("weight transfers by need", _transfers(doc["transfer_priorities"]))]
+          if doc.get("transfer_priorities") else []),
         ("predicted step", _ms(doc["predicted_step_time_s"])),
         ("with link contention", _ms(doc["simulated_step_time_s"])),
         ("measured step (median)", _ms(doc["measured_step_time_s"])),
@@ -148,6 +152,12 @@ def _summary(doc: dict[str, Any], dump: Dump) -> str:
              if dump.file(f)]
     return (f"<table>{rows_}</table><p class=\"note\">Files: {' · '.join(links)}. The traces "
             "open in Perfetto or chrome://tracing.</p>")
+
+
+def _transfers(t: dict[str, Any]) -> str:
+    return (f"{t['transfers']} over {t['links']} links, "
+            f"{'kept' if t['kept'] else 'not kept'} (simulated "
+            f"{_ms(t['simulated_step_time_s'])} ordered, {_ms(t['simulated_without_s'])} not)")
 
 
 def _gantt(doc: dict[str, Any], predicted: list[Row] | None, measured: list[Row] | None,
