@@ -6,7 +6,7 @@ import pytest
 
 from fastt.costs.source import StaticCosts
 from fastt.ir import Graph
-from fastt.sched import strategy
+from fastt.sched import planning
 from fastt.sched.allreduce import all_reduce, followers, mirrors, sync_writes
 from fastt.sched.baselines import data_parallel as dp_placer
 from fastt.sched.data_parallel import data_parallel, replica_of
@@ -157,5 +157,5 @@ def test_gpus_of_one_process_sum_each_bucket_with_nccl_on_a_stream_of_its_own():
     assert p.stream[i] == 1 and p.stream.count(1) == n
     latency, per_byte = ds.link(ds.devices[0].name, ds.devices[1].name)
     assert p.w[i][0] == pytest.approx(2 * (n - 1) * (latency + per_byte * F * F * 4 / n))
-    assert strategy.nccl(ds.devices) and not strategy.nccl(parse("2xCPU").devices)
-    assert not strategy.nccl(parse("2x2xV100").devices)  # two servers: the graph's ring
+    assert planning.nccl(ds.devices) and not planning.nccl(parse("2xCPU").devices)
+    assert not planning.nccl(parse("2x2xV100").devices)  # two servers: the graph's ring
