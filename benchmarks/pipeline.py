@@ -89,24 +89,35 @@ def markdown(doc: dict, level: str = "#") -> str:
     lines = [f"{level} Pipelines (simulated V100s, strong scaling)", "",
              "Simulated step time (ms), one transfer at a time per link direction. "
              "`gain`: the best flat plan (OS-DPOS without pipelines, both data-parallel "
-             "layouts) over the better pipeline; above 1.01 the pipeline wins the row.", "",
-             "| model | GPUs | " + " | ".join(cols) + " | gain |",
-             "|---|---|" + "---:|" * (len(cols) + 1)]
-    wins = []
+             "layouts) over the better pipeline; above 1.01 the pipeline wins the row. "
+             "`OS-DPOS gain`: OS-DPOS without pipelines over OS-DPOS (what starting from "
+             "them gives it).", "",
+             "| model | GPUs | " + " | ".join(cols) + " | gain | OS-DPOS gain |",
+             "|---|---|" + "---:|" * (len(cols) + 2)]
+    wins: list[str] = []
+    helped: list[str] = []
     for m in doc["models"]:
         for r in m["rows"]:
             step = r["step_s"]
             cells = [f"{1e3 * step[c]:.2f}" if step.get(c) is not None else "n/a"
                      for c in cols]
             gain = r["pipeline_over_best_flat"]
+            own = step["os-dpos, no pipelines"] / step["os-dpos"] if step.get("os-dpos") \
+                else None
             lines.append(f"| {m['model']} | {r['devices']} | " + " | ".join(cells) +
-                         (f" | {gain:.3f} |" if gain else " | n/a |"))
+                         (f" | {gain:.3f}" if gain else " | n/a") +
+                         (f" | {own:.3f} |" if own else " | n/a |"))
+            if own and own > 1.01:
+                helped.append(f"- {m['model']} on {r['devices']}: {own:.2f}x "
+                              f"({r['notes']['os-dpos'] or 'no note'})")
             if gain and gain > 1.01:
                 which = min((k for k in PIPELINES if step.get(k) is not None),
                             key=lambda k: step[k])
                 wins.append(f"- {m['model']} on {r['devices']}: {gain:.2f}x, {which} "
                             f"({r['notes'][which]})")
     lines += ["", "Where a pipeline wins:", ""] + (wins or ["- nowhere"])
+    lines += ["", "Where OS-DPOS is faster for starting from them:", ""] + (
+        helped or ["- nowhere"])
     return "\n".join(lines) + "\n"
 
 
