@@ -43,7 +43,7 @@ from fastt.sched.registry import KINDS, StrategyKind, kind
 from fastt.sched.simulate import SimResult, simulate, simulate_fifo
 from fastt.sched.splitting import Split
 from fastt.sched.planning import MICRO_BATCHED, Planning, Start, feasible, step_overhead
-from fastt.sched.transfer_order import prioritize
+from fastt.sched.transfer_order import Prioritized, prioritize
 
 SCHEMA_VERSION = 1
 
@@ -122,17 +122,46 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
     shared.begin()
     starts = shared.starts(k, forced)
     if k.search:
-        (best, replicas), runs = _searched(shared, starts, workers, split)
+        near, runs = _searched(shared, starts, workers, split)
     else:
         def place(start: Graph, reps: int) -> tuple[Plan, int]:
             return Plan(start, shared.compile(start), shared.place(k, start)), reps
         # of the starting points that fit, the fastest plan (DPOS: never worse than any)
         cands = feasible([functools.partial(place, g0, r) for g0, r, _ in starts])
-        best, replicas = min(cands, key=lambda cand: cand[0].makespan)
+        near = [min(cands, key=lambda cand: cand[0].makespan)]
         runs = len(cands) if k.name == "dpos" else 0
-    g, p, s, splits = best.graph, best.problem, best.schedule, best.splits
+    # as each will run: OS-DPOS's order kept only where the simulator says it pays, the
+    # weight transfers ordered where they pay; the fastest
+    fin, best, replicas = min(((_finish(shared, pl, k.search), pl, reps) for pl, reps in near),
+                              key=lambda f: f[0].times[::-1])
+    predicted, simulated = (t + step_overhead(shared.costs) for t in fin.times)
+    plan_time = shared.alone_s(time.perf_counter() - t0)
+    return Strategy(name=k.name, devices=[d.name for d in shared.devices], graph=fin.graph,
+                    placement=fin.placement, order=fin.order, predicted_step_time_s=predicted,
+                    simulated_step_time_s=simulated, plan_time_s=plan_time,
+                    splits=forced + best.splits, replicas=replicas, dpos_runs=runs,
+                    note=best.schedule.note, ordered=fin.ordered,
+                    transfer_priorities=fin.weights.summary() if fin.weights else None)
+
+
+@dataclass
+class _Final:
+    """A plan as it will run."""
+    graph: Graph
+    placement: dict[str, str]
+    order: list[str]
+    times: tuple[float, float]  # replayed with free links, with one transfer at a time
+    ordered: bool
+    weights: Prioritized | None
+
+
+def _finish(shared: Planning, plan: Plan, choose_order: bool) -> _Final:
+    """``plan`` in its order or (``choose_order``, where the simulator says it runs faster)
+    TensorFlow's, its weight transfers ordered by need where that pays
+    (``shared.transfer_priorities``)."""
+    g, p, s = plan.graph, plan.problem, plan.schedule
     times, ordered = shared.replay(p, s), True
-    if k.search:  # OS-DPOS keeps its order only where the simulator says it pays
+    if choose_order:
         fifo = shared.replay_fifo(p, s)
         if fifo[::-1] < times[::-1]:
             times, ordered = fifo, False
@@ -142,25 +171,22 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
     weights = prioritize(g, p, s.device, s.order(), ordered, shared.compile_graph, times,
                          shared.transfer_priorities)
     if weights is not None and weights.kept:
-        g, placement, order, times = weights.graph, weights.placement, weights.order, \
-            weights.times
-    predicted, simulated = (t + step_overhead(shared.costs) for t in times)
-    plan_time = shared.alone_s(time.perf_counter() - t0)
-    return Strategy(name=k.name, devices=names, graph=g, placement=placement, order=order,
-                    predicted_step_time_s=predicted, simulated_step_time_s=simulated,
-                    plan_time_s=plan_time, splits=forced + splits, replicas=replicas,
-                    dpos_runs=runs, note=s.note, ordered=ordered,
-                    transfer_priorities=weights.summary() if weights else None)
+        return _Final(weights.graph, weights.placement, weights.order, weights.times,
+                      ordered, weights)
+    return _Final(g, placement, order, times, ordered, weights)
+
+
+NEAR = 1.05  # OS-DPOS finishes (order, transfer priorities) the plans this close to its best
 
 
 def _searched(shared: Planning, starts: list[Start], workers: int,
-              split: bool) -> tuple[tuple[Plan, int], int]:
+              split: bool) -> tuple[list[tuple[Plan, int]], int]:
     """OS-DPOS: from each starting graph, DPOS and every other placer that starts there (the
     data-parallel layout on the data-parallel graph; one device, HEFT, m-TOPO, m-ETF and m-SCT
     on the model graph; PipeDream alone on the micro-batched graphs); the split search from
     the fastest of these, then of all of them the plan that runs fastest when links carry
     one transfer at a time (so OS-DPOS is never simulated slower than any strategy of the
-    registry); and DPOS runs made."""
+    registry): those within ``NEAR`` of the fastest, fastest first; and DPOS runs made."""
     def start_from(g0: Graph, reps: int, layout: str) -> list[tuple[Plan, int]]:
         p0 = shared.compile(g0)
         kinds = [KINDS["dpos"]] * (layout != MICRO_BATCHED) + [
@@ -179,9 +205,12 @@ def _searched(shared: Planning, starts: list[Start], workers: int,
     # Links carry one transfer at a time in truth, which DPOS's model ignores: of what was
     # planned, keep what runs fastest when they do (e.g. one device over a spread whose
     # transfers would queue).
-    final, reps = min([(result, reps)] + plans, key=lambda pr: shared.replay(
+    ranked = sorted([(result, reps)] + plans, key=lambda pr: shared.replay(
         pr[0].problem, pr[0].schedule)[::-1])
-    return (final, reps), result.tried + len(starts)
+    best = shared.replay(ranked[0][0].problem, ranked[0][0].schedule)[1]
+    near = [pr for pr in ranked
+            if shared.replay(pr[0].problem, pr[0].schedule)[1] <= NEAR * best]
+    return near, result.tried + len(starts)
 
 
 def replay(strategy: Strategy, devices: Sequence[Device], costs: CostSource, original: Graph,
