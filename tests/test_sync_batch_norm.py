@@ -3,7 +3,7 @@ equivalence tests run it: small_cnn and resnet_v2_50 normalise in training)."""
 import pytest
 
 from fastt.ir import Graph, TensorRef
-from fastt.sched.data_parallel import BATCH_SHAPE, data_parallel, replica_of
+from fastt.sched.data_parallel import data_parallel, replica_of
 from tests.helpers import op
 
 B, H, C = 8, 5, 3
@@ -43,29 +43,47 @@ def test_replicas_normalise_their_rows_with_the_whole_batch_statistics():
     assert [g[f"bn/part{k}"].outputs[0].shape for k in range(2)] == [(4, H, H, C)] * 2
     assert g["y/part1"].inputs[0] == TensorRef("bn/part1", 0)
     assert {replica_of(g[f"bn/part{k}"]) for k in range(2)} == {0, 1}
-    # ... with the mean of every replica's rows (sums of partial sums over the batch's
-    # count), which each replica sums itself, in the same order; each counts the batch from
-    # the batch's shape, read at run time (no message).
+    # ... with the whole batch's moments, which each replica combines itself from every
+    # replica's (sum, count, sum of squares about its own mean), sent in one message.
     for k in range(2):
         mean = g[f"bn/fastt_mean{k}"]
         assert replica_of(mean) == k
-        total = g[mean.inputs[0].op]
-        assert total.type == "AddN" and replica_of(total) == k
-        assert [r.op for r in total.inputs] == ["bn/fastt_sum0", "bn/fastt_sum1"]
-        assert g[f"bn/fastt_centred{k}"].inputs[1].op == mean.name
-        size = g[f"bn/fastt_batch_size{k}"]
-        assert size.type == BATCH_SHAPE and size.attrs["size"] and replica_of(size) == k
-        assert size.attrs["value"] == [B, H, H, C]
-        count = g[mean.inputs[1].op]
-        assert g[count.inputs[0].op].inputs[0].op == size.name
+        unpack = g[g[mean.inputs[0].op].inputs[0].op]
+        assert unpack.type == "SplitV" and unpack.attrs["size_splits"] == [C, 1, C]
+        table = g[unpack.inputs[0].op]
+        assert table.type == "Pack" and replica_of(table) == k
+        assert [r.op for r in table.inputs] == ["bn/fastt_moments_pack0",
+                                                "bn/fastt_moments_pack1"]
+        assert [r.op for r in g[f"bn/fastt_moments_pack{k}"].inputs] == [
+            f"bn/fastt_sum{k}", f"bn/fastt_rows{k}", f"bn/fastt_sq_sum{k}"]
+        # its rows are centred on their own mean, counted from their own size (no message)
+        centred = g[f"bn/fastt_centred{k}"]
+        assert centred.inputs[1].op == f"bn/fastt_local_mean{k}"
+        assert g[f"bn/fastt_size{k}"].type == "Size"
+        assert g[f"bn/fastt_size{k}"].inputs[0] == centred.inputs[0]
+        # the variance adds the spread between the replicas' means to their own
+        spread = g[g[f"bn/fastt_var{k}"].inputs[0].op]
+        assert [r.op for r in spread.inputs] == [f"bn/fastt_sq_all{k}", f"bn/fastt_between{k}"]
+        # y is shifted by the distance of the local mean to the batch's
+        assert [r.op for r in g[f"bn/fastt_shift{k}"].inputs] == [
+            f"bn/fastt_local_mean{k}", mean.name]
+        assert g[f"bn/part{k}"].inputs[1].op == f"bn/fastt_offset_shifted{k}"
         # the gradient's two sums travel in one message (a pack, unpacked after the sum)
         assert [r.op for r in g[f"dbn/fastt_d_offset_pack{k}"].inputs] == [
             f"dbn/fastt_dy_sum{k}", f"dbn/fastt_dot{k}"]
+        assert [r.op for r in g[f"dbn/fastt_dot{k}"].inputs] == [
+            f"dbn/fastt_dot_local{k}", f"dbn/fastt_dot_shift{k}"]
         unpack = g[g[f"dbn/fastt_d_scale{k}"].inputs[0].op]
         assert unpack.type == "SplitV" and unpack.attrs["size_splits"] == [C, C]
         assert [r.op for r in g[unpack.inputs[0].op].inputs] == [
             "dbn/fastt_d_offset_pack0", "dbn/fastt_d_offset_pack1"]
-    assert "bn/fastt_batch_size" not in g  # (the shared one: each replica has its own)
+    # two exchanges a batch norm: no other op reads another replica's op
+    crossing = {(o.name, r.op) for o in g for r in o.inputs
+                if o.name.startswith(("bn/", "dbn/")) and replica_of(o) is not None and
+                g[r.op].name.startswith(("bn/", "dbn/")) and replica_of(g[r.op]) is not None
+                and replica_of(g[r.op]) != replica_of(o)}
+    assert {src.rsplit("/fastt_", 1)[1][:-1] for _, src in crossing} == {
+        "moments_pack", "d_offset_pack"}
     assert g["bn/fastt_sum1"].inputs[0].op == "x/split_in0" or \
         g["bn/fastt_sum1"].inputs[0] == g["bn/fastt_centred1"].inputs[0]
     # The fused ops and their concats are not scheduled (kept for a user's fetch): no
@@ -89,28 +107,21 @@ def test_replicas_normalise_their_rows_with_the_whole_batch_statistics():
         assert sum(o.meta.fraction for o in g if o.meta.origin == name) == pytest.approx(1.0)
 
 
-def test_without_a_known_shape_each_replica_sends_its_size_with_its_sum():
-    """A replica that cannot count the whole batch from the batch's shape (the image size
-    is not known) learns it from the others: its size travels with its sum, in one
-    message."""
-    g = data_parallel(bn_graph(spatial=None), 2)
-    for k in range(2):
-        mean = g[f"bn/fastt_mean{k}"]
-        unpack = g[mean.inputs[0].op]
-        assert unpack.type == "SplitV" and unpack.attrs["size_splits"] == [C, 1]
-        assert [r.op for r in g[unpack.inputs[0].op].inputs] == [
-            "bn/fastt_sum_all_pack0", "bn/fastt_sum_all_pack1"]
-        assert [r.op for r in g[f"bn/fastt_sum_all_pack{k}"].inputs] == [
-            f"bn/fastt_sum{k}", f"bn/fastt_size_vector{k}"]
-        assert g[f"bn/fastt_size{k}"].type == "Size"
-        assert g[mean.inputs[1].op].inputs[0] == TensorRef(unpack.name, 1)  # the count
+def test_without_a_known_shape_the_statistics_are_the_same_ops():
+    """A replica counts its own rows from their size at run time, so an image size not
+    known when planning changes nothing."""
+    known, unknown = data_parallel(bn_graph(), 2), data_parallel(bn_graph(spatial=None), 2)
+    names = sorted(o.name for o in known if o.name.startswith(("bn/", "dbn/")))
+    assert names == sorted(o.name for o in unknown if o.name.startswith(("bn/", "dbn/")))
+    assert unknown["bn/fastt_size1"].type == "Size"
 
 
 def test_channels_first_statistics_broadcast_over_rows():
     g = data_parallel(bn_graph("NCHW"), 2)
     assert g["bn/fastt_axes1"].attrs["value"] == [0, 2, 3]
-    assert g["bn/fastt_centred1"].inputs[1].op == "bn/fastt_mean_bcast1"
-    assert g["bn/fastt_mean_bcast1"].attrs["shape"] == [C, 1, 1]
+    assert g["bn/fastt_centred1"].inputs[1].op == "bn/fastt_local_mean_bcast1"
+    assert g["bn/fastt_local_mean_bcast1"].attrs["shape"] == [C, 1, 1]
+    assert g["bn/part1"].inputs[1].op == "bn/fastt_offset_bcast1"
 
 
 @pytest.mark.parametrize("kw", [{"avg": 0.1}, {"stray_reader": True}])

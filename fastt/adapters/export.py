@@ -4,7 +4,7 @@ Ops read from TensorFlow carry their NodeDef and are written back with the IR's 
 device and colocation. Ops fastt made have no NodeDef and are synthesised from their type and
 attributes: ``SplitV`` (cut along ``axis`` into ``size_splits``), ``ConcatV2`` and ``AddN``
 joins, ``Const``s (per-part shapes, folded shape queries), ``IdentityN``, ``Identity``,
-``Reshape``, ``NoOp``, the element-wise ops and sums of a synchronised batch norm, and the
+``Reshape``, ``NoOp``, the element-wise ops, sums and ``Pack`` of a synchronised batch norm, and the
 reads and assigns that keep a variable's copies equal to it. Sub-ops ``X/part{k}`` and
 mirrored copies ``X/mirror{k}`` reuse X's NodeDef under their own name (a variable's copy with a
 ``shared_name`` of its own).
@@ -157,9 +157,11 @@ def _synthesise(op: Op) -> list[node_def_pb2.NodeDef]:
         node.attr["N"].i = len(op.inputs)
         node.attr["T"].type = _enum(op.outputs[0].dtype)
         node.attr["Tidx"].type = _enum("int32")
-    elif op.type == "AddN":
+    elif op.type in ("AddN", "Pack"):
         node.attr["N"].i = len(op.inputs)
         node.attr["T"].type = _enum(op.outputs[0].dtype)
+        if op.type == "Pack":
+            node.attr["axis"].i = int(op.attrs["axis"])
     elif op.type == "Reshape":
         node.input.insert(len(op.inputs), f"{op.name}/fastt_shape")
         extra = [_const(f"{op.name}/fastt_shape", op.attrs["shape"], "int32", dev)]

@@ -8,7 +8,7 @@ every time step, a tied embedding) is summed within each replica first, as tower
 one partial gradient per weight leaves a replica; ops without an exact batch rule (a loss
 reduced over the batch) run once on the whole batch behind a join, so the graph computes what
 the original computes; BatchNorm in training normalises each replica's rows with the whole
-batch's statistics, summed from the replicas' own (``sync_batch_norm``). Gates (``NoOp``s
+batch's statistics, combined from the replicas' own (``sync_batch_norm``). Gates (``NoOp``s
 waiting for replicas' ops) get one copy per replica. ``Shape``/``Size``/``Rank`` of tensors whose
 shape is static are folded into constants, as grappler does; those of tensors that carry the
 batch read it at run time from a batch input, so the graph runs at any batch size.
@@ -218,11 +218,8 @@ def data_parallel(graph: Graph, n: int) -> Graph:
                 if t.shape and t.shape[0] and t.shape[0] % B == 0 and any(
                         f"{r.op}:{r.index}" in axis for r in op.inputs):
                     axis[f"{name}:{i}"] = 0
-    graph = _with_batch_sizes(graph, decisions)
     graph = fold_static_shapes(graph, _batch_descent(graph, inputs, axis, B))
     graph = _gates_per_replica(apply_decisions(graph, decisions), n)
-    graph = Graph([o for o in graph if not o.name.endswith(sync_batch_norm.SIZE)],
-                  name=graph.name, meta=graph.meta)  # each replica has its copy
     return _shared_control_gates(_constants_per_replica(graph))
 
 
@@ -237,23 +234,6 @@ def _sync_rule(op: Op, graph: Graph, axis: dict[str, int], B: int,
         return None
     return sync_batch_norm.forward_rule(op, graph) or sync_batch_norm.gradient_rule(
         op, lambda fwd: fwd in decisions and decisions[fwd][0].dim == sync_batch_norm.SYNC)
-
-
-def _with_batch_sizes(graph: Graph, decisions: dict[str, tuple[SplitRule, list[int]]]
-                      ) -> Graph:
-    """A ``Size`` of the input of each batch norm synchronised in ``decisions`` whose input
-    shape is known (folded into a size read at run time from the batch: each replica counts
-    the whole batch's values without asking the others; ``sync_batch_norm``)."""
-    made = []
-    for name, (rule, _) in decisions.items():
-        op = graph[name]
-        x = graph.tensor(op.inputs[0]) if rule.dim == sync_batch_norm.SYNC and \
-            op.type in sync_batch_norm.FORWARD else None
-        if x is not None and x.dims is not None:
-            made.append(Op(name=name + sync_batch_norm.SIZE, type="Size", inputs=(op.inputs[0],),
-                           outputs=(TensorSpec("int32", ()),), device=op.device,
-                           attrs={"T": x.dtype, "out_type": "int32"}))
-    return Graph(list(graph) + made, name=graph.name, meta=graph.meta) if made else graph
 
 
 def _gates_per_replica(graph: Graph, n: int) -> Graph:

@@ -3,24 +3,29 @@ BatchNorm), for data parallelism.
 
 In training, a fused batch norm normalises each channel with the mean and biased variance of
 the whole batch, and its gradient needs two sums over the whole batch. Cut on the batch, each
-replica sums its own rows; the sums of the replicas' partial sums (channel vectors) give the
-same statistics; each replica then normalises its rows, and computes its rows of the gradient,
-with them. What crosses devices is a few channel vectors per replica, not the activations
-(before, the op ran whole on one device behind a concat of every replica's rows). The moments
-take two passes, as TensorFlow's CPU kernel does (the mean, then the mean of squared
-deviations), so results agree up to the order of the sums::
+replica computes its rows' moments (their sum s_k, count n_k and sum of squares about their own
+mean q_k, two passes as TensorFlow's CPU kernel does); every replica's moments give the
+batch's (Chan, Golub and LeVeque's pairwise combination, as stable as the two passes), so
+results agree up to rounding. Each replica normalises its rows, and computes its rows of the
+gradient, with them. What crosses devices is a few channel vectors per replica, not the
+activations::
 
-    forward, replica k:  s_k = sum(x_k);  n = sum(size(x)) / C;  mean = sum(s) / n;
-                         c_k = x_k - mean;  q_k = sum(c_k^2);  var = sum(q) / n;
-                         f = scale * rsqrt(var + eps);  y_k = c_k * f + offset
-    gradient, replica k: a_k = sum(dy_k);  b_k = sum(dy_k * c_k);
-                         dx_k = (dy_k - sum(a)/n - c_k * (sum(b)/n) * rsqrt(var + eps)^2) * f
+    forward, replica k:  m_k = s_k / n_k;  d_k = x_k - m_k;  q_k = sum(d_k^2);
+                         n = sum(n);  mean = sum(s) / n;
+                         var = (sum(q) + sum((s_i - n_i mean)^2 / n_i)) / n;
+                         f = scale * rsqrt(var + eps);  t_k = m_k - mean;
+                         y_k = d_k * f + (offset + t_k * f)
+    gradient, replica k: a_k = sum(dy_k);  b_k = sum(dy_k * d_k) + t_k * a_k;
+                         g = (sum(b)/n) * rsqrt(var + eps)^2;
+                         dx_k = (dy_k - (sum(a)/n + t_k * g) - d_k * g) * f
                          d_scale = sum(b) * rsqrt(var + eps);  d_offset = sum(a)
 
-Every replica sums every replica's partial sums itself (the same ``AddN``, so the same
-bits): a statistic takes one hop between devices, where a sum on one device would take two.
-The vectors a replica sends at once travel packed in one message (s_k with its size; a_k with
-b_k): three exchanges a batch norm, forward and gradient.
+(x_k - mean is d_k + t_k: the whole batch's mean enters through channel vectors only, so a
+replica makes as many passes over its rows as before, and the moments need one exchange.)
+Every replica combines every replica's vectors itself (the same ops, so the same bits): a
+statistic takes one hop between devices, where a sum on one device would take two. The
+vectors a replica sends at once travel packed in one message ((s_k, n_k, q_k); (a_k, b_k)):
+two exchanges a batch norm, forward and gradient.
 Each replica's ops on its rows share the fused op's work (``meta.fraction``).
 """
 from __future__ import annotations
@@ -33,9 +38,6 @@ from fastt.sched.split_rules import FULL, SPLIT, Part, SplitRule
 FORWARD = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
 GRADIENT = frozenset({"FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"})
 SYNC = "sync"  # the SplitRule dimension of a synchronised batch norm
-#: ``{batch norm}{SIZE}``: the size of its input, read at run time from the batch, when the
-#: data-parallel pass could make one (each replica then counts the batch without asking)
-SIZE = "/fastt_batch_size"
 #: a gradient's x: the forward's centred parts c_k are reused instead
 _FORWARD_RULE = SplitRule(SYNC, (Part(SPLIT, 0),) + (Part(FULL),) * 4, "concat", 0)
 _GRADIENT_RULE = SplitRule(SYNC, (Part(SPLIT, 0),) + (Part(FULL),) * 5, "concat", 0)
@@ -128,8 +130,6 @@ class _Ops:
         message costs a link's latency whatever its size: two vectors sent apart queue one
         behind the other."""
         n, width = len(parts), sum(sizes)
-        if len(sizes) == 1:
-            return [[self.total(suffix, [p[0] for p in parts], (width,), k)] for k in range(n)]
         packs = [self.add(f"{suffix}_pack", "ConcatV2", parts[k], (width,),
                           {"axis": 0, "N": len(sizes)}, replica=k) for k in range(n)]
         out = []
@@ -142,12 +142,6 @@ class _Ops:
                                meta=OpMeta(origin=self.owner, fraction=0.0, replica=k)))
             out.append([TensorRef(name, i) for i in range(len(sizes))])
         return out
-
-    def copy(self, op: Op, suffix: str, k: int) -> TensorRef:
-        """Replica k's copy of ``op`` (output 0), named ``{owner}/fastt_{suffix}{k}``."""
-        name = f"{self.owner}/fastt_{suffix}{k}"
-        self.ops.append(replica_copy(op, name, k, origin=self.owner))
-        return TensorRef(name, 0)
 
     def to_float(self, suffix: str, size: TensorRef, shape: tuple[int, ...], k: int
                  ) -> TensorRef:
@@ -170,62 +164,57 @@ def _rows(graph: Graph, ref: TensorRef, rows: list[int]) -> list[tuple[int | Non
 def expand_forward(op: Op, graph: Graph, x_parts: list[TensorRef],
                    rows: list[int]) -> tuple[list[Op], dict[TensorRef, TensorRef]]:
     """The ops replacing fused batch norm ``op`` (its rows ``x_parts``): the replicas'
-    ``{op}/part{k}`` (output 0: their rows of y) and their statistics, each replica summing
-    every replica's partial sums itself (one hop, where a shared sum would take two), and a
-    join named like ``op`` (an ``IdentityN``: y's concat and replica 0's statistics). Also:
-    op's outputs 1-5 -> the tensors that now hold them, for its readers."""
+    ``{op}/part{k}`` (output 0: their rows of y) and their statistics, each replica combining
+    every replica's moments itself (one exchange), and a join named like ``op`` (an
+    ``IdentityN``: y's concat and replica 0's statistics). Also: op's outputs 1-5 -> the
+    tensors that now hold them, for its readers."""
     c, axes = _channels(op, graph)  # type: ignore[misc]  # forward_rule checked it
     nchw = str(op.attrs.get("data_format", "NHWC")) == "NCHW"
     name, n = op.name, len(x_parts)
     b = _Ops(name, op.device)
     axes_ref = [b.const("axes", axes, "int32", (3,), k) for k in range(n)]
-    eps = [b.const("eps", float(op.attrs.get("epsilon", 1e-3)), "float32", (), k)
-           for k in range(n)]
     shapes = _rows(graph, op.inputs[0], rows)
     frac = [r / sum(rows) / 6 for r in rows]  # six ops a replica share the fused op's work
-    sums = [b.add("sum", "Sum", [x_parts[k], axes_ref[k]], (c,), {"Tidx": "int32"}, replica=k,
-                  fraction=frac[k]) for k in range(n)]
-    scalar: tuple[int, ...]
-    if name + SIZE in graph:  # each replica reads the whole batch's size from the batch
-        size, scalar = graph[name + SIZE], ()
-        totals = b.exchange("sum_all", [[s] for s in sums], [c])
-        counted = [b.to_float("size_float", b.copy(size, "batch_size", k), scalar, k)
-                   for k in range(n)]
-    else:  # each replica's size travels with its sum (a pack's slice: shape [1])
-        scalar = (1,)
-        sizes = [b.add("size_vector", "Reshape", [b.to_float("size_float", b.add(
-            "size", "Size", [x_parts[k]], (), {"T": "float32", "out_type": "int32"},
-            dtype="int32", replica=k), (), k)], scalar, {"shape": [1]}, replica=k)
-            for k in range(n)]
-        totals = b.exchange("sum_all", [[sums[k], sizes[k]] for k in range(n)], [c, 1])
-        counted = [t[1] for t in totals]
-    count, mean, centred, squares = [], [], [], []
-    for k in range(n):
-        count.append(b.add("count", "RealDiv", [counted[k], b.const(
-            "channels", float(c), "float32", (), k)], scalar, replica=k))
-        mean.append(b.add("mean", "RealDiv", [totals[k][0], count[k]], (c,), replica=k))
-        centred.append(b.add("centred", "Sub", [x_parts[k], b.vector("mean", mean[k], c, nchw,
-                                                                    k)],
-                             shapes[k], replica=k, fraction=frac[k]))
-        squares.append(b.add("sq_sum", "Sum", [
+    packs, local_mean, centred = [], [], []
+    for k in range(n):  # replica k's moments of its rows: (sum, count, sum of squares)
+        s = b.add("sum", "Sum", [x_parts[k], axes_ref[k]], (c,), {"Tidx": "int32"},
+                  replica=k, fraction=frac[k])
+        size = b.to_float("size_float", b.add("size", "Size", [x_parts[k]], (), {
+            "T": "float32", "out_type": "int32"}, dtype="int32", replica=k), (), k)
+        rows_k = b.add("rows", "RealDiv", [b.add("size_vector", "Reshape", [size], (1,), {
+            "shape": [1]}, replica=k), b.const("channels", float(c), "float32", (), k)], (1,),
+            replica=k)
+        local_mean.append(b.add("local_mean", "RealDiv", [s, rows_k], (c,), replica=k))
+        centred.append(b.add("centred", "Sub", [
+            x_parts[k], b.vector("local_mean", local_mean[k], c, nchw, k)], shapes[k],
+            replica=k, fraction=frac[k]))
+        squares = b.add("sq_sum", "Sum", [
             b.add("sq", "Square", [centred[k]], shapes[k], replica=k, fraction=frac[k]),
-            axes_ref[k]], (c,), {"Tidx": "int32"}, replica=k, fraction=frac[k]))
+            axes_ref[k]], (c,), {"Tidx": "int32"}, replica=k, fraction=frac[k])
+        packs.append(b.add("moments_pack", "ConcatV2", [s, rows_k, squares], (2 * c + 1,),
+                           {"axis": 0, "N": 3}, replica=k))
     offset = op.inputs[2]
-    var = []
+    count, mean, var = [], [], []
     for k in range(n):
-        var.append(b.add("var", "RealDiv", [b.total("sq_all", squares, (c,), k), count[k]],
-                         (c,), replica=k))
-        inv = b.add("inv", "Rsqrt", [b.add("var_eps", "AddV2", [var[k], eps[k]], (c,),
-                                           replica=k)], (c,), replica=k)
-        factor = b.vector("factor", b.add("factor", "Mul", [op.inputs[1], inv], (c,),
-                                          replica=k), c, nchw, k)
-        scaled = b.add("scaled", "Mul", [centred[k], factor], shapes[k], replica=k,
-                       fraction=frac[k])
-        b.add("", "AddV2", [scaled, b.vector("offset", offset, c, nchw, k)], shapes[k],
+        mean_k, var_k, count_k = _combine(b, packs, c, k)
+        count.append(count_k)
+        mean.append(mean_k)
+        var.append(var_k)
+        inv = b.add("inv", "Rsqrt", [b.add("var_eps", "AddV2", [var_k, b.const(
+            "eps", float(op.attrs.get("epsilon", 1e-3)), "float32", (), k)], (c,),
+            replica=k)], (c,), replica=k)
+        factor = b.add("factor", "Mul", [op.inputs[1], inv], (c,), replica=k)
+        # y = (x - mean) f + offset = (x - local mean) f + (offset + (local mean - mean) f)
+        shift = b.add("shift", "Sub", [local_mean[k], mean_k], (c,), replica=k)
+        moved = b.add("offset_shifted", "AddV2", [offset, b.add(
+            "shift_scaled", "Mul", [shift, factor], (c,), replica=k)], (c,), replica=k)
+        scaled = b.add("scaled", "Mul", [centred[k], b.vector("factor", factor, c, nchw, k)],
+                       shapes[k], replica=k, fraction=frac[k])
+        b.add("", "AddV2", [scaled, b.vector("offset", moved, c, nchw, k)], shapes[k],
               replica=k, fraction=frac[k], name=f"{name}/part{k}")
     unbiased = b.add("var_unbiased", "Mul", [var[0], b.add("bessel", "RealDiv", [
         count[0], b.add("count_less_one", "Sub", [
-            count[0], b.const("one", 1.0, "float32", (), 0)], scalar, replica=0)], scalar,
+            count[0], b.const("one", 1.0, "float32", (), 0)], (1,), replica=0)], (1,),
         replica=0)], (c,), replica=0)
     whole = graph.tensor(op.inputs[0]).shape
     concat = b.add("y", "ConcatV2", [TensorRef(f"{name}/part{k}", 0) for k in range(n)],
@@ -233,6 +222,37 @@ def expand_forward(op: Op, graph: Graph, x_parts: list[TensorRef],
     outs = [concat, mean[0], unbiased, mean[0], var[0], mean[0]]
     b.ops.append(_identity(name, op.device, outs, whole, c, 6, shapes))
     return b.ops, {TensorRef(name, i): outs[i] for i in range(1, 6)}
+
+
+def _combine(b: _Ops, packs: list[TensorRef], c: int, k: int
+             ) -> tuple[TensorRef, TensorRef, TensorRef]:
+    """Replica k's (mean, biased variance, count) of the whole batch from every replica's
+    pack (sum s_i, count n_i, sum of squares about its own mean q_i; Chan, Golub and LeVeque
+    1979): mean = sum(s) / n, variance = (sum(q) + sum((s_i - n_i mean)^2 / n_i)) / n. The
+    same ops on every replica (equal bits)."""
+    n = len(packs)
+    table = b.add("moments", "Pack", packs, (n, 2 * c + 1), {"axis": 0, "N": n}, replica=k)
+    name = f"{b.owner}/fastt_moments_unpack{k}"
+    b.ops.append(Op(name=name, type="SplitV", inputs=(table,), device=b.device,
+                    outputs=(TensorSpec("float32", (n, c)), TensorSpec("float32", (n, 1)),
+                             TensorSpec("float32", (n, c))),
+                    attrs={"T": "float32", "axis": 1, "size_splits": [c, 1, c]},
+                    meta=OpMeta(origin=b.owner, fraction=0.0, replica=k)))
+    sums, counts, squares = (TensorRef(name, i) for i in range(3))
+    zero = b.const("zero_axis", 0, "int32", (), k)
+
+    def total(suffix: str, ref: TensorRef, width: int) -> TensorRef:
+        return b.add(suffix, "Sum", [ref, zero], (width,), {"Tidx": "int32"}, replica=k)
+
+    count = total("count", counts, 1)
+    mean = b.add("mean", "RealDiv", [total("sum_all", sums, c), count], (c,), replica=k)
+    apart = b.add("apart", "Sub", [sums, b.add("expected", "Mul", [counts, mean], (n, c),
+                                               replica=k)], (n, c), replica=k)
+    between = total("between", b.add("between_parts", "RealDiv", [
+        b.add("apart_sq", "Square", [apart], (n, c), replica=k), counts], (n, c), replica=k), c)
+    var = b.add("var", "RealDiv", [b.add("spread", "AddV2", [
+        total("sq_all", squares, c), between], (c,), replica=k), count], (c,), replica=k)
+    return mean, var, count
 
 
 def expand_gradient(op: Op, graph: Graph, dy_parts: list[TensorRef],
@@ -253,26 +273,30 @@ def expand_gradient(op: Op, graph: Graph, dy_parts: list[TensorRef],
     frac = [r / sum(rows) / 7 for r in rows]  # seven ops a replica
     dy_sums = [b.add("dy_sum", "Sum", [dy_parts[k], stat("axes", k)], (c,), {"Tidx": "int32"},
                      replica=k, fraction=frac[k]) for k in range(n)]
-    dots = [b.add("dot", "Sum", [
+    # sum(dy (x - mean)) = sum(dy (x - local mean)) + (local mean - mean) sum(dy)
+    dots = [b.add("dot", "AddV2", [b.add("dot_local", "Sum", [
         b.add("dy_c", "Mul", [dy_parts[k], stat("centred", k)], shapes[k], replica=k,
               fraction=frac[k]), stat("axes", k)], (c,), {"Tidx": "int32"}, replica=k,
-        fraction=frac[k]) for k in range(n)]
+        fraction=frac[k]), b.add("dot_shift", "Mul", [stat("shift", k), dy_sums[k]], (c,),
+                                 replica=k)], (c,), replica=k) for k in range(n)]
     totals = b.exchange("d_offset", [[dy_sums[k], dots[k]] for k in range(n)], [c, c])
     d_scale, d_offset = [], []
     for k in range(n):
         d_offset.append(totals[k][0])
         dot = totals[k][1]
         d_scale.append(b.add("d_scale", "Mul", [dot, stat("inv", k)], (c,), replica=k))
-        mean_dy = b.vector("mean_dy", b.add("mean_dy", "RealDiv", [
-            d_offset[k], stat("count", k)], (c,), replica=k), c, nchw, k)
-        coef = b.vector("coef", b.add("coef", "Mul", [
+        coef = b.add("coef", "Mul", [
             b.add("mean_dot", "RealDiv", [dot, stat("count", k)], (c,), replica=k),
-            b.add("inv_sq", "Square", [stat("inv", k)], (c,), replica=k)], (c,), replica=k),
-            c, nchw, k)
+            b.add("inv_sq", "Square", [stat("inv", k)], (c,), replica=k)], (c,), replica=k)
+        # dy - mean(dy) - (x - mean) coef = dy - (mean(dy) + shift coef) - (x - local mean) coef
+        mean_dy = b.vector("mean_dy", b.add("mean_dy", "AddV2", [b.add(
+            "mean_dy_local", "RealDiv", [d_offset[k], stat("count", k)], (c,), replica=k),
+            b.add("coef_shift", "Mul", [stat("shift", k), coef], (c,), replica=k)], (c,),
+            replica=k), c, nchw, k)
         rest = b.add("dy_centred", "Sub", [dy_parts[k], mean_dy], shapes[k], replica=k,
                      fraction=frac[k])
-        proj = b.add("proj", "Mul", [stat("centred", k), coef], shapes[k], replica=k,
-                     fraction=frac[k])
+        proj = b.add("proj", "Mul", [stat("centred", k), b.vector("coef", coef, c, nchw, k)],
+                     shapes[k], replica=k, fraction=frac[k])
         diff = b.add("diff", "Sub", [rest, proj], shapes[k], replica=k, fraction=frac[k])
         factor = stat("factor_bcast" if nchw else "factor", k)
         b.add("", "Mul", [diff, factor], shapes[k], replica=k, fraction=frac[k],
