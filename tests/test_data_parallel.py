@@ -276,3 +276,63 @@ def test_a_gate_on_replicated_ops_gets_one_copy_per_replica():
         assert dp[f"a_gated/part{k}"].control_inputs == (f"gate/part{k}",)
         assert replica_of(dp[f"gate/part{k}"]) == k
     assert dp["gate"].control_inputs == ("gate/part0", "gate/part1")  # waiting for all
+
+
+def recurrent_graph(B=8, T=3, H=2):
+    """An unrolled RNN as TF1 scripts build it: the inputs unstacked on the time axis, each
+    step's gates split on the feature axis (an LSTM cell's ``split``), the outputs stacked
+    back on the time axis, reshaped to rows, a sparse softmax cross-entropy."""
+    ops = [op("x", "Placeholder", out=((B, T, H),)),
+           op("labels", "Placeholder", out=((B * T,),), dtype="int32"),
+           op("unstack", "Unpack", ["x"], out=((B, H),) * T, attrs={"axis": 1, "num": T}),
+           op("dim", "Const", out=((),), dtype="int32", attrs={"value": 1})]
+    for t in range(T):
+        ops += [op(f"t{t}/split", "Split", ["dim", f"unstack:{t}"], out=((B, 1),) * 2,
+                   attrs={"num_split": 2}),
+                op(f"t{t}/gate", "Mul", [f"t{t}/split:0", f"t{t}/split:1"], out=((B, 1),))]
+    ops += [op("stack", "Pack", [f"t{t}/gate" for t in range(T)], out=((B, T, 1),),
+               attrs={"axis": 1, "N": T}),
+            op("shape", "Const", out=((2,),), dtype="int32", attrs={"value": [B * T, 1]}),
+            op("rows", "Reshape", ["stack", "shape"], out=((B * T, 1),)),
+            op("xent", "SparseSoftmaxCrossEntropyWithLogits", ["rows", "labels"],
+               out=((B * T,), (B * T, 1))),
+            op("grad", "Mul", ["xent:1", "rows"], out=((B * T, 1),))]
+    return Graph(ops)
+
+
+def test_ops_of_several_outputs_are_cut_on_the_rows_and_chained_output_by_output():
+    """Nothing of an unrolled RNN runs on the whole batch: each replica unstacks its rows,
+    splits its gates, stacks its steps and takes its rows' cross-entropy."""
+    g = data_parallel(recurrent_graph(), 2)
+    for name in ("unstack", "t0/split", "t2/split", "stack", "xent"):
+        assert all(f"{name}/part{k}" in g for k in range(2)), name
+    # each output of a part is that replica's rows of the whole op's output
+    assert [t.shape for t in g["unstack/part1"].outputs] == [(4, 2)] * 3
+    assert [t.shape for t in g["xent/part0"].outputs] == [(12,), (12, 1)]
+    # consumers read the same output of their replica's part, not a cut of a join
+    assert g["t2/split/part1"].inputs[1].op == "unstack/part1" and \
+        g["t2/split/part1"].inputs[1].index == 2
+    assert [(r.op, r.index) for r in g["t1/gate/part0"].inputs] == [
+        ("t1/split/part0", 0), ("t1/split/part0", 1)]
+    assert (g["grad/part1"].inputs[0].op, g["grad/part1"].inputs[0].index) == ("xent/part1", 1)
+    # no activation crosses replicas: the only cuts are of the fed tensors
+    cuts = sorted(o.name for o in g if o.type == "SplitV")
+    assert all(c.endswith("/split_in0") or c.endswith("/split_in1") for c in cuts)
+    assert {g[c].inputs[0].op for c in cuts} == {"x", "labels"}
+    # a user fetching a whole output still gets it: its concat stays aside
+    join = g.meta.dropped_joins["t0/split"]
+    assert join.type == "IdentityN" and [r.op for r in join.inputs] == [
+        "t0/split/fastt_join0", "t0/split/fastt_join1"]
+    assert [(r.op, r.index) for r in g.meta.dropped_joins["t0/split/fastt_join1"].inputs] == [
+        ("t0/split/part0", 1), ("t0/split/part1", 1)]
+
+
+def test_a_split_along_the_rows_is_not_cut():
+    """Splitting the batch itself (a split on axis 0) is not row by row: it runs whole."""
+    ops = [op("x", "Placeholder", out=((8, 2),)),
+           op("dim", "Const", out=((),), dtype="int32", attrs={"value": 0}),
+           op("halves", "Split", ["dim", "x"], out=((4, 2),) * 2, attrs={"num_split": 2}),
+           op("y", "Relu", ["halves:1"], out=((4, 2),))]
+    g = Graph(ops)
+    assert rules(g["halves"], g) == []
+    assert data_parallel(g, 2)["halves"].type == "Split"

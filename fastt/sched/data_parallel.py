@@ -22,7 +22,8 @@ from fastt.errors import NoBatch
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
 from fastt.op_types import BATCH_SOURCES, LINEAR, MAYBE_BATCH, READS, SHAPE_OPS
 from fastt.sched import sync_batch_norm
-from fastt.sched.split_rules import FULL, PARTIAL, SHAPE, SPLIT, Part, SplitRule, part_sizes, rules
+from fastt.sched.split_rules import (FULL, PARTIAL, SEVERAL, SHAPE, SPLIT, Part, SplitRule,
+                                     part_sizes, rules)
 from fastt.sched.splitting import apply_decisions
 
 #: An op fastt made: the shape (or size, with ``size``) of a tensor that carries the batch,
@@ -212,7 +213,8 @@ def data_parallel(graph: Graph, n: int) -> Graph:
         if rule is not None:
             decisions[name] = (rule, shares)
             if rule.join == "concat":
-                axis[f"{name}:0"] = rule.out_axis
+                for i in range(len(op.outputs) if op.type in SEVERAL else 1):
+                    axis[f"{name}:{i}"] = rule.out_axis
         elif op.type not in SHAPE_OPS:  # runs whole; its outputs still carry the batch on
             for i, t in enumerate(op.outputs):  # axis 0 when sized so
                 if t.shape and t.shape[0] and t.shape[0] % B == 0 and any(

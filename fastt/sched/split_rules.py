@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from fastt.ir import Graph, Op
+from fastt.ir import Graph, Op, TensorRef
 from fastt.op_types import BINARY, POOL, REDUCE, UNARY
 
 SPLIT, FULL, SHAPE, PARTIAL = "split", "full", "shape", "partial"
@@ -59,13 +59,20 @@ def _rank(graph: Graph, op: Op, i: int) -> int | None:
     return None if shape is None else len(shape)
 
 
+#: ops of several outputs that work row by row (``_several``): each output is cut like the rows
+SEVERAL = frozenset({"Split", "SplitV", "Unpack", "SparseSoftmaxCrossEntropyWithLogits",
+                     "SoftmaxCrossEntropyWithLogits"})
+
+
 def rules(op: Op, graph: Graph) -> list[SplitRule]:
     """The split rules of ``op`` (empty when it cannot be split)."""
     t = op.type
-    if len(op.outputs) != 1 or op.outputs[0].shape is None:
-        return []
     if any(graph.tensor(r).dtype in ("resource",) or graph.tensor(r).dtype.endswith("_ref")
            for r in op.inputs):
+        return []
+    if t in SEVERAL:
+        return _several(op, graph)
+    if len(op.outputs) != 1 or op.outputs[0].shape is None:
         return []
     c = _channel_axis(op)
     if t == "Conv2D":
@@ -130,6 +137,10 @@ def rules(op: Op, graph: Graph) -> list[SplitRule]:
     if t == "Tile" and len(op.inputs) == 2 and _keeps_rows(graph, op):
         # (a mean's gradient) the multiple is 1 on the rows
         return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL)), "concat", 0)]
+    if t == "Pack" and _rows_kept(graph, op.inputs, op.outputs[0].shape) and \
+            int(op.attrs.get("axis", 0)) % len(op.outputs[0].shape) != 0:
+        # (an RNN's outputs stacked on the time axis) row k of each input makes row k
+        return [SplitRule("batch", (Part(SPLIT, 0),) * len(op.inputs), "concat", 0)]
     if t == "GatherV2" and len(op.inputs) == 3 and _const(graph, op, 2) == 0 \
             and not op.attrs.get("batch_dims"):  # rows of an embedding lookup
         return [SplitRule("batch", (Part(FULL), Part(SPLIT, 0), Part(FULL)), "concat", 0)]
@@ -139,6 +150,46 @@ def rules(op: Op, graph: Graph) -> list[SplitRule]:
 def _const(graph: Graph, op: Op, i: int) -> Any:
     src = graph[op.inputs[i].op] if i < len(op.inputs) else None
     return src.attrs.get("value") if src is not None and src.type == "Const" else None
+
+
+def _rows_kept(graph: Graph, inputs: tuple[TensorRef, ...],
+               out: tuple[int | None, ...] | None) -> bool:
+    """Whether ``inputs`` all have ``out``'s leading extent (more than one row)."""
+    if not out or out[0] is None or out[0] < 2:
+        return False
+    shapes = [graph.tensor(r).shape for r in inputs]
+    return all(sh and sh[0] == out[0] for sh in shapes)
+
+
+def _several(op: Op, graph: Graph) -> list[SplitRule]:
+    """Ops of several outputs that work row by row, every output cut on axis 0 as the rows
+    are: a split or an unstack along another axis than the rows (an LSTM cell's gates, an
+    RNN's time steps), a softmax cross-entropy (its loss and its gradient). Not the cuts
+    fastt made."""
+    rows = {t.shape[0] if t.shape else None for t in op.outputs}
+    if op.meta.split_of is not None or len(rows) != 1 or None in rows:
+        return []
+    t, first = op.type, op.outputs[0].shape
+    if t == "Split" and len(op.inputs) == 2:  # (split_dim, value)
+        x, dim = graph.tensor(op.inputs[1]).shape, _const(graph, op, 0)
+        ok = x is not None and isinstance(dim, int) and dim % len(x) != 0 and \
+            _rows_kept(graph, op.inputs[1:], first)
+        return [SplitRule("batch", (Part(FULL), Part(SPLIT, 0)), "concat", 0)] if ok else []
+    if t == "SplitV" and len(op.inputs) == 3:  # (value, size_splits, axis)
+        x, dim = graph.tensor(op.inputs[0]).shape, _const(graph, op, 2)
+        ok = x is not None and isinstance(dim, int) and dim % len(x) != 0 and \
+            _rows_kept(graph, op.inputs[:1], first)
+        return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL), Part(FULL)), "concat", 0)] \
+            if ok else []
+    if t == "Unpack" and len(op.inputs) == 1:
+        x = graph.tensor(op.inputs[0]).shape
+        ok = x is not None and int(op.attrs.get("axis", 0)) % len(x) != 0 and \
+            _rows_kept(graph, op.inputs, first)
+        return [SplitRule("batch", (Part(SPLIT, 0),), "concat", 0)] if ok else []
+    if t in ("SparseSoftmaxCrossEntropyWithLogits", "SoftmaxCrossEntropyWithLogits") and \
+            len(op.inputs) == 2 and _rows_kept(graph, op.inputs, first):  # (logits, labels)
+        return [SplitRule("batch", (Part(SPLIT, 0), Part(SPLIT, 0)), "concat", 0)]
+    return []
 
 
 def _batch_local(op: Op, graph: Graph) -> list[SplitRule]:

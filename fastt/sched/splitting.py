@@ -85,7 +85,7 @@ class _Builder:
         self.rewired: set[str] = set()
         # outputs of ops replaced by a synchronised batch norm -> the tensors holding them
         self.renamed: dict[TensorRef, TensorRef] = {}
-        self.helpers: dict[str, str] = {}  # a join -> the op only it reads (its concat)
+        self.helpers: dict[str, list[str]] = {}  # a join -> the ops only it reads (concats)
         # (tensor, axis, part sizes, total of the shares) -> its parts
         self.cuts: dict[tuple[TensorRef, int, tuple[int, ...], int], list[TensorRef]] = {}
 
@@ -97,10 +97,11 @@ class _Builder:
         extent = spec.shape[axis] if spec.shape is not None and axis < len(spec.shape) else None
         sizes = scaled(shares, extent, f"input {i} of {owner!r}")
         join = self.joins.get(ref.op)
-        if join and ref.index == 0 and join["kind"] == "concat" and join["axis"] == axis and \
-                join["sizes"] == sizes and join.get("total", sum(shares)) == sum(shares):
+        if join and ref.index < join.get("outputs", 1) and join["kind"] == "concat" and \
+                join["axis"] == axis and join["sizes"] == sizes and \
+                join.get("total", sum(shares)) == sum(shares):
             self.rewired.add(ref.op)
-            return [TensorRef(f"{ref.op}/part{k}", 0) for k in range(len(sizes))]
+            return [TensorRef(f"{ref.op}/part{k}", ref.index) for k in range(len(sizes))]
         key = (ref, axis, tuple(sizes), sum(shares))  # the same sizes at any batch
         if key in self.cuts:  # the same tensor cut the same way for another consumer
             return self.cuts[key]
@@ -145,27 +146,36 @@ class _Builder:
                 like = next(((per_input[j], p.axis, self.graph.tensor(op.inputs[j]))
                              for j, p in enumerate(rule.inputs) if p.kind == SPLIT), None)
                 per_input[i] = _part_shapes(op, part.axis, sizes, like, out, i)
-        spec = op.outputs[0]
-        whole = spec.shape
+        whole = op.outputs[0].shape
         out_sizes = scaled(shares, whole[rule.out_axis] if whole else None, f"op {name!r}") \
             if rule.join == "concat" else list(shares)
         parts = []
         for k in range(n):
-            shape = _with_axis(whole, rule.out_axis, out_sizes[k]) \
-                if rule.join == "concat" and whole is not None else whole
             parts.append(op.with_(
                 name=f"{name}/part{k}",
                 inputs=tuple(per_input[i][k] for i in range(len(op.inputs))),
-                outputs=(TensorSpec(spec.dtype, shape),),
+                outputs=tuple(TensorSpec(t.dtype, _with_axis(t.shape, rule.out_axis, out_sizes[k])
+                                         if rule.join == "concat" and t.shape is not None
+                                         else t.shape) for t in op.outputs),
                 colocate_with=tuple(f"{c}/part{k}" for c in op.colocate_with
                                     if c in self.split_names or f"{c}/part{k}" in self.graph),
                 meta=replace(op.meta, origin=op.meta.origin or name,
                              fraction=op.meta.fraction * (
                                  1.0 if rule.dim == PARTIAL else shares[k] / total))))
-        join_spec = {"kind": rule.join, "axis": rule.out_axis, "sizes": out_sizes,
-                     "total": total}
+        join_spec: dict[str, Any] = {"kind": rule.join, "axis": rule.out_axis,
+                                     "sizes": out_sizes, "total": total}
         self.joins[name] = join_spec
         self.split_names.add(name)
+        if len(op.outputs) > 1:  # each output's concat, behind an IdentityN named like op
+            join_spec["outputs"] = len(op.outputs)
+            concats = [Op(name=f"{name}/fastt_join{i}", type="ConcatV2", inputs=tuple(
+                TensorRef(p.name, i) for p in parts), outputs=(t,), device=op.device,
+                attrs={"axis": rule.out_axis, "N": n}, meta=OpMeta(split_of=name))
+                for i, t in enumerate(op.outputs)]
+            self.helpers[name] = [c.name for c in concats]
+            return out + parts + concats + [Op(
+                name=name, type="IdentityN", inputs=tuple(TensorRef(c.name, 0) for c in concats),
+                outputs=op.outputs, device=op.device, meta=OpMeta(split_of=name, join=join_spec))]
         join = Op(name=name, type="ConcatV2" if rule.join == "concat" else "AddN",
                   inputs=tuple(TensorRef(p.name, 0) for p in parts), outputs=op.outputs,
                   device=op.device, attrs={"axis": rule.out_axis, "N": n},
@@ -186,7 +196,7 @@ class _Builder:
         join = ops[-1]
         self.joins[op.name] = cast(dict[str, Any], join.meta.join)
         self.split_names.add(op.name)
-        self.helpers[op.name] = join.inputs[0].op
+        self.helpers[op.name] = [join.inputs[0].op]
         return out + ops
 
     def rename(self, op: Op) -> Op:
@@ -218,7 +228,7 @@ def apply_decisions(graph: Graph, decisions: dict[str, tuple[SplitRule, list[int
             ops.append(op)
     new = Graph(ops, name=graph.name, meta=graph.meta)
     dead = {j for j in builder.rewired if not new.consumers(j) and not new.control_successors(j)}
-    dead |= {h for j, h in builder.helpers.items() if j in dead}  # read by that join only
+    dead |= {h for j, hs in builder.helpers.items() if j in dead for h in hs}  # its only readers
     if not dead:
         return new
     # Kept aside (not scheduled) so that the rewriter can rebuild them for a user's fetch.
