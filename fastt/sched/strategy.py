@@ -177,6 +177,7 @@ def _finish(shared: Planning, plan: Plan, choose_order: bool) -> _Final:
 
 
 NEAR = 1.05  # OS-DPOS finishes (order, transfer priorities) the plans this close to its best
+# (contention-free, against its best contended)
 
 
 def _searched(shared: Planning, starts: list[Start], workers: int,
@@ -186,7 +187,8 @@ def _searched(shared: Planning, starts: list[Start], workers: int,
     on the model graph; PipeDream alone on the micro-batched graphs); the split search from
     the fastest of these, then of all of them the plan that runs fastest when links carry
     one transfer at a time (so OS-DPOS is never simulated slower than any strategy of the
-    registry): those within ``NEAR`` of the fastest, fastest first; and DPOS runs made."""
+    registry): those that may come within ``NEAR`` of the fastest once finished, fastest
+    first; and DPOS runs made."""
     def start_from(g0: Graph, reps: int, layout: str) -> list[tuple[Plan, int]]:
         p0 = shared.compile(g0)
         kinds = [KINDS["dpos"]] * (layout != MICRO_BATCHED) + [
@@ -208,8 +210,10 @@ def _searched(shared: Planning, starts: list[Start], workers: int,
     ranked = sorted([(result, reps)] + plans, key=lambda pr: shared.replay(
         pr[0].problem, pr[0].schedule)[::-1])
     best = shared.replay(ranked[0][0].problem, ranked[0][0].schedule)[1]
+    # finishing may take back what contention costs (weight transfers by need), never what
+    # free links cost: a plan whose contention-free replay is near the best is finished too
     near = [pr for pr in ranked
-            if shared.replay(pr[0].problem, pr[0].schedule)[1] <= NEAR * best]
+            if shared.replay(pr[0].problem, pr[0].schedule)[0] <= NEAR * best]
     return near, result.tried + len(starts)
 
 
