@@ -3,13 +3,17 @@
 Run DPOS; take the critical path of the resulting schedule, its ops by decreasing compute
 time; for each, try every split rule of its type and every part count 2..#devices, re-running
 DPOS on each split graph; accept the best split if it lowers the predicted step time and go on.
-FastT stops at the first op whose best split does not pay; here the search stops after
-``MISSES`` such ops in a row (the budget), so that a split that pays behind one that does not
-is still found, and after ``BUDGET_S`` seconds (it finishes the op it is on: a candidate on a
-110k-op data-parallel graph costs seconds). Ops with no split rule are passed over. The result
+FastT stops at the first op whose best split does not pay; here an op whose split does not
+pay alone is tried again as the head of a chain: with the critical-path ops after it that
+read it, cut alike (up to ``CHAIN`` ops, sub-op to sub-op, so the cut and the join are paid
+once for all of them). The search stops after ``MISSES`` ops in a row that pay neither way (the
+budget), so that a split that pays behind one that does not is still found, and after
+``BUDGET_S`` seconds (it finishes the op it is on: a candidate on a 110k-op data-parallel
+graph costs seconds). Ops with no split rule are passed over. The result
 is never worse than DPOS on the input graph. Each candidate costs one DPOS run: O(C * R * D)
-DPOS runs for C critical-path ops, R rules per op and D devices; the candidates of one op are
-independent and can be evaluated in parallel (``workers``).
+DPOS runs for C critical-path ops, R rules per op and D devices (twice that where chains are
+tried); the candidates of one op are independent and can be evaluated in parallel
+(``workers``).
 """
 from __future__ import annotations
 
@@ -27,8 +31,9 @@ from fastt.ir import Graph
 from fastt.sched.dpos import dpos
 from fastt.sched.problem import Device, Problem
 from fastt.sched.schedule import Schedule
-from fastt.sched.split_rules import rules
-from fastt.sched.splitting import Split, parameter_bytes, split_operation
+from fastt.sched.split_rules import find, rules
+from fastt.sched.splitting import (Split, apply_decisions, decide, parameter_bytes,
+                                   split_operation)
 
 log = logging.getLogger("fastt")
 
@@ -38,6 +43,8 @@ Compile = Callable[[Graph], Problem]
 MISSES = 3
 #: Seconds the split search may take (its share of ``fastt plan``'s minute).
 BUDGET_S = 30.0
+#: The most ops a chain of splits holds (an op and the critical-path ops after it that read it)
+CHAIN = 3
 
 
 @dataclass
@@ -81,25 +88,51 @@ def schedule_critical_path(p: Problem, s: Schedule, eps: float = 1e-12) -> list[
     return path[::-1]
 
 
-_CONTEXT: tuple[Graph, Compile, str] | None = None  # what forked workers evaluate
+Candidate = tuple[str, int, tuple[str, ...]]  # (dimension, parts, the ops split alike)
+_CONTEXT: tuple[Graph, Compile] | None = None  # what forked workers evaluate
 
 
-def _makespan(candidate: tuple[str, int]) -> float | None:
+def split_chain(graph: Graph, candidate: Candidate) -> Graph:
+    """``graph`` with every op of the candidate's chain split on its dimension into its parts
+    (in one pass: each reads its predecessor's parts)."""
+    dim, n, chain = candidate
+    if len(chain) == 1:
+        return split_operation(graph, chain[0], dim, n)
+    return apply_decisions(graph, {name: decide(graph, name, dim, n) for name in chain})
+
+
+def _chain(graph: Graph, path: list[str], name: str, dim: str, n: int) -> tuple[str, ...]:
+    """``name`` and the ops after it on the critical ``path`` that read the one before them
+    and split on ``dim`` into ``n`` (at most ``CHAIN``)."""
+    out = [name]
+    for nxt in path[path.index(name) + 1:]:
+        if len(out) == CHAIN or nxt not in graph:
+            break
+        op = graph[nxt]
+        rule = find(op, graph, dim)
+        if not any(r.op == out[-1] for r in op.inputs) or rule is None or \
+                (rule.base(op, graph) or 0) < n:
+            break
+        out.append(nxt)
+    return tuple(out)
+
+
+def _makespan(candidate: Candidate) -> float | None:
     """DPOS's step time for the current graph with one more split (None if refused)."""
     assert _CONTEXT is not None
-    graph, compile_graph, name = _CONTEXT
+    graph, compile_graph = _CONTEXT
     try:
-        return dpos(compile_graph(split_operation(graph, name, *candidate))).makespan
+        return dpos(compile_graph(split_chain(graph, candidate))).makespan
     except FasttError as e:
-        log.debug("split %s %s refused: %s", name, candidate, e)
+        log.debug("split %s refused: %s", candidate, e)
         return None
 
 
-def _evaluate(graph: Graph, compile_graph: Compile, name: str,
-              candidates: list[tuple[str, int]], workers: int) -> list[float | None]:
-    """Step time of every candidate split of op ``name``, on ``workers`` forked processes."""
+def _evaluate(graph: Graph, compile_graph: Compile, candidates: list[Candidate],
+              workers: int) -> list[float | None]:
+    """Step time of every candidate split, on ``workers`` forked processes."""
     global _CONTEXT
-    _CONTEXT = (graph, compile_graph, name)
+    _CONTEXT = (graph, compile_graph)
     try:
         if workers > 1 and len(candidates) > 1 and "fork" in mp.get_all_start_methods():
             with mp.get_context("fork").Pool(min(workers, len(candidates))) as pool:
@@ -123,6 +156,7 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
     best = start
     p, s = best.problem, best.schedule
     cp = schedule_critical_path(p, s)
+    path = [p.names[i] for i in cp]
     cp_names = [p.names[i] for i in sorted(cp, key=lambda i: -p.w[i][s.device[i]])]
     top = min(max_parts or num_devices, num_devices)
     misses = 0
@@ -134,32 +168,45 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
         if name not in best.graph:
             continue
         op = best.graph[name]
-        candidates = [(r.dim, n) for r in rules(op, best.graph)
-                      for n in range(2, top + 1) if (r.base(op, best.graph) or 0) >= n]
-        if not candidates:
+        alone: list[Candidate] = [(r.dim, n, (name,)) for r in rules(op, best.graph)
+                                  for n in range(2, top + 1) if (r.base(op, best.graph) or 0) >= n]
+        if not alone:
             continue
-        spans = _evaluate(best.graph, compile_graph, name, candidates, workers)
-        best.tried += sum(t is not None for t in spans)
-        scored = [(t, c) for t, c in zip(spans, candidates) if t is not None]
-        if not scored or min(scored)[0] >= best.makespan:
+        found = _best(best, compile_graph, alone, workers)
+        if found is None:  # the op alone does not pay: with the ops after it, cut alike
+            chains = [c for c in {(d, n, _chain(best.graph, path, name, d, n))
+                                  for d, n, _ in alone} if len(c[2]) > 1]
+            found = _best(best, compile_graph, sorted(chains), workers) if chains else None
+        if found is None:
             misses += 1
             if misses >= MISSES:
                 break
             continue
         misses = 0
-        dim, n = min(scored)[1]
-        g2 = split_operation(best.graph, name, dim, n)
+        g2 = split_chain(best.graph, found)
         p2 = compile_graph(g2)
         s2 = dpos(p2)
         bp, bs = best.problem, best.schedule
-        i = bp.index[name]
-        split = Split(name, dim, n, time_before_s=bp.w[i][bs.device[i]],
-                      param_bytes=parameter_bytes(best.graph, op),
-                      step_before_s=best.makespan, step_after_s=s2.makespan)
-        log.debug("split %s on %s into %d: %.6f -> %.6f s", name, split.dim, split.n,
-                 best.makespan, s2.makespan)
-        best = Plan(g2, p2, s2, best.splits + [split], best.tried)
+        dim, n, chain = found
+        made = [Split(c, dim, n, time_before_s=bp.w[bp.index[c]][bs.device[bp.index[c]]],
+                      param_bytes=parameter_bytes(best.graph, best.graph[c]),
+                      step_before_s=best.makespan, step_after_s=s2.makespan) for c in chain]
+        log.debug("split %s on %s into %d: %.6f -> %.6f s", ", ".join(chain), dim, n,
+                  best.makespan, s2.makespan)
+        best = Plan(g2, p2, s2, best.splits + made, best.tried)
     return best
+
+
+def _best(plan: Plan, compile_graph: Compile, candidates: list[Candidate],
+          workers: int) -> Candidate | None:
+    """The candidate with the shortest DPOS step when shorter than ``plan``'s (its DPOS
+    runs counted in ``plan.tried``), else None."""
+    spans = _evaluate(plan.graph, compile_graph, candidates, workers)
+    plan.tried += sum(t is not None for t in spans)
+    scored = [(t, c) for t, c in zip(spans, candidates) if t is not None]
+    if not scored or min(scored)[0] >= plan.makespan:
+        return None
+    return min(scored)[1]
 
 
 def compiler(devices: Sequence[Device], costs: CostSource, original: Graph,
