@@ -56,6 +56,11 @@ def simulated_section(sim: dict, out: str) -> list[str]:
              "gradients summed on device 0, FastT's baseline). "
              "`n/a`: the strategy could not be computed (the reason is in simulated.json, e.g. "
              "data parallelism when a replica does not fit 16 GB).", ""]
+    older = [f"{m['model']} ({m.get('when', 'an earlier run')})" for m in sim["models"]
+             if m.get("when") != sim["meta"].get("when")]
+    if older and sim["meta"].get("when"):
+        lines += [f"Models run on {sim['meta']['when']}; kept from earlier runs: "
+                  f"{', '.join(older)}.", ""]
     for scaling in ("strong", "weak"):
         rows = _rows(sim, scaling)
         if not rows:

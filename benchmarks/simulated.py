@@ -162,8 +162,9 @@ def main() -> None:
     # missing from a row read n/a)
     doc["meta"]["strategies"] = list(STRATEGIES)
     order = [m.name for m in zoo_models.SIMULATED]
-    for m in models:  # written after each model
-        doc["models"] = with_row(doc["models"], bench(m, scalings), order)
+    for m in models:  # written after each model, with the run it comes from
+        doc["models"] = with_row(doc["models"], {**bench(m, scalings),
+                                                 "when": doc["meta"]["when"]}, order)
         write_json(path, doc)
 
 
