@@ -57,7 +57,28 @@ def test_device_lists():
     ({"FASTT_STRICT": "y"}, "FASTT_STRICT"),
     ({"FASTT_LOG_LEVEL": "loud"}, "FASTT_LOG_LEVEL"),
     ({"FASTT_TRANSFER_PRIORITIES": "first"}, "FASTT_TRANSFER_PRIORITIES"),
+    ({"FASTT_DEVICE_MEMORY_MB": "0"}, "FASTT_DEVICE_MEMORY_MB"),
+    ({"FASTT_DEVICE_MEMORY_MB": "16GB"}, "FASTT_DEVICE_MEMORY_MB"),
+    ({"FASTT_DEVICE_MEMORY_MB": "inf"}, "FASTT_DEVICE_MEMORY_MB"),
 ])
 def test_invalid_values_name_the_variable(env, variable):
     with pytest.raises(SettingsError, match=variable):
         from_env(env)
+
+
+def test_device_memory_bounds_every_device_fastt_plans_over():
+    """``FASTT_DEVICE_MEMORY_MB``: a CPU's memory (unbounded otherwise) and a GPU's, when
+    smaller than what the session lists."""
+    from types import SimpleNamespace as NS
+
+    from fastt.plugin import remote
+    assert from_env({"FASTT_DEVICE_MEMORY_MB": "64"}).device_memory_mb == 64.0
+    assert Settings().device_memory_mb == float("inf")
+    gpu = "/job:localhost/replica:0/task:0/device:GPU:0"
+    sess = NS(list_devices=lambda: [NS(name=LOCAL_CPU.format(0), device_type="CPU",
+                                       memory_limit_bytes=0),
+                                    NS(name=gpu, device_type="GPU", memory_limit_bytes=2 ** 30)])
+    names = [LOCAL_CPU.format(0), gpu]
+    assert [d.memory for d in remote.devices(sess, names)] == [float("inf"), 2 ** 30]
+    assert [d.memory for d in remote.devices(sess, names, 64 * 2 ** 20)] == [64 * 2 ** 20] * 2
+    assert [d.memory for d in remote.devices(sess, names, 2 ** 31)] == [2 ** 31, 2 ** 30]

@@ -57,10 +57,12 @@ def planning_devices(listed: list[Any]) -> list[str]:
     return list(per_task.values())
 
 
-def devices(sess: Any, names: list[str]) -> list[Device]:
+def devices(sess: Any, names: list[str], limit: float = math.inf) -> list[Device]:
     """The devices to plan over: ``names`` (``FASTT_DEVICES``), else ``planning_devices``;
-    a GPU's memory from ``Session.list_devices()``, a CPU's unbounded."""
+    a GPU's memory from ``Session.list_devices()``, a CPU's unbounded; neither above
+    ``limit`` bytes (``FASTT_DEVICE_MEMORY_MB``)."""
     listed = sess.list_devices()
     memory = {d.name: float(d.memory_limit_bytes) for d in listed if d.memory_limit_bytes}
-    return [Device(n, math.inf if device_type(n) == "CPU" else memory.get(n, math.inf))
+    return [Device(n, min(limit, math.inf if device_type(n) == "CPU" else
+                          memory.get(n, math.inf)))
             for n in names or planning_devices(listed)]

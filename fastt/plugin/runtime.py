@@ -222,7 +222,8 @@ class SessionPlugin:
     def _start(self, names: list[str]) -> Controller | None:
         """The training step ``names`` was found: its controller, over the session's devices
         (None: fastt declined)."""
-        devices = remote.devices(self.sess, self.settings.devices)
+        devices = remote.devices(self.sess, self.settings.devices,
+                                 self.settings.device_memory_mb * 2 ** 20)
         if len(devices) < 2:
             self.detector.decline("fewer than 2 devices (set FASTT_DEVICES, e.g. cpu:2)")
             return None

@@ -5,6 +5,7 @@ the variable and what it accepts.
 """
 from __future__ import annotations
 
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -111,6 +112,7 @@ class Settings:
     logical_cpus: int = 1
     strategy: str = "os-dpos"
     bucket_mb: float = 25.0  # the ring all-reduce's gradient buckets
+    device_memory_mb: float = math.inf  # what each device may hold, as fastt plans it
     transfer_priorities: str = "auto"  # weight transfers ordered by need: auto, on, off
     dump_dir: str = ""
     warmup_steps: int = 5
@@ -164,6 +166,8 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     return Settings(
         enabled=enabled, devices=devices, logical_cpus=cpus, strategy=strategy,
         bucket_mb=_real(env, "FASTT_BUCKET_MB", 25.0, float("inf"), "megabytes >= 0"),
+        device_memory_mb=float(_number(env, "FASTT_DEVICE_MEMORY_MB", math.inf, float,
+                                       lambda v: 0 < v < math.inf, "megabytes > 0")),
         transfer_priorities=_auto_flag(env, "FASTT_TRANSFER_PRIORITIES"),
         dump_dir=env.get("FASTT_DUMP_DIR", "").strip(),
         warmup_steps=_count(env, "FASTT_WARMUP_STEPS", 5, 2),
