@@ -130,15 +130,17 @@ class Engine:
         return ModelCosts(self._models())
 
     # -- strategies ------------------------------------------------------------------------
-    def starting_strategy(self) -> tuple[str, str]:
-        """The first plan to try: data parallel when a replica fits each device, else a
-        model-parallel spread; and why not data parallel ("" when it is)."""
+    def starting_strategy(self, chosen: str = "os-dpos") -> tuple[str, str]:
+        """The first plan to try: data parallel when a replica fits each device; without a
+        batch, a model-parallel spread; when a replica does not fit, the ``chosen`` strategy
+        (a search finds what fits: a pipeline over micro-batches, a spread); and why not
+        data parallel ("" when it is)."""
         try:
             fits = data_parallel_fitting(self.step, self.devices) is not None
         except NoBatch as e:
             return "m-topo", f"no data parallelism ({e})"
         if not fits:
-            return "m-topo", "a data-parallel replica does not fit the devices' memory"
+            return chosen, "a data-parallel replica does not fit the devices' memory"
         return "data-parallel", ""
 
     def plan(self, name: str, devices: Sequence[Device] | None = None, **options: Any

@@ -30,9 +30,10 @@ class PluginBackend:
         self._streams_said = False
 
     def starting_strategy(self) -> str:
-        name, why_not = self.engine.starting_strategy()
+        name, why_not = self.engine.starting_strategy(self.settings.strategy)
         if why_not:
-            log.info("fastt: %s; starting from a model-parallel spread", why_not)
+            log.info("fastt: %s; starting from %s", why_not,
+                     "a model-parallel spread" if name == "m-topo" else name)
         return name
 
     def profile(self, run_metadata: Any, untraced_s: float | None = None) -> None:

@@ -44,6 +44,19 @@ class _UnitCosts:
         return (0.0, 0.0)
 
 
+def fitting(p: Problem, s: Schedule, what: str) -> Schedule:
+    """``s`` when every device holds its simulated peak of live tensors (and variables),
+    else ``DoesNotFit`` (for placers that do not watch memory as they place)."""
+    if all(c == math.inf for c in p.capacity):
+        return s
+    peaks = simulate(p, s.device, s.device_orders(p.num_devices)).peak_memory
+    for d, (peak, cap) in enumerate(zip(peaks, p.capacity)):
+        if peak > cap:
+            raise DoesNotFit(f"{what}: device {p.devices[d].name} would hold "
+                             f"{peak / 2 ** 20:.1f} MiB, more than its {cap / 2 ** 20:.1f} MiB")
+    return s
+
+
 def nccl(devices: Sequence[Device]) -> bool:
     """Whether the all-reduce over ``devices`` is NCCL's: GPUs, all in one process."""
     return all(d.type == "GPU" and same_process(d.name, devices[0].name) for d in devices)
@@ -163,7 +176,10 @@ class Planning:
     def place(self, k: StrategyKind, g: Graph) -> Schedule:
         """Placer ``k``'s schedule of ``g`` (``DoesNotFit`` each time when it does not)."""
         p = self.compile(g)
-        return self._get(("place", k.name, id(g)), lambda: k.place(p, g), (g,))
+        if k.starts != MICRO_BATCHED:  # the others place within the devices' memory
+            return self._get(("place", k.name, id(g)), lambda: k.place(p, g), (g,))
+        return self._get(("place", k.name, id(g)), lambda: fitting(p, k.place(p, g), k.name),
+                         (g,))
 
     def bound(self) -> Bound:
         """A lower bound on the step time of any plan of the graph on the devices
@@ -231,9 +247,13 @@ class Planning:
         for g, m, _ in self.micro_batched():
             p = self.compile(g)
             note = f"a placement of the model graph over {m} micro-batches"
-            out.append((Plan(g, p, self._get(
-                ("micro-placed", id(plan.schedule), id(g)),
-                lambda: micro_batch(p, g, placed, note), (plan.schedule, g))), m))
+            try:
+                out.append((Plan(g, p, self._get(
+                    ("micro-placed", id(plan.schedule), id(g)),
+                    lambda: fitting(p, micro_batch(p, g, placed, note), note),
+                    (plan.schedule, g))), m))
+            except DoesNotFit:
+                pass
         return out
 
     def starts(self, k: StrategyKind, forced: list[Split]) -> list[Start]:
