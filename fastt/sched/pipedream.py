@@ -10,8 +10,10 @@ step computes what the original does (GPipe's synchronous pipeline with a flush)
 """
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
+from fastt.errors import DoesNotFit
 from fastt.ir import Graph
 from fastt.sched.baselines import place_replicas
 from fastt.sched.data_parallel import replica_of
@@ -134,13 +136,20 @@ def pipedream(p: Problem, g: Graph) -> Schedule:
     cuts += [balanced(T, a, w, S, D // S, B)[1] for S in range(1, min(D, len(T)) + 1)
              if D % S == 0]
     best: Schedule | None = None
+    misfits: list[DoesNotFit] = []
     for stages in dict.fromkeys(tuple(c) for c in cuts):
-        s = fastest_order(p, g, place_stages(p, g, layer, list(stages)), "stages: " + ", ".join(
-            f"layers {st.first}-{st.last} on {st.replicas} device{'s' * (st.replicas > 1)}"
-            for st in stages) + f" (of {len(T)} layers)")
+        try:
+            s = fastest_order(p, g, place_stages(p, g, layer, list(stages)), "stages: " +
+                              ", ".join(f"layers {st.first}-{st.last} on {st.replicas} device"
+                                        f"{'s' * (st.replicas > 1)}" for st in stages) +
+                              f" (of {len(T)} layers)")
+        except DoesNotFit as e:
+            misfits.append(e)
+            continue
         if best is None or s.makespan < best.makespan:
             best = s
-    assert best is not None
+    if best is None:
+        raise misfits[0]
     return best
 
 
@@ -148,18 +157,28 @@ def fastest_order(p: Problem, g: Graph, device: list[int], note: str) -> Schedul
     """The micro-batched graph ``g`` placed on ``device`` run in GPipe's order (each device's
     ready ops by decreasing upward rank: every micro-batch's forward pass before the backward
     passes) and earliest micro-batch first (its backward pass before the next forward
-    passes, as 1F1B), links carrying one bulk transfer at a time: the faster, its order
-    added to ``note``."""
+    passes, as 1F1B), links carrying one bulk transfer at a time: the faster of those whose
+    simulated peak of live tensors each device holds (``DoesNotFit`` when neither), its
+    order added to ``note``."""
     rank = rank_u(p)
     top = max(rank, default=0.0) + 1.0
     part = [replica_of(g[n]) or 0 for n in p.names]
+    bounded = any(c != math.inf for c in p.capacity)
     best: Schedule | None = None
+    misfit = ""
     for order, priority in (("GPipe", rank), ("earliest micro-batch first",
                                               [rank[i] - top * part[i] for i in range(p.n)])):
         r = simulate_fifo(p, device, link_concurrency=1, priority=priority)
-        if best is None or r.makespan < best.makespan:
+        over = [(peak, cap, d) for d, (peak, cap) in enumerate(zip(r.peak_memory, p.capacity))
+                if peak > cap] if bounded else []
+        if over:
+            peak, cap, d = over[0]
+            misfit = misfit or (f"{note}, {order}: device {p.devices[d].name} would hold "
+                                f"{peak / 2 ** 20:.1f} MiB, more than its {cap / 2 ** 20:.1f} MiB")
+        elif best is None or r.makespan < best.makespan:
             best = Schedule(list(device), r.start, r.finish, note=f"{note}, {order}")
-    assert best is not None
+    if best is None:
+        raise DoesNotFit(misfit)
     return best
 
 

@@ -44,19 +44,6 @@ class _UnitCosts:
         return (0.0, 0.0)
 
 
-def fitting(p: Problem, s: Schedule, what: str) -> Schedule:
-    """``s`` when every device holds its simulated peak of live tensors (and variables),
-    else ``DoesNotFit`` (for placers that do not watch memory as they place)."""
-    if all(c == math.inf for c in p.capacity):
-        return s
-    peaks = simulate(p, s.device, s.device_orders(p.num_devices)).peak_memory
-    for d, (peak, cap) in enumerate(zip(peaks, p.capacity)):
-        if peak > cap:
-            raise DoesNotFit(f"{what}: device {p.devices[d].name} would hold "
-                             f"{peak / 2 ** 20:.1f} MiB, more than its {cap / 2 ** 20:.1f} MiB")
-    return s
-
-
 def nccl(devices: Sequence[Device]) -> bool:
     """Whether the all-reduce over ``devices`` is NCCL's: GPUs, all in one process."""
     return all(d.type == "GPU" and same_process(d.name, devices[0].name) for d in devices)
@@ -176,10 +163,7 @@ class Planning:
     def place(self, k: StrategyKind, g: Graph) -> Schedule:
         """Placer ``k``'s schedule of ``g`` (``DoesNotFit`` each time when it does not)."""
         p = self.compile(g)
-        if k.starts != MICRO_BATCHED:  # the others place within the devices' memory
-            return self._get(("place", k.name, id(g)), lambda: k.place(p, g), (g,))
-        return self._get(("place", k.name, id(g)), lambda: fitting(p, k.place(p, g), k.name),
-                         (g,))
+        return self._get(("place", k.name, id(g)), lambda: k.place(p, g), (g,))
 
     def bound(self) -> Bound:
         """A lower bound on the step time of any plan of the graph on the devices
@@ -250,7 +234,7 @@ class Planning:
             try:
                 out.append((Plan(g, p, self._get(
                     ("micro-placed", id(plan.schedule), id(g)),
-                    lambda: fitting(p, micro_batch(p, g, placed, note), note),
+                    lambda: micro_batch(p, g, placed, note),
                     (plan.schedule, g))), m))
             except DoesNotFit:
                 pass
