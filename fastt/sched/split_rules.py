@@ -170,17 +170,13 @@ def _several(op: Op, graph: Graph) -> list[SplitRule]:
     if op.meta.split_of is not None or len(rows) != 1 or None in rows:
         return []
     t, first = op.type, op.outputs[0].shape
-    if t == "Split" and len(op.inputs) == 2:  # (split_dim, value)
-        x, dim = graph.tensor(op.inputs[1]).shape, _const(graph, op, 0)
+    if (t, len(op.inputs)) in (("Split", 2), ("SplitV", 3)):
+        v, a = (1, 0) if t == "Split" else (0, 2)  # (split_dim, value), (value, sizes, axis)
+        x, dim = graph.tensor(op.inputs[v]).shape, _const(graph, op, a)
         ok = x is not None and isinstance(dim, int) and dim % len(x) != 0 and \
-            _rows_kept(graph, op.inputs[1:], first)
-        return [SplitRule("batch", (Part(FULL), Part(SPLIT, 0)), "concat", 0)] if ok else []
-    if t == "SplitV" and len(op.inputs) == 3:  # (value, size_splits, axis)
-        x, dim = graph.tensor(op.inputs[0]).shape, _const(graph, op, 2)
-        ok = x is not None and isinstance(dim, int) and dim % len(x) != 0 and \
-            _rows_kept(graph, op.inputs[:1], first)
-        return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL), Part(FULL)), "concat", 0)] \
-            if ok else []
+            _rows_kept(graph, op.inputs[v:v + 1], first)
+        cut = tuple(Part(SPLIT, 0) if i == v else Part(FULL) for i in range(len(op.inputs)))
+        return [SplitRule("batch", cut, "concat", 0)] if ok else []
     if t == "Unpack" and len(op.inputs) == 1:
         x = graph.tensor(op.inputs[0]).shape
         ok = x is not None and int(op.attrs.get("axis", 0)) % len(x) != 0 and \
