@@ -199,6 +199,9 @@ def report(graph: Graph, spec: str, chosen: Strategy, others: dict[str, Strategy
         lines.extend(f"  {s.op}  on {s.dim} into {s.n}" for s in chosen.splits)
     else:
         lines.append("splits: none")
+    if chosen.kept_whole:
+        lines.append(f"kept whole, not replicated ({len(chosen.kept_whole)}): "
+                     + ", ".join(chosen.kept_whole))
     lines.append("ops per device: " + ", ".join(
         f"{devnames.short(d)}: {n}" for d, n in chosen.ops_per_device().items()))
     return "\n".join(lines)

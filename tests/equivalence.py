@@ -5,7 +5,8 @@ process their memory is never returned) and exits non-zero with the mismatch;
 ``python -m tests.equivalence --cluster [NAME...]`` checks both data-parallel layouts over a
 local 2-worker gRPC cluster; ``--priorities [NAME...]`` the parameter-server layout with its
 weight transfers ordered, in-process and on the cluster; ``--pipeline [NAME...]`` two-stage
-pipelines over micro-batches, in-process and on the cluster."""
+pipelines over micro-batches, in-process and on the cluster; ``--hybrid [NAME...]``
+data-parallel plans with weights kept whole, in-process and on the cluster."""
 import sys
 
 import numpy as np
@@ -22,12 +23,14 @@ from fastt.sched.problem import Device
 from fastt.sched.split_rules import rules
 from fastt.sched.splitting import Split
 from fastt.sched import transfer_order
+from fastt.sched import baselines
 from fastt.sched.data_parallel import data_parallel
+from fastt.sched.hybrid import kept_whole, weights
 from fastt.sched.dpos import rank_u
 from fastt.sched.pipedream import layers, place_stages
 from fastt.sched.pipeline import Stage
 from fastt.sched.simulate import simulate_fifo
-from fastt.sched.planning import Planning
+from fastt.sched.planning import Planning, data_parallel_fitting
 from fastt.sched.strategy import Strategy, plan
 from tf_patches import priority_executor
 
@@ -317,12 +320,60 @@ def check_pipeline(names):
             print(f"{name}: pipelines train as the original", flush=True)
 
 
+# Momentum and Adam, reference variables, BatchNorm, weights shared over an LSTM's time steps.
+HYBRID_MODELS = ["mlp", "lenet_ref", "small_cnn", "lstm_lm"]
+
+
+def hybrid(ir, m, devices, costs, layout):
+    """``layout``'s data-parallel plan of ``ir`` on ``devices`` with every other weight kept
+    whole (``fastt.sched.hybrid``), its ops and updates on device 0; and those weights."""
+    fetches = [m.train_op.name, m.loss.name]
+    shared = Planning(ir, devices, costs, fetches=fetches)
+    kept = weights(shared.graph)[::2]
+    whole = frozenset().union(*(w.ops for w in kept))
+    g = data_parallel_fitting(shared.graph, devices, layout == "data-parallel",
+                              replicas=data_parallel(shared.graph, len(devices), whole))
+    p = shared.compile(g)
+    sch = baselines.data_parallel(p, g)
+    names = [d.name for d in devices]
+    s = Strategy(layout, names, g, {p.names[i]: names[sch.device[i]] for i in range(p.n)},
+                 [p.names[i] for i in sch.order()], sch.makespan, sch.makespan, 0.0,
+                 replicas=len(devices), fetches=fetches)
+    return s, [w.variable for w in kept]
+
+
+def check_hybrid(names):
+    """Both data-parallel layouts with every other weight kept whole, in-process (TensorFlow's
+    order and the priority executor) and over a local 2-worker cluster (control
+    dependencies): the losses and variables of the original graph; the weights kept whole
+    are not mirrored, the others are."""
+    with LocalCluster(workers=2) as cluster:
+        devices, ds = _workers(cluster)
+        for name in names:
+            m, ir, ref, tol = _case(name)
+            seconds = {o.name: 1e-4 for o in ir}
+            for layout in ("data-parallel", "data-parallel-ps"):
+                local, kept = hybrid(ir, m, parse("2xCPU").devices,
+                                     StaticCosts(seconds, parse("2xCPU")), layout)
+                assert kept and kept_whole(ir, local.graph) == kept, kept
+                copies = mirrors(local.graph)
+                assert not set(kept) & set(copies), "a weight kept whole was mirrored"
+                assert bool(copies) == (layout == "data-parallel")
+                remote, _ = hybrid(ir, m, devices, StaticCosts(seconds, ds), layout)
+                for s, order, target in ((local, "none", ""), (local, "priority", ""),
+                                         (remote, "control", cluster.target)):
+                    _check_run(m, ir, s, order, target, ref, tol, f"{name} hybrid {layout}")
+            print(f"{name}: hybrid plans train as the original", flush=True)
+
+
 if __name__ == "__main__":
     tf1.disable_eager_execution()
     if sys.argv[1] == "--cluster":
         check_cluster(sys.argv[2:] or CLUSTER_MODELS)
     elif sys.argv[1] == "--priorities":
         check_priorities(sys.argv[2:] or PRIORITY_MODELS)
+    elif sys.argv[1] == "--hybrid":
+        check_hybrid(sys.argv[2:] or HYBRID_MODELS)
     elif sys.argv[1] == "--pipeline":
         check_pipeline(sys.argv[2:] or PIPELINE_MODELS)
     else:

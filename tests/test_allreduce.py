@@ -47,6 +47,8 @@ def momentum_graph(bn_scale=False):
         ops += [
             op("g", "VarHandleOp", out=((),), dtype="resource", is_variable=True,
                attrs={"dtype": "float32", "shape": [F]}),
+            op("g/read", "ReadVariableOp", ["g"], out=((F,),), stateful=True),
+            op("scaled", "Mul", ["a", "g/read"], out=((B, F),)),  # read by every replica
             # the gradient of BatchNorm's scale, from the whole batch's statistics
             op("dg", "FusedBatchNormGradV3", ["a", "a"], out=((F,),)),
             op("update_g", "ResourceApplyGradientDescent", ["g", "lr", "dg"], out=(),

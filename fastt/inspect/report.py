@@ -144,6 +144,8 @@ def _summary(doc: dict[str, Any], dump: Dump) -> str:
          else "n/a"),
         ("op order enforced by", doc["order_mechanism"] or "n/a"),
         ("ops planned", len(doc["placement"])), ("splits", len(doc["splits"])),
+        *([("weights kept whole", ", ".join(doc["kept_whole"]))]
+          if doc.get("kept_whole") else []),
     ]
     rows_ = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in items)
     links = [f"<a href=\"{f}\">{f}</a>" for f in ("strategy.json", "predicted_trace.json",

@@ -19,10 +19,11 @@ each weight gradient summed by one ``AddN`` join) and returns a graph where:
 
 A variable is mirrored when every op of the step that writes it is a dense optimizer update
 (``Apply*``) whose inputs, traced back to the summed gradients and the variables, hold no
-other state; the others (sparse updates, variables assigned in the step) keep one copy,
-summed as in the PS layout. Values an update needs that are computed from the whole batch
-(BatchNorm's statistics, which data parallelism computes once on the whole batch) are read
-from where they are computed, as a learning rate is.
+other state, and that the replicas read; the others (a weight whose forward ops run once,
+kept whole by ``fastt.sched.hybrid``; sparse updates; variables assigned in the step) keep one
+copy, summed as in the PS layout. Values an update needs that are computed from the whole
+batch (BatchNorm's statistics, which data parallelism computes once on the whole batch) are
+read from where they are computed, as a learning rate is.
 Writes outside the step (initializers, restores) reach the copies through ``sync_writes``.
 O(V + E) to find what to mirror, plus the ops made: (n-1) per mirrored op and O(n^2) per
 bucket.
@@ -168,7 +169,21 @@ class _Analysis:
             return None
         if not written or set(self._written(g[update])) != written:
             return None
+        if not self._read_by_replicas(g[update].inputs[0].op):
+            return None  # (a weight kept whole) a copy would cost its gradient on every link
         return region, written
+
+    def _read_by_replicas(self, var: str) -> bool:
+        """Whether a replica's op reads ``var`` (directly or through reads)."""
+        stack, seen = [var], {var}
+        while stack:
+            for e in self.graph.consumers(stack.pop()):
+                if e.dst in self.replicated:
+                    return True
+                if self.graph[e.dst].type in READS and e.dst not in seen:
+                    seen.add(e.dst)
+                    stack.append(e.dst)
+        return False
 
 
 def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from typing import Collection
 
 from fastt.errors import NoBatch
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
@@ -160,6 +161,13 @@ def _batch_descent(graph: Graph, inputs: list[TensorRef], axis: dict[str, int], 
     return out
 
 
+def batch_ops(graph: Graph) -> list[str]:
+    """The ops of a step that carry its batch (``batch_inputs``), in topological order, up
+    to (excluding) the variable updates; none when it has no batch."""
+    found = batch_inputs(graph)
+    return _batch_ops(graph, {r.op for r in found[1]}) if found else []
+
+
 def _batch_ops(graph: Graph, sources: set[str]) -> list[str]:
     """Ops downstream of the batch inputs (ops ``sources``), up to (excluding) the variable
     updates."""
@@ -196,8 +204,10 @@ def _batch_rule(op: Op, graph: Graph, axis: dict[str, int], B: int) -> SplitRule
     return None
 
 
-def data_parallel(graph: Graph, n: int) -> Graph:
-    """The graph with the batch cut into ``n`` shares (see the module docstring)."""
+def data_parallel(graph: Graph, n: int, whole: Collection[str] = ()) -> Graph:
+    """The graph with the batch cut into ``n`` shares (see the module docstring); the ops
+    named in ``whole`` run once on the whole batch, as ops without a batch rule do (a weight
+    kept whole: ``fastt.sched.hybrid``)."""
     if n < 2:
         return graph
     B, inputs = _batch(graph)
@@ -208,8 +218,9 @@ def data_parallel(graph: Graph, n: int) -> Graph:
     decisions: dict[str, tuple[SplitRule, list[int]]] = {}
     for name in _batch_ops(graph, {r.op for r in inputs}):
         op = graph[name]
-        rule = _sync_rule(op, graph, axis, B, decisions) or _batch_rule(op, graph, axis, B) or \
-            _sum_of_partials(op, decisions, shares)
+        rule = None if name in whole else (
+            _sync_rule(op, graph, axis, B, decisions) or _batch_rule(op, graph, axis, B) or
+            _sum_of_partials(op, decisions, shares))
         if rule is not None:
             decisions[name] = (rule, shares)
             if rule.join == "concat":

@@ -4,6 +4,7 @@ schedules and their replays, each built once; and the helpers they are built wit
 """
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import Any, Sequence
@@ -17,6 +18,7 @@ from fastt.sched import baselines
 from fastt.sched.allreduce import BUCKET_BYTES, all_reduce
 from fastt.sched.bounds import Bound, least_shares, lower_bound
 from fastt.sched.data_parallel import data_parallel
+from fastt.sched.hybrid import keep_whole, promising, weights
 from fastt.sched.osdpos import Plan, compiler
 from fastt.sched.pipedream import micro_batch
 from fastt.sched.problem import Device, Problem
@@ -24,6 +26,8 @@ from fastt.sched.registry import StrategyKind
 from fastt.sched.schedule import Schedule
 from fastt.sched.simulate import replay_placement, simulate
 from fastt.sched.splitting import Split, apply_splits
+
+log = logging.getLogger("fastt")
 
 
 def peak_memory_one_device(graph: Graph) -> float:
@@ -203,6 +207,37 @@ class Planning:
             return (dp, D, layout)
         return self._get(("layout", layout), build)
 
+    def hybrid(self, layout: str) -> Start:
+        """``layout``'s data-parallel start with the weights kept whole (``fastt.sched.hybrid``)
+        that shorten its simulated step; ``Declined`` when none does."""
+        D = len(self.devices)
+
+        def graph_of(whole: frozenset[str]) -> Graph | None:
+            try:
+                if not whole:
+                    return self.layout(layout)[0]
+                return data_parallel_fitting(self.graph, self.devices, layout == "data-parallel",
+                                             self.bucket_bytes,
+                                             data_parallel(self.graph, D, whole))
+            except DoesNotFit:
+                return None
+
+        def step_time(g: Graph) -> float:
+            p = self.compile(g)
+            return replay_schedule(p, baselines.data_parallel(p, g))[1]
+
+        def build() -> Start:
+            p0 = self.compile(self.graph)
+            slowest = max(p0.slope[a][b] for a in range(D) for b in range(D) if a != b)
+            cands = promising(weights(self.graph), lambda w: sum(
+                p0.w[p0.index[o]][0] for o in w.ops if o in p0.index), slowest, D)
+            g, kept = keep_whole(cands, graph_of, step_time) if cands else (None, [])
+            if g is None or not kept:
+                raise Declined(f"no weight pays to keep whole in {layout}")
+            log.info("hybrid %s: %s kept whole", layout, ", ".join(w.variable for w in kept))
+            return (g, D, layout)
+        return self._get(("hybrid", layout), build)
+
     def micro_batched(self) -> list[Start]:
         """The graph with its batch cut into m micro-batches, for each m of
         ``MICRO_BATCHES`` times the devices that the batch allows (none: ``NoBatch``), and
@@ -254,10 +289,12 @@ class Planning:
         starts: list[Start] = []
         if k.starts != "model" and len(self.devices) > 1:
             for layout in LAYOUTS:
-                try:
-                    starts.append(self.layout(layout))
-                except (NoBatch, DoesNotFit):
-                    pass
+                attempts = [self.layout] + [self.hybrid] * k.search
+                for attempt in attempts:  # OS-DPOS also starts from the hybrid plans
+                    try:
+                        starts.append(attempt(layout))
+                    except (NoBatch, DoesNotFit, Declined):
+                        pass
             if k.search and self.pipelines:  # OS-DPOS also starts from the pipelines
                 try:
                     starts += self.micro_batched()

@@ -8,7 +8,9 @@ order, and the predicted step time. The strategies are those of ``fastt.sched.re
 faster plan (so never worse than DPOS on the model either). OS-DPOS also starts from every
 other list scheduler of the registry (the data-parallel layout; one device, HEFT, m-TOPO, m-ETF
 and m-SCT on the model graph; PipeDream on the graph cut into micro-batches; not the exact
-program, a strategy of its own with a time limit), splits from the fastest starting plan,
+program, a strategy of its own with a time limit) and from the data-parallel layouts with
+weights kept whole where that pays (``fastt.sched.hybrid``), splits from the fastest starting
+plan,
 and of its starting plans and its split plan returns the one fastest when links carry one
 transfer at a time: so it is never simulated slower than any of them, by construction
 (``dpos`` stays pure DPOS). ``heft``, ``m-topo``, ``m-etf``, ``m-sct``, ``exact`` and
@@ -37,6 +39,7 @@ from fastt.costs.source import CostSource
 from fastt.ir import Graph
 from fastt.sched._gc import without_gc
 from fastt.sched.allreduce import BUCKET_BYTES
+from fastt.sched.hybrid import kept_whole
 from fastt.sched.osdpos import Plan, compiler, os_dpos
 from fastt.sched.problem import Device, Problem
 from fastt.sched.registry import KINDS, StrategyKind, kind
@@ -69,6 +72,8 @@ class Strategy:
     # its weight transfers ordered by need (``fastt.sched.transfer_order``): what was found
     # and whether it was kept (None: no link carries two groups of weights, or switched off)
     transfer_priorities: dict[str, Any] | None = None
+    # the weights of a data-parallel plan that run unreplicated (``fastt.sched.hybrid``)
+    kept_whole: list[str] = field(default_factory=list)
 
     def ops_per_device(self) -> dict[str, int]:
         counts = {d: 0 for d in self.devices}
@@ -85,7 +90,8 @@ class Strategy:
                 "splits": [s.to_list() for s in self.splits],
                 "split_details": [s.details() for s in self.splits], "fetches": self.fetches,
                 "placement": self.placement, "order": self.order, "ordered": self.ordered,
-                "transfer_priorities": self.transfer_priorities, "note": self.note}
+                "transfer_priorities": self.transfer_priorities, "kept_whole": self.kept_whole,
+                "note": self.note}
 
 
 def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
@@ -141,7 +147,8 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
                     simulated_step_time_s=simulated, plan_time_s=plan_time,
                     splits=forced + best.splits, replicas=replicas, dpos_runs=runs,
                     note=best.schedule.note, ordered=fin.ordered,
-                    transfer_priorities=fin.weights.summary() if fin.weights else None)
+                    transfer_priorities=fin.weights.summary() if fin.weights else None,
+                    kept_whole=kept_whole(shared.graph, best.graph) if replicas > 1 else [])
 
 
 @dataclass

@@ -1,0 +1,119 @@
+"""Hybrid data/model parallelism (``fastt.sched.hybrid``): weights kept whole on one device
+while the rest of the step stays data parallel. The rewritten graphs' equivalence runs in a
+process of its own (``tests/equivalence.py --hybrid``)."""
+from fastt.costs.source import StaticCosts
+from fastt.ir import Graph
+from fastt.sched.allreduce import all_reduce, mirrors
+from fastt.sched.data_parallel import data_parallel, replica_of
+from fastt.sched.device_spec import DeviceSet
+from fastt.sched.hybrid import Weight, keep_whole, kept_whole, promising, weights
+from fastt.sched.planning import Planning
+from fastt.sched.problem import Device
+from fastt.sched.strategy import plan
+from tests.helpers import equivalence, op
+
+B, WIDE = 8, 4096
+
+
+def two_layers() -> Graph:
+    """x[B,64] -> h1 = x w1 (w1: 1 MB, much compute) -> relu -> h2 = a1 w2 (w2: 64 MB, little
+    compute) -> mean; the gradients as ``tf.gradients`` makes them, SGD updates."""
+    def var(name, shape):
+        return [op(name, "VarHandleOp", out=((),), dtype="resource", is_variable=True),
+                op(f"{name}/read", "ReadVariableOp", [name], out=(shape,))]
+    return Graph([
+        op("x", "Placeholder", out=((B, 64),)),
+        *var("w1", (64, WIDE)), *var("w2", (WIDE, WIDE)),
+        op("h1", "MatMul", ["x", "w1/read"], out=((B, WIDE),)),
+        op("a1", "Relu", ["h1"], out=((B, WIDE),)),
+        op("h2", "MatMul", ["a1", "w2/read"], out=((B, WIDE),)),
+        op("axes", "Const", out=((2,),), dtype="int32", attrs={"value": [0, 1]}),
+        op("loss", "Mean", ["h2", "axes"], out=((),)),
+        op("dh2", "Mul", ["h2", "h2"], out=((B, WIDE),)),
+        op("dw2", "MatMul", ["a1", "dh2"], out=((WIDE, WIDE),), attrs={"transpose_a": True}),
+        op("da1", "MatMul", ["dh2", "w2/read"], out=((B, WIDE),), attrs={"transpose_b": True}),
+        op("dh1", "ReluGrad", ["da1", "a1"], out=((B, WIDE),)),
+        op("dw1", "MatMul", ["x", "dh1"], out=((64, WIDE),), attrs={"transpose_a": True}),
+        op("lr", "Const", out=((),)),
+        op("update1", "ResourceApplyGradientDescent", ["w1", "lr", "dw1"], out=(),
+           stateful=True),
+        op("update2", "ResourceApplyGradientDescent", ["w2", "lr", "dw2"], out=(),
+           stateful=True),
+    ])
+
+
+def test_a_weight_is_the_ops_that_read_it_and_make_its_gradient():
+    found = {w.variable: w for w in weights(two_layers())}
+    assert set(found) == {"w1", "w2"}
+    assert found["w2"].ops == {"h2", "da1", "dw2"} and found["w2"].nbytes == WIDE * WIDE * 4
+    assert found["w1"].ops == {"h1", "dw1"}
+
+
+def test_a_weight_kept_whole_is_neither_replicated_nor_mirrored():
+    g = two_layers()
+    w2 = next(w for w in weights(g) if w.variable == "w2")
+    dp = data_parallel(g, 2, whole=w2.ops)
+    for name in w2.ops:  # once, on the whole batch: its gradient is never summed
+        assert dp[name].type == "MatMul" and replica_of(dp[name]) is None
+        assert f"{name}/part0" not in dp
+    assert dp["update2"].inputs[2].op == "dw2"
+    assert "h1/part1" in dp and dp["dw1"].type == "AddN"  # the other layer stays replicated
+    assert kept_whole(g, dp) == ["w2"] and kept_whole(g, data_parallel(g, 2)) == []
+    # in the all-reduce layout only the replicated weight gets copies
+    assert set(mirrors(all_reduce(dp, 2))) == {"w1"}
+    assert set(mirrors(all_reduce(data_parallel(g, 2), 2))) == {"w1", "w2"}
+
+
+def test_promising_weights_send_more_than_they_would_compute():
+    small = Weight("small", 1_000, frozenset({"a"}))
+    big = Weight("big", 100_000_000, frozenset({"b"}))
+    compute = {"small": 0.010, "big": 0.001}
+    # 1 GB/s: 'big' sends 200 ms of gradients a step for 1 ms of compute; 'small' 2 us for 10
+    kept = promising([small, big], lambda w: compute[w.variable], 1e-9, 2)
+    assert kept == [big]
+
+
+def test_keep_whole_keeps_what_shortens_the_step_greedily():
+    a, b, c = (Weight(n, 1, frozenset({n})) for n in "abc")
+    gain = {"a": 0.3, "b": -0.1, "c": 0.2}  # b alone makes the step longer
+
+    def build(whole):
+        return Graph([op(n) for n in sorted(whole)])
+
+    def step_time(g):
+        return 1.0 - sum(gain[n] for n in g.names)
+    best, kept = keep_whole([a, b, c], build, step_time)
+    assert kept == [a, c] and sorted(best.names) == ["a", "c"]
+    # nothing fits: nothing kept
+    assert keep_whole([a], lambda whole: None, step_time) == (None, [])
+
+
+def _devices(bandwidth):
+    """Two workers' CPUs (processes of their own: they share no cores)."""
+    devices = [Device(f"/job:worker/replica:0/task:{k}/device:CPU:0") for k in range(2)]
+    return devices, DeviceSet("CPU", devices, {(a.name, b.name): (1e-5, bandwidth)
+                                               for a in devices for b in devices if a != b})
+
+
+def test_os_dpos_keeps_a_large_light_weight_whole_where_its_gradient_would_cross_a_slow_link():
+    g = two_layers()
+    devices, ds = _devices(1e9)  # 64 MB of gradient: 64 ms on the link
+    seconds = {"h1": 0.020, "dw1": 0.020, "da1": 0.001, "h2": 0.001, "dw2": 0.001}
+    shared = Planning(g, devices, StaticCosts(seconds, ds), copy_bytes_per_s=ds.copy_bytes_per_s)
+    got = {name: plan(g, devices, None, name, shared=shared)
+           for name in ("os-dpos", "data-parallel", "data-parallel-ps", "single")}
+    chosen = got["os-dpos"]
+    assert chosen.kept_whole == ["w2"] and chosen.replicas == 2
+    assert chosen.to_dict()["kept_whole"] == ["w2"]
+    for name in ("data-parallel", "data-parallel-ps", "single"):
+        assert chosen.simulated_step_time_s < 0.9 * got[name].simulated_step_time_s, name
+    # with a fast link the same weight is replicated: nothing is kept whole
+    devices, ds = _devices(1e12)
+    fast = plan(g, devices, StaticCosts(seconds, ds), "os-dpos")
+    assert fast.kept_whole == [] and fast.replicas == 2
+
+
+def test_hybrid_plans_train_as_the_original():
+    """Both layouts with every other weight kept whole, in-process and on a 2-worker cluster
+    (``tests/equivalence.py --hybrid``)."""
+    assert equivalence("--hybrid").count("hybrid plans train as the original") == 4
