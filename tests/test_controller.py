@@ -25,7 +25,7 @@ class FakeBackend:
     for."""
 
     def __init__(self, times, predicted=None, change=0.5, fail_on=None, noise=0.0,
-                 warmup=(), drift=None):
+                 warmup=(), drift=None, misfit=""):
         self.times = times  # strategy name (None: original) -> seconds per step
         self.predicted = predicted or {}
         self.change = change
@@ -38,9 +38,13 @@ class FakeBackend:
         self.rng = np.random.default_rng(0)
         self.drift = drift  # clock -> factor on every step time (the machine drifting)
         self.planned_fifo: set[str] = set()  # "<name>/fifo": planned in TensorFlow's order
+        self.misfit = misfit  # why the original graph does not fit its device ("" if it does)
 
     def starting_strategy(self):
         return "data-parallel"
+
+    def original_misfit(self):
+        return self.misfit
 
     def profile(self, meta, untraced_s=None):
         assert meta == "trace"
@@ -147,6 +151,24 @@ def test_a_slower_strategy_is_rolled_back_to_the_one_before(caplog):
                r.message for r in caplog.records)
     until(ctl, b, decided(ctl, 2))  # os-dpos is planned from the original graph and kept
     assert ctl.history[1].status == "active" and b.running.name == "os-dpos"
+
+
+def test_a_plan_that_fits_is_kept_over_an_original_that_does_not(caplog):
+    """With a memory limit the original graph exceeds, a slower plan that fits is kept, and
+    says why."""
+    b = FakeBackend({None: 0.010, "os-dpos": 0.012, "data-parallel": 0.020},
+                    predicted={"os-dpos": 0.005, "data-parallel": 0.004},
+                    misfit="the original graph would hold 70.0 MiB on one device, more than "
+                           "its 60.0 MiB")
+    b.starting_strategy = lambda: "os-dpos"
+    ctl = Controller(SETTINGS, b)
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        until(ctl, b, decided(ctl, 1))
+    first = ctl.history[0]
+    assert first.status == "active" and b.running.name == "os-dpos"
+    assert "slower than the original" in first.reason and "kept: the original graph would " \
+        "hold 70.0 MiB" in first.reason
+    assert any("activated strategy 1 (os-dpos)" in r.message for r in caplog.records)
 
 
 def test_the_original_is_timed_once_its_warm_up_is_over():

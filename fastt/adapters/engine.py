@@ -10,6 +10,7 @@ steps on one it is given).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import tensorflow as tf
@@ -26,7 +27,7 @@ from fastt.ir import Graph, TensorRef
 from fastt.op_types import BATCH_SOURCES
 from fastt.profiler import Profile, profile
 from fastt.sched.problem import Device
-from fastt.sched.planning import data_parallel_fitting
+from fastt.sched.planning import data_parallel_fitting, peak_memory_one_device
 from fastt.sched.strategy import Strategy, plan, predict
 
 ORDERS = ("priority-executor", "control-dependencies", "none")  # how a plan's order is kept
@@ -142,6 +143,18 @@ class Engine:
         if not fits:
             return chosen, "a data-parallel replica does not fit the devices' memory"
         return "data-parallel", ""
+
+    def original_misfit(self) -> str:
+        """Why the original graph does not fit its device's memory by fastt's memory model
+        ("" when it does, or the memory is not bounded)."""
+        limit = self.devices[0].memory
+        if limit == math.inf:
+            return ""
+        need = peak_memory_one_device(self.step)
+        if need <= limit:
+            return ""
+        return (f"the original graph would hold {need / 2 ** 20:.1f} MiB on one device, more "
+                f"than its {limit / 2 ** 20:.1f} MiB")
 
     def plan(self, name: str, devices: Sequence[Device] | None = None, **options: Any
              ) -> Strategy:

@@ -36,6 +36,9 @@ class PluginBackend:
                      "a model-parallel spread" if name == "m-topo" else name)
         return name
 
+    def original_misfit(self) -> str:
+        return self.engine.original_misfit()
+
     def profile(self, run_metadata: Any, untraced_s: float | None = None) -> None:
         cur = self.plugin.current
         self.engine.observe(run_metadata, untraced_s,

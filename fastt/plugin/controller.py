@@ -10,7 +10,9 @@ activates, measures and rolls back through a ``Backend`` (the TensorFlow side). 
 The first plan is the starting strategy (data parallel when the model fits one device, else a
 model-parallel spread), the next ones the chosen strategy; planning stops when the cost models
 are stable or after ``max_rounds``. A strategy is activated only when it is predicted faster
-than the one running, and rolled back when it measures slower than the one before it.
+than the one running, and rolled back when it measures slower than the one before it, but
+never to an original graph that does not fit its device's memory as the user set it
+(``FASTT_DEVICE_MEMORY_MB``): a plan that fits is kept then, and the reason recorded.
 """
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ LOOKS = 1 + EXTEND  # comparisons one measurement may make: each at 1 - (1 - CON
 
 class Backend(Protocol):
     def starting_strategy(self) -> str: ...
+    def original_misfit(self) -> str: ...
     def profile(self, run_metadata: Any, untraced_s: float | None = None) -> None: ...
     def cost_change(self) -> float: ...
     def plan(self, name: str) -> Any: ...
@@ -279,12 +282,15 @@ class Controller:
         """Keep ``entry`` or roll it back (``on_it``: whether it is the graph running)."""
         if not faster and entry.verdict is not None and not entry.reason:
             entry.reason = say.why_not(entry, previous, entry.verdict)
-        if not faster and self.settings.rollback:
+        misfit = self.backend.original_misfit() if previous is None and not faster else ""
+        if not faster and self.settings.rollback and not misfit:
             entry.status = "rolled_back"
             if on_it:
                 self._activate(previous)
         else:
-            if not faster:
+            if misfit:  # the devices' memory, as the user set it, rules the original out
+                entry.reason += f"; kept: {misfit}"
+            elif not faster:
                 entry.reason += "; kept (FASTT_ROLLBACK=0)"
             if not on_it:
                 self.backend.activate(entry.strategy, ordered=entry.ordered)
