@@ -24,7 +24,7 @@ from fastt.sched.split_rules import rules
 from fastt.sched.splitting import Split
 from fastt.sched import transfer_order
 from fastt.sched import baselines
-from fastt.sched.data_parallel import data_parallel
+from fastt.sched.data_parallel import data_parallel, replica_of
 from fastt.sched.hybrid import kept_whole, weights
 from fastt.sched.dpos import rank_u
 from fastt.sched.pipedream import layers, place_stages
@@ -125,12 +125,16 @@ def check(name, D):
         if mode == "splits":
             assert len(s.splits) >= 2
         copies = mirrors(s.graph)
-        # every trained variable mirrored on every replica, and only in the all-reduce layout
+        # every trained variable a replica reads is mirrored on every replica (one that
+        # only ops run once on the whole batch read stays where they run), and only in the
+        # all-reduce layout
         assert (mode == "data-parallel") == bool(copies)
         if mode == "data-parallel":
             trained = {ir[u].inputs[0].op for u in ir.fan_in([m.train_op.name]).names
                        if "Apply" in ir[u].type}
-            assert trained <= set(copies) and all(len(c) == D - 1 for c in copies.values())
+            read = {v for v in trained if _read_by_replicas(s.graph, v)}
+            assert read and read <= set(copies) and all(len(c) == D - 1
+                                                         for c in copies.values())
         for order in [HEAVY_ORDER[mode]] if name in HEAVY else ["none", "control", "priority"]:
             gd = rewrite(ir, s, enforce_order=order == "control", priority=order == "priority")
             assert set(ir.names) <= {n.name for n in gd.node}  # every op keeps its name
@@ -141,6 +145,18 @@ def check(name, D):
             for v, got, want in zip(_variables(ir), values, ref_values):
                 np.testing.assert_allclose(got, want, rtol=rtol, atol=atol,
                                            err_msg=f"{mode} order={order} variable {v}")
+
+
+def _read_by_replicas(g, var):
+    """Whether an op of a data-parallel replica reads ``var`` (directly or through reads)."""
+    stack = [var]
+    while stack:
+        for e in g.consumers(stack.pop()):
+            if replica_of(g[e.dst]) is not None:
+                return True
+            if g[e.dst].type in ("Identity", "ReadVariableOp"):
+                stack.append(e.dst)
+    return False
 
 
 def _variables(ir):
@@ -179,11 +195,12 @@ def _run_with_values(graph_or_def, m, ir, D, priority=False, copies=None, target
                             g.get_operation_by_name(m.train_op.name)], feed)[0]
                   for _ in range(STEPS)]
         values = sess.run(reads)
-        for v, names in (copies or {}).items():
-            want = values[_variables(ir).index(v)]
-            for name in names:
-                got = sess.run(_value_fetches(g, ir, {v: name})[0])
-                np.testing.assert_array_equal(got, want, err_msg=f"copy {name} of {v}")
+        pairs = [(v, name) for v, names in (copies or {}).items() for name in names]
+        # one run for every copy: each op added to a running graph extends the session
+        got = sess.run([_value_fetches(g, ir, {v: name})[0] for v, name in pairs])
+        for (v, name), value in zip(pairs, got):
+            np.testing.assert_array_equal(value, values[_variables(ir).index(v)],
+                                          err_msg=f"copy {name} of {v}")
         return losses, values
 
 
