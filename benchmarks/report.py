@@ -111,11 +111,18 @@ def simulated_section(sim: dict, out: str) -> list[str]:
                      f"{_kept(a)} | {1e3 * a['no_split_s']:.2f} | {1e3 * a['split_s']:.2f} | "
                      f"{a['no_split_s'] / a['split_s']:.3f} | {n} |")
     lines += ["", "### Ops per device (OS-DPOS, strong scaling)", "",
-              "| model | devices | replicas | ops per device |", "|---|---|---:|---|"]
+              "Replicas: the batch cut into that many shares (1: the model graph). Kept whole: "
+              "the weights that run unreplicated on one device while the rest is data "
+              "parallel, so their gradients never cross a link (`fastt.sched.hybrid`; FastT's "
+              "Table 5 found VGG-19's fully connected layers best kept on one device, its "
+              "convolutions replicated).", "",
+              "| model | devices | replicas | kept whole | ops per device |",
+              "|---|---|---:|---|---|"]
     for model, r in rows:
         s = r["strategies"].get("os-dpos", {})
         if "ops_per_device" in s:
-            lines.append(f"| {model} | {r['devices']} | {s['replicas']} | "
+            whole = ", ".join(f"`{w}`" for w in s.get("kept_whole", [])) or "-"
+            lines.append(f"| {model} | {r['devices']} | {s['replicas']} | {whole} | "
                          f"{' '.join(map(str, s['ops_per_device']))} |")
     lines += ["", "### Ops split by OS-DPOS (strong scaling)", "",
               "| model | devices | op | dimension | n | time before split (ms) | "

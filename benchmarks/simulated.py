@@ -82,7 +82,7 @@ def case(graph, fetch, seconds, spec: str, batch: int) -> dict:
             "samples_per_s": batch / s.simulated_step_time_s, "plan_time_s": s.plan_time_s,
             "dpos_runs": s.dpos_runs, "replicas": s.replicas, "ops": len(s.graph),
             "ops_per_device": list(s.ops_per_device().values()),
-            "splits": [sp.details() for sp in s.splits]}
+            "splits": [sp.details() for sp in s.splits], "kept_whole": s.kept_whole}
     fastt = planned.get("os-dpos")
     if fastt is not None:
         no_split = plan(graph, ds.devices, costs, "os-dpos", split=False,
