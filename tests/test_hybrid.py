@@ -117,3 +117,15 @@ def test_hybrid_plans_train_as_the_original():
     """Both layouts with every other weight kept whole, in-process and on a 2-worker cluster
     (``tests/equivalence.py --hybrid``)."""
     assert equivalence("--hybrid").count("hybrid plans train as the original") == 4
+
+
+def test_no_candidate_is_begun_past_the_budget():
+    a, b = (Weight(n, 1, frozenset({n})) for n in "ab")
+    built = []
+
+    def build(whole):
+        built.append(sorted(whole))
+        return Graph([op(n) for n in sorted(whole)])
+    # each candidate said to take 15 s against a 20 s budget: the first only
+    keep_whole([a, b], build, lambda g: -len(g), budget_s=20.0, candidate_s=15.0)
+    assert built == [[], ["a"]]

@@ -101,18 +101,21 @@ def promising(candidates: Sequence[Weight], compute_s: Callable[[Weight], float]
 
 
 def keep_whole(candidates: Sequence[Weight], build: Callable[[frozenset[str]], Graph | None],
-               step_time: Callable[[Graph], float], budget_s: float | None = BUDGET_S
-               ) -> tuple[Graph | None, list[Weight]]:
+               step_time: Callable[[Graph], float], budget_s: float | None = BUDGET_S,
+               candidate_s: float = 0.0) -> tuple[Graph | None, list[Weight]]:
     """Greedily keep whole each candidate (in turn) whose ops, run whole with those kept
     before, shorten ``step_time`` of the graph ``build`` makes (None: it does not fit);
-    the best graph (None when none fits) and the weights kept."""
+    the best graph (None when none fits) and the weights kept. No candidate is begun that
+    would end past ``budget_s`` seconds, each taken to cost ``candidate_s`` (at least)."""
     t0 = time.perf_counter()
     best = build(frozenset())
     best_t = step_time(best) if best is not None else float("inf")
     kept: list[Weight] = []
-    for w in candidates:
-        if budget_s is not None and time.perf_counter() - t0 > budget_s:
-            log.info("hybrid: the search stopped at its %.0f s budget", budget_s)
+    for tried, w in enumerate(candidates):
+        spent = max(time.perf_counter() - t0, tried * candidate_s)
+        if budget_s is not None and spent + candidate_s > budget_s:
+            log.info("hybrid: the search stopped at its %.0f s budget (%d of %d weights "
+                     "tried)", budget_s, tried, len(candidates))
             break
         whole = frozenset().union(w.ops, *(k.ops for k in kept))
         g = build(whole)

@@ -231,7 +231,11 @@ class Planning:
             slowest = max(p0.slope[a][b] for a in range(D) for b in range(D) if a != b)
             cands = promising(weights(self.graph), lambda w: sum(
                 p0.w[p0.index[o]][0] for o in w.ops if o in p0.index), slowest, D)
-            g, kept = keep_whole(cands, graph_of, step_time) if cands else (None, [])
+            # a candidate costs about what the layout took to build and replay
+            built = sum(self._built[k][1] for k in (("replicas",), ("layout", layout))
+                        if k in self._built)
+            g, kept = keep_whole(cands, graph_of, step_time, candidate_s=built) \
+                if cands else (None, [])
             if g is None or not kept:
                 raise Declined(f"no weight pays to keep whole in {layout}")
             log.info("hybrid %s: %s kept whole", layout, ", ".join(w.variable for w in kept))
