@@ -169,6 +169,14 @@ def test_a_plan_that_fits_is_kept_over_an_original_that_does_not(caplog):
     assert "slower than the original" in first.reason and "kept: the original graph would " \
         "hold 70.0 MiB" in first.reason
     assert any("activated strategy 1 (os-dpos)" in r.message for r in caplog.records)
+    # found faster, it is kept without running the original once more
+    b = FakeBackend({None: 0.010, "os-dpos": 0.008}, predicted={"os-dpos": 0.005},
+                    misfit="the original graph would hold 70.0 MiB")
+    b.starting_strategy = lambda: "os-dpos"
+    ctl = Controller(SETTINGS, b)
+    until(ctl, b, decided(ctl, 1))
+    assert ctl.history[0].status == "active" and b.activations == ["os-dpos"]
+    assert ctl.history[0].recheck is None
 
 
 def test_the_original_is_timed_once_its_warm_up_is_over():

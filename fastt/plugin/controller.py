@@ -240,10 +240,12 @@ class Controller:
         self._measuring = None
         entry.sample, entry.verdict, entry.measured_s = sample, verdict, sample.times
         entry.baseline = say.label(previous)
-        if verdict.verdict == "faster" and self.settings.rollback:
+        if verdict.verdict == "faster" and self.settings.rollback and not (
+                previous is None and self.backend.original_misfit()):
             # A-B-A: the graph before runs once more, so that the machine drifting between
             # the two samples (steps that keep getting faster, other load) cannot make the
-            # candidate look faster
+            # candidate look faster (not an original kept off the devices by their memory:
+            # the plan is kept either way)
             self._rechecking = entry
             self._activate(previous)
             self.phase, self._restarts = "recheck", 0

@@ -11,7 +11,7 @@ tf1 = tf.compat.v1
 tf1.disable_eager_execution()
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--steps", type=int, default=60)
+parser.add_argument("--steps", type=int, default=100)
 parser.add_argument("--batch", type=int, default=64)
 parser.add_argument("--out", default="/tmp/wide_mlp_adam")
 args = parser.parse_args()
