@@ -311,10 +311,18 @@ def two_stages(ir, m, devices, costs, micro):
     device = place_stages(p, g, layer, [Stage(0, half - 1, 1), Stage(half, max(layer), 1)])
     assert 0 < device.count(0) < p.n, "both stages hold ops"
     r = simulate_fifo(p, device, priority=rank_u(p))
+    return _strategy("pipedream", p, g, devices, device,
+                     sorted(range(p.n), key=lambda i: (r.start[i], i)), r.makespan, micro,
+                     fetches)
+
+
+def _strategy(name, p, g, devices, device, order, makespan, replicas, fetches):
+    """A ``Strategy`` of ``g`` (compiled ``p``): op i on ``devices[device[i]]``, in ``order``
+    (op indices)."""
     names = [d.name for d in devices]
-    return Strategy("pipedream", names, g, {p.names[i]: names[device[i]] for i in range(p.n)},
-                    [p.names[i] for i in sorted(range(p.n), key=lambda i: (r.start[i], i))],
-                    r.makespan, r.makespan, 0.0, replicas=micro, fetches=fetches)
+    return Strategy(name, names, g, {p.names[i]: names[device[i]] for i in range(p.n)},
+                    [p.names[i] for i in order], makespan, makespan, 0.0, replicas=replicas,
+                    fetches=fetches)
 
 
 def check_pipeline(names):
@@ -352,11 +360,8 @@ def hybrid(ir, m, devices, costs, layout):
                               replicas=data_parallel(shared.graph, len(devices), whole))
     p = shared.compile(g)
     sch = baselines.data_parallel(p, g)
-    names = [d.name for d in devices]
-    s = Strategy(layout, names, g, {p.names[i]: names[sch.device[i]] for i in range(p.n)},
-                 [p.names[i] for i in sch.order()], sch.makespan, sch.makespan, 0.0,
-                 replicas=len(devices), fetches=fetches)
-    return s, [w.variable for w in kept]
+    return (_strategy(layout, p, g, devices, sch.device, sch.order(), sch.makespan,
+                      len(devices), fetches), [w.variable for w in kept])
 
 
 def check_hybrid(names):

@@ -50,6 +50,7 @@ class Engine:
         self._version = -1
         self._shapes: dict[TensorRef, tuple[int, ...]] = {}
         self._step: tuple[Graph, tuple[str, ...], Graph] | None = None
+        self._misfit: tuple[Graph, str] | None = None  # (step graph, ``original_misfit``)
 
     # -- the graph -------------------------------------------------------------------------
     @property
@@ -147,14 +148,15 @@ class Engine:
     def original_misfit(self) -> str:
         """Why the original graph does not fit its device's memory by fastt's memory model
         ("" when it does, or the memory is not bounded)."""
-        limit = self.devices[0].memory
+        limit, step = self.devices[0].memory, self.step
         if limit == math.inf:
             return ""
-        need = peak_memory_one_device(self.step)
-        if need <= limit:
-            return ""
-        return (f"the original graph would hold {need / 2 ** 20:.1f} MiB on one device, more "
-                f"than its {limit / 2 ** 20:.1f} MiB")
+        if self._misfit is None or self._misfit[0] is not step:  # once per step graph
+            need = peak_memory_one_device(step)
+            self._misfit = (step, "" if need <= limit else (
+                f"the original graph would hold {need / 2 ** 20:.1f} MiB on one device, more "
+                f"than its {limit / 2 ** 20:.1f} MiB"))
+        return self._misfit[1]
 
     def plan(self, name: str, devices: Sequence[Device] | None = None, **options: Any
              ) -> Strategy:

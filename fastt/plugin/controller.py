@@ -240,8 +240,8 @@ class Controller:
         self._measuring = None
         entry.sample, entry.verdict, entry.measured_s = sample, verdict, sample.times
         entry.baseline = say.label(previous)
-        if verdict.verdict == "faster" and self.settings.rollback and not (
-                previous is None and self.backend.original_misfit()):
+        if verdict.verdict == "faster" and self.settings.rollback and \
+                not self._original_misfit(previous):
             # A-B-A: the graph before runs once more, so that the machine drifting between
             # the two samples (steps that keep getting faster, other load) cannot make the
             # candidate look faster (not an original kept off the devices by their memory:
@@ -284,7 +284,7 @@ class Controller:
         """Keep ``entry`` or roll it back (``on_it``: whether it is the graph running)."""
         if not faster and entry.verdict is not None and not entry.reason:
             entry.reason = say.why_not(entry, previous, entry.verdict)
-        misfit = self.backend.original_misfit() if previous is None and not faster else ""
+        misfit = "" if faster else self._original_misfit(previous)
         if not faster and self.settings.rollback and not misfit:
             entry.status = "rolled_back"
             if on_it:
@@ -307,6 +307,11 @@ class Controller:
         entry.timeline = None  # in its dump now; a RunMetadata can be large
         log.info(say.decided(entry, self.original_median_s))
         self._next_round()
+
+    def _original_misfit(self, previous: Entry | None) -> str:
+        """Why the graph a candidate is compared with cannot be returned to: the original graph
+        (``previous`` None) does not fit its device's memory as set ("" otherwise)."""
+        return self.backend.original_misfit() if previous is None else ""
 
     def _activate(self, entry: Entry | None) -> None:
         """Run ``entry``'s graph again (None: the original)."""

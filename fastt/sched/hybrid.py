@@ -129,12 +129,10 @@ def keep_whole(candidates: Sequence[Weight], build: Callable[[frozenset[str]], G
     return best, kept
 
 
-def kept_whole(model: Graph, plan: Graph) -> list[str]:
-    """The weights of ``model`` whose ops run whole in ``plan`` (a data-parallel graph)."""
-    out = []
-    for w in weights(model):
-        if all(o in plan and plan[o].meta.join is None and plan[o].meta.origin is None and
-               plan[o].type == model[o].type for o in w.ops):
-            out.append(w.variable)
-    return out
+def kept_whole(model: Graph, plan: Graph, found: Sequence[Weight] | None = None) -> list[str]:
+    """The weights of ``model`` (``found``: ``weights(model)`` when the caller has it) whose ops
+    run whole in ``plan`` (a data-parallel graph)."""
+    return [w.variable for w in (weights(model) if found is None else found)
+            if all(o in plan and plan[o].meta.join is None and plan[o].meta.origin is None and
+                   plan[o].type == model[o].type for o in w.ops)]
 

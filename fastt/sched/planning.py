@@ -18,7 +18,7 @@ from fastt.sched import baselines
 from fastt.sched.allreduce import BUCKET_BYTES, all_reduce
 from fastt.sched.bounds import Bound, least_shares, lower_bound
 from fastt.sched.data_parallel import data_parallel
-from fastt.sched.hybrid import keep_whole, promising, weights
+from fastt.sched.hybrid import Weight, keep_whole, promising, weights
 from fastt.sched.osdpos import Plan, compiler
 from fastt.sched.pipedream import micro_batch
 from fastt.sched.problem import Device, Problem
@@ -229,7 +229,7 @@ class Planning:
         def build() -> Start:
             p0 = self.compile(self.graph)
             slowest = max(p0.slope[a][b] for a in range(D) for b in range(D) if a != b)
-            cands = promising(weights(self.graph), lambda w: sum(
+            cands = promising(self.weights(), lambda w: sum(
                 p0.w[p0.index[o]][0] for o in w.ops if o in p0.index), slowest, D)
             # a candidate costs about what the layout took to build and replay
             built = sum(self._built[k][1] for k in (("replicas",), ("layout", layout))
@@ -241,6 +241,10 @@ class Planning:
             log.info("hybrid %s: %s kept whole", layout, ", ".join(w.variable for w in kept))
             return (g, D, layout)
         return self._get(("hybrid", layout), build)
+
+    def weights(self) -> list[Weight]:
+        """The graph's weights (``fastt.sched.hybrid.weights``)."""
+        return self._get(("weights",), lambda: weights(self.graph))
 
     def micro_batched(self) -> list[Start]:
         """The graph with its batch cut into m micro-batches, for each m of

@@ -148,7 +148,8 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
                     splits=forced + best.splits, replicas=replicas, dpos_runs=runs,
                     note=best.schedule.note, ordered=fin.ordered,
                     transfer_priorities=fin.weights.summary() if fin.weights else None,
-                    kept_whole=kept_whole(shared.graph, best.graph) if replicas > 1 else [])
+                    kept_whole=kept_whole(shared.graph, best.graph, shared.weights())
+                    if replicas > 1 else [])
 
 
 @dataclass
