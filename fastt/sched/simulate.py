@@ -95,45 +95,66 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
             if not unordered[i]:
                 lanes[d][p.stream[i]].append(i)
     waiting = [len({m for m, _, _ in needs[j]}) if unordered[j] else 0 for j in range(n)]
+    # An op's inputs become known one by one: a producer on its device once that producer
+    # has started (its finish is then known), one on another device once it has sent.
+    unknown = [len(nd) for nd in needs]
+    local: list[list[int]] = [[] for _ in range(n)]  # producer -> consumers on its device
+    remote: list[list[int]] = [[] for _ in range(n)]  # ... and on others, once per need
+    for j in range(n):
+        for m, _, _ in needs[j]:
+            (local if device[m] == device[j] else remote)[m].append(j)
     pos = [[0] * streams for _ in range(D)]
     stream_free = [[0.0] * D for _ in range(streams)]  # per stream, per device
     dev_free = stream_free[0]  # the compute streams
     events: list[tuple[float, int]] = []  # (finish time, op)
+    # Devices whose next op in some stream has all its inputs known: only they can start
+    # anything at an event (the others would find their next ops waiting).
+    armed: set[int] = set()
 
-    def inputs_ready(j: int, d: int) -> float | None:
-        """When op j's inputs are all on device d (None: not known yet)."""
+    def known(consumers: list[int]) -> None:
+        for j in consumers:
+            unknown[j] -= 1
+            if not unknown[j] and not unordered[j]:
+                d, s = device[j], p.stream[j]
+                lane = lanes[d][s]
+                if pos[d][s] < len(lane) and lane[pos[d][s]] == j:
+                    armed.add(d)
+
+    def inputs_ready(j: int, d: int) -> float:
+        """When op j's inputs are all on device d (all known)."""
         t = 0.0
         for m, key, _ in needs[j]:
-            a = (finish[m] if device[m] == d else links.arrival.get((key, d))) \
-                if finish[m] >= 0 else None
-            if a is None:
-                return None
-            t = max(t, a)
+            t = max(t, finish[m] if device[m] == d else links.arrival[(key, d)])
         return t
+
+    def started(j: int, t: float) -> None:
+        start[j], finish[j] = t, t + p.w[j][device[j]]
+        heapq.heappush(events, (finish[j], j))
+        known(local[j])
 
     def try_start(d: int) -> None:
         for s, lane in enumerate(lanes[d]):
             free = stream_free[s]
             while pos[d][s] < len(lane):
                 j = lane[pos[d][s]]
-                a = inputs_ready(j, d)
-                if a is None:
+                if unknown[j]:
                     break
-                t = max(free[d], a)
+                t = max(free[d], inputs_ready(j, d))
                 if s == 0:
                     t = links.absorb(d, t, dev_free)
-                start[j], finish[j] = t, t + p.w[j][d]
-                free[d] = finish[j]
                 pos[d][s] += 1
-                heapq.heappush(events, (finish[j], j))
+                started(j, t)
+                free[d] = finish[j]
                 if p.w[j][d] > 0:
                     break  # the stream is busy until that op's finish event
+        if any(pos[d][s] < len(lane) and not unknown[lane[pos[d][s]]]
+               for s, lane in enumerate(lanes[d])):
+            armed.add(d)
+        else:
+            armed.discard(d)
 
     def run_unordered(j: int) -> None:
-        a = inputs_ready(j, device[j])
-        start[j] = a if a is not None else 0.0
-        finish[j] = start[j] + p.w[j][device[j]]
-        heapq.heappush(events, (finish[j], j))
+        started(j, inputs_ready(j, device[j]))
 
     for j in range(n):
         if unordered[j] and not waiting[j]:
@@ -143,12 +164,13 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
     while events:
         t, m = heapq.heappop(events)
         links.send(m, device[m], t, wanted[m])
+        known(remote[m])
         for j in {j for j, _ in p.succs[m]}:
             if unordered[j]:
                 waiting[j] -= 1
                 if not waiting[j]:
                     run_unordered(j)
-        for d in range(D):
+        for d in sorted(armed):
             try_start(d)
     if any(f < 0 for f in finish):
         stuck = [p.names[i] for i in range(n) if finish[i] < 0][:5]
