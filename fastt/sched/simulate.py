@@ -95,6 +95,11 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
             if not unordered[i]:
                 lanes[d][p.stream[i]].append(i)
     waiting = [len({m for m, _, _ in needs[j]}) if unordered[j] else 0 for j in range(n)]
+    gates: list[list[int]] = [[] for _ in range(n)]  # producer -> unordered ops it feeds
+    for j in range(n):
+        if unordered[j]:
+            for m in {m for m, _, _ in needs[j]}:
+                gates[m].append(j)
     # An op's inputs become known one by one: a producer on its device once that producer
     # has started (its finish is then known), one on another device once it has sent.
     unknown = [len(nd) for nd in needs]
@@ -165,11 +170,10 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
         t, m = heapq.heappop(events)
         links.send(m, device[m], t, wanted[m])
         known(remote[m])
-        for j in {j for j, _ in p.succs[m]}:
-            if unordered[j]:
-                waiting[j] -= 1
-                if not waiting[j]:
-                    run_unordered(j)
+        for j in gates[m]:
+            waiting[j] -= 1
+            if not waiting[j]:
+                run_unordered(j)
         for d in sorted(armed):
             try_start(d)
     if any(f < 0 for f in finish):
@@ -253,19 +257,24 @@ def replay_placement(p: Problem, device: list[int], order: list[int] | None
                  for c in (None, 1))
 
 
-def _tensors(p: Problem, device: list[int]) -> tuple[Needs, dict[int, dict[tuple[object, int],
-                                                                              float]]]:
+def _tensors(p: Problem, device: list[int]) -> tuple[Needs, list[dict[tuple[object, int],
+                                                                       float]]]:
     """Tensors each op needs, (producer, key, bytes), and what each producer must send:
     producer -> {(key, destination device): bytes}, once per device (receivers cache)."""
-    needs: Needs = [[] for _ in range(p.n)]
-    wanted: dict[int, dict[tuple[object, int], float]] = defaultdict(dict)
-    for j in range(p.n):
-        for m, e in p.preds[j]:
-            tensors = p.edge_tensors[e] or [(("control", m), 0.0)]
-            for key, nbytes in tensors:
-                needs[j].append((m, key, nbytes))
-                if device[m] != device[j]:
-                    wanted[m][(key, device[j])] = nbytes
+    needs: Needs | None = getattr(p, "_needs", None)
+    if needs is None:  # the same for every placement: built once per problem
+        needs = [[] for _ in range(p.n)]
+        for j in range(p.n):
+            for m, e in p.preds[j]:
+                for key, nbytes in p.edge_tensors[e] or [(("control", m), 0.0)]:
+                    needs[j].append((m, key, nbytes))
+        p._needs = needs  # type: ignore[attr-defined]
+    wanted: list[dict[tuple[object, int], float]] = [{} for _ in range(p.n)]
+    for j, nd in enumerate(needs):
+        dj = device[j]
+        for m, key, nbytes in nd:
+            if device[m] != dj:
+                wanted[m][(key, dj)] = nbytes
     return needs, wanted
 
 
@@ -291,8 +300,12 @@ class _Links:
 
     def send(self, m: int, src: int, t: float, wanted: dict[tuple[object, int], float]) -> None:
         """Send what producer ``m`` (on ``src``, finished at ``t``) owes other devices."""
+        if not wanted:
+            return
         p = self.p
-        for (key, dst), nbytes in sorted(wanted.items(), key=lambda kv: kv[0][1]):
+        owed = sorted(wanted.items(), key=lambda kv: kv[0][1]) if len(wanted) > 1 else \
+            wanted.items()
+        for (key, dst), nbytes in owed:
             cost = p.intercept[src][dst] + p.slope[src][dst] * nbytes
             begin = t
             if self.concurrency is not None:
