@@ -27,9 +27,11 @@ def _progress(what: str) -> Any:
 
 def _plan(args: argparse.Namespace) -> int:
     from fastt import plan_cmd
+    from fastt.sched.osdpos import clock
+    began = clock()
     graph = plan_cmd.load(args.graph, args.model, args.batch_size)
     setup = plan_cmd.prepare(graph, args.devices, args.costs, args.fetch or (), args.bucket_mb,
-                             args.transfer_priorities)
+                             args.transfer_priorities, began + args.budget)
     compare = args.command == "compare"
     print(f"planning {'every strategy' if compare else args.strategy}...", file=sys.stderr,
           flush=True)
@@ -181,6 +183,11 @@ def _graph_arguments(p: argparse.ArgumentParser) -> None:
                    help="send the weights a step reads from another device in the order "
                         "their consumers need them: where the simulator predicts it faster "
                         "(auto, the default), always, or never")
+    p.add_argument("--budget", type=_seconds, default=60.0, metavar="SECONDS",
+                   help="the time planning should take, graph loading included (default 60): "
+                        "the searches for hybrid plans and splits take shares of what is "
+                        "left; the data-parallel layouts, the placers and their replays are "
+                        "never cut")
 
 
 def _positive(text: str) -> int:
@@ -190,6 +197,16 @@ def _positive(text: str) -> int:
         v = 0
     if v < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return v
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
     return v
 
 

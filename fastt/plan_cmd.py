@@ -15,6 +15,7 @@ from fastt.errors import FasttError
 from fastt.ir import Graph
 from fastt.sched.device_spec import DeviceSet, parse
 from fastt.sched.allreduce import BUCKET_BYTES
+from fastt.sched._gc import without_gc
 from fastt.sched.registry import STRATEGIES, kind
 from fastt.sched.planning import Planning
 from fastt.sched.strategy import Strategy, plan
@@ -74,6 +75,7 @@ class Setup:
     costs: CostSource
     bucket_bytes: float = BUCKET_BYTES
     transfer_priorities: str = "auto"
+    deadline: float | None = None  # when (``clock()``) planning should be done
     _planning: Planning | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -84,7 +86,7 @@ class Setup:
             devs = self.devices
             self._planning = Planning(self.graph, devs.devices, self.costs,
                                       devs.copy_bytes_per_s, self.fetches, self.bucket_bytes,
-                                      self.transfer_priorities)
+                                      self.transfer_priorities, self.deadline)
         return self._planning
 
     @property
@@ -95,15 +97,18 @@ class Setup:
 
 def prepare(graph: Graph, spec: str, costs: str = "analytical",
             fetch: Sequence[str] = (), bucket_mb: float = BUCKET_BYTES / 2 ** 20,
-            transfer_priorities: str = "auto") -> Setup:
+            transfer_priorities: str = "auto", deadline: float | None = None) -> Setup:
+    """What ``fastt plan`` plans against; ``deadline`` (``clock()``): when the searches
+    should be done (None: each takes its own budget)."""
     if not bucket_mb >= 0:  # 0: each gradient reduced on its own
         raise FasttError(f"bucket size {bucket_mb} MB: expected a number >= 0")
     device_set = parse(spec)
     step = fetches(graph, fetch)
     return Setup(graph, spec, device_set, step, cost_source(graph, device_set, costs, step),
-                 bucket_mb * 2 ** 20, transfer_priorities)
+                 bucket_mb * 2 ** 20, transfer_priorities, deadline)
 
 
+@without_gc  # one collection for the command, not one per strategy
 def plan_all(setup: Setup, strategy: str = "os-dpos", baselines: Sequence[str] = STRATEGIES,
              progress: Any = None) -> tuple[Strategy, dict[str, Strategy | str]]:
     """The chosen strategy and every baseline (or why it could not be computed)."""
@@ -118,6 +123,7 @@ def plan_one(setup: Setup, name: str) -> Strategy:
                 shared=setup.planning)
 
 
+@without_gc
 def plan_each(setup: Setup, names: Sequence[str], progress: Any = None
               ) -> dict[str, Strategy | str]:
     """Each strategy of ``names`` (``plan_one``), or why it could not be computed."""

@@ -1,7 +1,10 @@
 """Hybrid data/model parallelism (``fastt.sched.hybrid``): weights kept whole on one device
 while the rest of the step stays data parallel. The rewritten graphs' equivalence runs in a
 process of its own (``tests/equivalence.py --hybrid``)."""
+import pytest
+
 from fastt.costs.source import StaticCosts
+from fastt.errors import Declined
 from fastt.ir import Graph
 from fastt.sched.allreduce import all_reduce, mirrors
 from fastt.sched.data_parallel import data_parallel, replica_of
@@ -129,3 +132,28 @@ def test_no_candidate_is_begun_past_the_budget():
     # each candidate said to take 15 s against a 20 s budget: the first only
     keep_whole([a, b], build, lambda g: -len(g), budget_s=20.0, candidate_s=15.0)
     assert built == [[], ["a"]]
+
+
+def test_a_plan_past_its_deadline_skips_the_searches_but_not_the_baselines(caplog):
+    """``fastt plan --budget``: with no time left the hybrid search declines (saying why) and
+    the split search begins no candidate; the starting plans every strategy needs are still
+    made, so OS-DPOS is no slower than any of them."""
+    import logging
+
+    from fastt.sched.osdpos import clock
+    g = two_layers()
+    devices, ds = _devices(1e9)
+    seconds = {"h1": 0.020, "dw1": 0.020, "da1": 0.001, "h2": 0.001, "dw2": 0.001}
+    shared = Planning(g, devices, StaticCosts(seconds, ds), copy_bytes_per_s=ds.copy_bytes_per_s,
+                      deadline=clock() - 1.0)
+    assert shared.budget(20.0, 1 / 3) == 0.0
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        got = {name: plan(g, devices, None, name, shared=shared)
+               for name in ("os-dpos", "data-parallel", "data-parallel-ps", "single")}
+    chosen = got["os-dpos"]
+    assert chosen.kept_whole == [] and chosen.dpos_runs <= 8  # its starts, no candidate
+    with pytest.raises(Declined, match="no time left to keep weights whole"):
+        shared.hybrid("data-parallel")
+    for name in ("data-parallel", "data-parallel-ps", "single"):
+        assert chosen.simulated_step_time_s <= got[name].simulated_step_time_s, name
+    assert Planning(g, devices, StaticCosts(seconds, ds)).budget(20.0, 1 / 3) == 20.0

@@ -66,6 +66,22 @@ def test_the_split_search_stops_at_its_budget(caplog):
     assert "stopped at its 0 s budget" in caplog.text
 
 
+def test_no_candidate_split_is_begun_past_the_budget(monkeypatch):
+    """Each reading of the (fake) clock is a second later: the search begins at 0, looks at
+    the conv at 1, begins its first candidate at 2 and none after, its budget ending at 2.5
+    (before, every candidate of the op it was on was evaluated)."""
+    from fastt.sched import osdpos
+    g = big_conv()
+    costs = TableCosts({"x": 1e-6, "w": 1e-6, "conv": 8e-3, "relu": 1e-3, "loss": 1e-4})
+    compile_graph = compiler(devs(4), costs, g)
+    ticks = iter(range(1000))
+    monkeypatch.setattr(osdpos, "clock", lambda: float(next(ticks)))
+    plan = os_dpos(g, compile_graph, 4, budget_s=2.5)
+    assert plan.tried == 1
+    ticks = iter(range(1000))
+    assert os_dpos(g, compile_graph, 4, budget_s=1e9).tried > 3  # the conv's candidates
+
+
 def test_a_split_records_why_it_was_made():
     g = big_conv()
     ops = [o if o.name != "w" else op("w", "VariableV2", out=((3, 3, 16, 64),), is_variable=True)

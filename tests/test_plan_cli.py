@@ -39,6 +39,25 @@ def test_plan_errors_are_clear(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
     assert main(["plan", "--model", "small_cnn", "--devices", "2xTPU9"]) == 2
     assert "unknown kind" in capsys.readouterr().err
+    for bad in ("-1", "soon", "inf"):
+        with pytest.raises(SystemExit):
+            main(["plan", "--model", "small_cnn", "--devices", "2xV100", "--budget", bad])
+        assert f"'{bad}' is not a number of seconds >= 0" in capsys.readouterr().err
+
+
+def test_the_budget_reaches_the_planning(monkeypatch):
+    """``--budget`` sets the plan's deadline, counted from before the graph is loaded."""
+    from fastt import plan_cmd
+    seen = {}
+
+    def stop(setup, *args, **kwargs):
+        seen["deadline"] = setup.deadline
+        raise plan_cmd.FasttError("stopped here")
+    monkeypatch.setattr(plan_cmd, "plan_all", stop)
+    from fastt.sched.osdpos import clock
+    before = clock()
+    assert main(["plan", "--model", "small_cnn", "--devices", "2xV100", "--budget", "7"]) == 2
+    assert before + 7 <= seen["deadline"] <= clock() + 7
 
 
 def test_compare_shows_every_strategy_and_dumps_them(tmp_path, capsys, monkeypatch):

@@ -90,6 +90,27 @@ def test_small_weights_travel_together():
     assert order_transfers(g, placement, {"layer1": 1.0, "layer2": 7.0})[2] == []
 
 
+def test_a_plan_with_one_group_per_link_is_not_replayed(monkeypatch):
+    """With groups of 10 MB, 0.4 MB and 8 MB make one group in any order: nothing to order,
+    so neither the planned replay nor the ordered one is simulated."""
+    monkeypatch.setattr(transfer_order, "GROUP_BYTES", 10 * MB)
+    g, placement = model()
+    p = Problem.from_graph(g, DEVS, costs())
+    device = [0 if n.startswith(("big", "small")) else 1 for n in p.names]
+
+    def no_replay(*args, **kwargs):
+        raise AssertionError("replayed a plan with nothing to order")
+    for name in ("simulate", "simulate_fifo", "replay_placement"):
+        monkeypatch.setattr(transfer_order, name, no_replay)
+    for ordered in (False, True):
+        assert prioritize(g, p, device, list(range(p.n)), ordered,
+                          lambda x: Problem.from_graph(x, DEVS, costs()), (1.0, 1.0)) is None
+    monkeypatch.setattr(transfer_order, "GROUP_BYTES", 0)  # each weight a group: replayed
+    with pytest.raises(AssertionError, match="nothing to order"):
+        prioritize(g, p, device, list(range(p.n)), False,
+                   lambda x: Problem.from_graph(x, DEVS, costs()), (1.0, 1.0))
+
+
 def test_the_simulator_sees_the_gain_of_sending_the_needed_weight_first(every_weight_a_group):
     """TensorFlow's first-come order sends the big weight first (it is read first): layer1
     waits 8.1 ms for the small one behind it. Ordered, the small one arrives in 0.5 ms and

@@ -8,8 +8,8 @@ pay alone is tried again as the head of a chain: with the critical-path ops afte
 read it, cut alike (up to ``CHAIN`` ops, sub-op to sub-op, so the cut and the join are paid
 once for all of them). The search stops after ``MISSES`` ops in a row that pay neither way (the
 budget), so that a split that pays behind one that does not is still found, and after
-``BUDGET_S`` seconds (it finishes the op it is on: a candidate on a 110k-op data-parallel
-graph costs seconds). Ops with no split rule are passed over. The result
+``BUDGET_S`` seconds (no candidate is begun past it: one on a 110k-op data-parallel graph
+costs seconds). Ops with no split rule are passed over. The result
 is never worse than DPOS on the input graph. Each candidate costs one DPOS run: O(C * R * D)
 DPOS runs for C critical-path ops, R rules per op and D devices (twice that where chains are
 tried); the candidates of one op are independent and can be evaluated in parallel
@@ -18,6 +18,7 @@ tried); the candidates of one op are independent and can be evaluated in paralle
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing as mp
 import time
 from dataclasses import dataclass, field
@@ -89,7 +90,9 @@ def schedule_critical_path(p: Problem, s: Schedule, eps: float = 1e-12) -> list[
 
 
 Candidate = tuple[str, int, tuple[str, ...]]  # (dimension, parts, the ops split alike)
-_CONTEXT: tuple[Graph, Compile] | None = None  # what forked workers evaluate
+# what forked workers evaluate: the graph, its compiler, when no candidate may begin
+_CONTEXT: tuple[Graph, Compile, float] | None = None
+clock = time.perf_counter  # the searches' clock (CLOCK_MONOTONIC: one for forked workers)
 
 
 def split_chain(graph: Graph, candidate: Candidate) -> Graph:
@@ -118,9 +121,12 @@ def _chain(graph: Graph, path: list[str], name: str, dim: str, n: int) -> tuple[
 
 
 def _makespan(candidate: Candidate) -> float | None:
-    """DPOS's step time for the current graph with one more split (None if refused)."""
+    """DPOS's step time for the current graph with one more split (None if refused, or
+    not begun: past the search's budget)."""
     assert _CONTEXT is not None
-    graph, compile_graph = _CONTEXT
+    graph, compile_graph, deadline = _CONTEXT
+    if clock() > deadline:
+        return None
     try:
         return dpos(compile_graph(split_chain(graph, candidate))).makespan
     except FasttError as e:
@@ -129,10 +135,11 @@ def _makespan(candidate: Candidate) -> float | None:
 
 
 def _evaluate(graph: Graph, compile_graph: Compile, candidates: list[Candidate],
-              workers: int) -> list[float | None]:
-    """Step time of every candidate split, on ``workers`` forked processes."""
+              workers: int, deadline: float = math.inf) -> list[float | None]:
+    """Step time of every candidate split begun before ``deadline`` (``clock()``), on
+    ``workers`` forked processes."""
     global _CONTEXT
-    _CONTEXT = (graph, compile_graph)
+    _CONTEXT = (graph, compile_graph, deadline)
     try:
         if workers > 1 and len(candidates) > 1 and "fork" in mp.get_all_start_methods():
             with mp.get_context("fork").Pool(min(workers, len(candidates))) as pool:
@@ -149,7 +156,8 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
     gives the starting plan (default: DPOS on ``graph``; the result is never worse than it).
     Candidate splits are evaluated on ``workers`` processes; no op is begun after
     ``budget_s`` seconds (None: no limit)."""
-    t0 = time.perf_counter()
+    t0 = clock()
+    deadline = math.inf if budget_s is None else t0 + budget_s
     if start is None:
         p = compile_graph(graph)
         start = Plan(graph, p, dpos(p))
@@ -161,7 +169,7 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
     top = min(max_parts or num_devices, num_devices)
     misses = 0
     for name in cp_names:
-        if budget_s is not None and time.perf_counter() - t0 > budget_s:
+        if clock() > deadline:
             log.info("OS-DPOS: the split search stopped at its %.0f s budget (%d DPOS runs, "
                      "%d splits)", budget_s, best.tried, len(best.splits))
             break
@@ -172,11 +180,12 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
                                   for n in range(2, top + 1) if (r.base(op, best.graph) or 0) >= n]
         if not alone:
             continue
-        found = _best(best, compile_graph, alone, workers)
+        found = _best(best, compile_graph, alone, workers, deadline)
         if found is None:  # the op alone does not pay: with the ops after it, cut alike
             chains = [c for c in {(d, n, _chain(best.graph, path, name, d, n))
                                   for d, n, _ in alone} if len(c[2]) > 1]
-            found = _best(best, compile_graph, sorted(chains), workers) if chains else None
+            found = _best(best, compile_graph, sorted(chains), workers, deadline) \
+                if chains else None
         if found is None:
             misses += 1
             if misses >= MISSES:
@@ -198,10 +207,10 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
 
 
 def _best(plan: Plan, compile_graph: Compile, candidates: list[Candidate],
-          workers: int) -> Candidate | None:
+          workers: int, deadline: float = math.inf) -> Candidate | None:
     """The candidate with the shortest DPOS step when shorter than ``plan``'s (its DPOS
     runs counted in ``plan.tried``), else None."""
-    spans = _evaluate(plan.graph, compile_graph, candidates, workers)
+    spans = _evaluate(plan.graph, compile_graph, candidates, workers, deadline)
     plan.tried += sum(t is not None for t in spans)
     scored = [(t, c) for t, c in zip(spans, candidates) if t is not None]
     if not scored or min(scored)[0] >= plan.makespan:

@@ -18,14 +18,16 @@ from fastt.sched import baselines
 from fastt.sched.allreduce import BUCKET_BYTES, all_reduce
 from fastt.sched.bounds import Bound, least_shares, lower_bound
 from fastt.sched.data_parallel import data_parallel
+from fastt.sched.hybrid import BUDGET_S as hybrid_budget_s
 from fastt.sched.hybrid import Weight, keep_whole, promising, weights
-from fastt.sched.osdpos import Plan, compiler
+from fastt.sched.osdpos import Plan, clock, compiler
 from fastt.sched.pipedream import micro_batch
 from fastt.sched.problem import Device, Problem
-from fastt.sched.registry import StrategyKind
+from fastt.sched.registry import KINDS, StrategyKind
 from fastt.sched.schedule import Schedule
 from fastt.sched.simulate import replay_placement, simulate
 from fastt.sched.splitting import Split, apply_splits
+from fastt.sched.transfer_order import Prioritized, prioritize
 
 log = logging.getLogger("fastt")
 
@@ -107,6 +109,8 @@ LAYOUTS = ("data-parallel", "data-parallel-ps")
 MICRO_BATCHED = "micro-batched"  # the batch cut into micro-batches (pipelines)
 MICRO_BATCHES = (1, 2, 4)  # per device: the micro-batch counts a pipeline is tried with
 MICRO_OPS = 150_000  # the largest micro-batched graph built beyond the data-parallel one
+HYBRID_SHARE = 1 / 3  # of what is left before a deadline: the most the hybrid search takes
+SPLIT_SHARE = 1 / 2  # ... and the split search
 
 
 class Planning:
@@ -118,8 +122,8 @@ class Planning:
 
     def __init__(self, graph: Graph, devices: Sequence[Device], costs: CostSource,
                  copy_bytes_per_s: float = 10e9, fetches: Sequence[str] = (),
-                 bucket_bytes: float = BUCKET_BYTES, transfer_priorities: str = "auto"
-                 ) -> None:
+                 bucket_bytes: float = BUCKET_BYTES, transfer_priorities: str = "auto",
+                 deadline: float | None = None) -> None:
         if fetches:
             try:
                 graph = graph.fan_in(fetches)
@@ -129,6 +133,9 @@ class Planning:
         self.fetches, self.bucket_bytes = list(fetches), bucket_bytes
         self.transfer_priorities = transfer_priorities
         self.pipelines = True  # False: OS-DPOS does not start from micro-batched graphs
+        # when (``clock()``) the plan should be done (None: no limit): the searches (hybrid
+        # plans, splits) take shares of what is left; what every plan needs is never cut
+        self.deadline = deadline
         self.compile_graph = compiler(self.devices, costs, graph, copy_bytes_per_s)
         # key -> (what was built or the misfit found, seconds, the objects its key names)
         self._built: dict[tuple[object, ...], tuple[Any, float, tuple[object, ...]]] = {}
@@ -159,6 +166,13 @@ class Planning:
         """The seconds a strategy that took ``wall_s`` since ``begin`` would have taken
         alone: its own work plus the building of everything it used."""
         return wall_s - self._fresh_s + sum(self._built[k][1] for k in self._used)
+
+    def budget(self, own_s: float, share: float) -> float:
+        """Seconds a search may take: its own budget ``own_s``, at most ``share`` of what is
+        left before the deadline."""
+        if self.deadline is None:
+            return own_s
+        return max(0.0, min(own_s, share * (self.deadline - clock())))
 
     def compile(self, g: Graph) -> Problem:
         """``g`` compiled."""
@@ -192,6 +206,15 @@ class Planning:
         served)."""
         return self._get(("fifo", id(p), id(s)), lambda: _replay_fifo(p, s), (p, s))
 
+    def prioritized(self, g: Graph, p: Problem, s: Schedule, ordered: bool,
+                    times: tuple[float, float]) -> Prioritized | None:
+        """Schedule ``s`` of ``g`` (compiled as ``p``, replayed in ``times``) with its weight
+        transfers ordered by need where that pays (``fastt.sched.transfer_order``); the
+        strategies that finish the same schedule share it."""
+        return self._get(("prioritized", id(p), id(s), ordered), lambda: prioritize(
+            g, p, s.device, s.order(), ordered, self.compile_graph, times,
+            self.transfer_priorities), (g, p, s))
+
     def layout(self, layout: str) -> Start:
         """The data-parallel starting graph of ``layout`` over the devices; ``NoBatch`` or
         ``DoesNotFit`` (every time) when there is none."""
@@ -223,8 +246,8 @@ class Planning:
                 return None
 
         def step_time(g: Graph) -> float:
-            p = self.compile(g)
-            return replay_schedule(p, baselines.data_parallel(p, g))[1]
+            k = KINDS[layout]  # the layout's own placer: its schedule and replay shared
+            return self.replay(self.compile(g), self.place(k, g))[1]
 
         def build() -> Start:
             p0 = self.compile(self.graph)
@@ -234,8 +257,12 @@ class Planning:
             # a candidate costs about what the layout took to build and replay
             built = sum(self._built[k][1] for k in (("replicas",), ("layout", layout))
                         if k in self._built)
-            g, kept = keep_whole(cands, graph_of, step_time, candidate_s=built) \
-                if cands else (None, [])
+            budget_s = self.budget(hybrid_budget_s, HYBRID_SHARE)
+            if cands and built > budget_s:
+                raise Declined(f"no time left to keep weights whole in {layout} (a candidate "
+                               f"takes about {built:.0f} s; {budget_s:.0f} s left for it)")
+            g, kept = keep_whole(cands, graph_of, step_time, candidate_s=built,
+                                 budget_s=budget_s) if cands else (None, [])
             if g is None or not kept:
                 raise Declined(f"no weight pays to keep whole in {layout}")
             log.info("hybrid %s: %s kept whole", layout, ", ".join(w.variable for w in kept))

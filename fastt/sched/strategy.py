@@ -40,13 +40,14 @@ from fastt.ir import Graph
 from fastt.sched._gc import without_gc
 from fastt.sched.allreduce import BUCKET_BYTES
 from fastt.sched.hybrid import kept_whole
-from fastt.sched.osdpos import Plan, compiler, os_dpos
+from fastt.sched.osdpos import BUDGET_S, Plan, compiler, os_dpos
 from fastt.sched.problem import Device, Problem
 from fastt.sched.registry import KINDS, StrategyKind, kind
 from fastt.sched.simulate import SimResult, simulate, simulate_fifo
 from fastt.sched.splitting import Split
-from fastt.sched.planning import MICRO_BATCHED, Planning, Start, feasible, step_overhead
-from fastt.sched.transfer_order import Prioritized, prioritize
+from fastt.sched.planning import (MICRO_BATCHED, SPLIT_SHARE, Planning, Start, feasible,
+                                   step_overhead)
+from fastt.sched.transfer_order import Prioritized
 
 SCHEMA_VERSION = 1
 
@@ -176,8 +177,7 @@ def _finish(shared: Planning, plan: Plan, choose_order: bool) -> _Final:
     names = [d.name for d in shared.devices]
     placement = {p.names[i]: names[s.device[i]] for i in range(p.n)}
     order = [p.names[i] for i in s.order()]
-    weights = prioritize(g, p, s.device, s.order(), ordered, shared.compile_graph, times,
-                         shared.transfer_priorities)
+    weights = shared.prioritized(g, p, s, ordered, times)
     if weights is not None and weights.kept:
         return _Final(weights.graph, weights.placement, weights.order, weights.times,
                       ordered, weights)
@@ -212,7 +212,8 @@ def _searched(shared: Planning, starts: list[Start], workers: int,
         plans += shared.micro_batched_plans(min(model, key=lambda pr: pr[0].makespan)[0])
     start_plan, reps = min(plans, key=lambda pr: pr[0].makespan)
     result = (os_dpos(start_plan.graph, shared.compile_graph, len(shared.devices),
-                      start=start_plan, workers=workers) if split else start_plan)
+                      start=start_plan, workers=workers,
+                      budget_s=shared.budget(BUDGET_S, SPLIT_SHARE)) if split else start_plan)
     # Links carry one transfer at a time in truth, which DPOS's model ignores: of what was
     # planned, keep what runs fastest when they do (e.g. one device over a spread whose
     # transfers would queue).

@@ -138,6 +138,16 @@ def order_transfers(graph: Graph, placement: Mapping[str, str], need: Mapping[st
         chains
 
 
+def _may_group(transfers: list[WeightTransfer], group_bytes: float | None = None) -> bool:
+    """Whether some link direction may carry two groups of ``transfers`` (in some order of
+    need): its bytes but its smallest transfer's fill a group."""
+    group_bytes = GROUP_BYTES if group_bytes is None else group_bytes
+    per_link: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for t in transfers:
+        per_link[(t.src, t.dst)].append(t.nbytes)
+    return any(len(b) > 1 and sum(b) - min(b) >= group_bytes for b in per_link.values())
+
+
 MODES = ("auto", "on", "off")
 
 
@@ -172,6 +182,10 @@ def prioritize(graph: Graph, p: Problem, device: list[int], order: list[int], or
                          f"not {mode!r}")
     if mode == "off":
         return None
+    names = [d.name for d in p.devices]
+    placement = {n: names[device[i]] for i, n in enumerate(p.names)}
+    if not _may_group(weight_transfers(graph, placement, {})):
+        return None  # the replays below would find nothing to order
     D = p.num_devices
     orders: list[list[int]] = [[] for _ in range(D)]
     for i in order:
@@ -180,8 +194,6 @@ def prioritize(graph: Graph, p: Problem, device: list[int], order: list[int], or
     # would make a weight sent late look needed late
     planned = simulate(p, device, orders, link_concurrency=None) if ordered else \
         simulate_fifo(p, device, link_concurrency=None)
-    names = [d.name for d in p.devices]
-    placement = {n: names[device[i]] for i, n in enumerate(p.names)}
     need = dict(zip(p.names, planned.start))
     g2, placed, chains = order_transfers(graph, placement, need)
     if not chains:
