@@ -1,0 +1,131 @@
+"""``fastt plan`` end to end on the simulated testbed: graph build, analytical costs, every
+strategy (OS-DPOS and the baselines), as ``fastt plan`` runs them; one process per row.
+
+    python benchmarks/plan_time.py [--models NAME ...] [--devices SPEC ...] [--scaling strong]
+                                   [--out benchmarks/results] [--profile DIR]
+
+Target (issue [search], item 6): 60 s or less per row on a 2-core machine. Writes
+plan_time.json and plan_time.md (rows of earlier runs kept unless re-run); with ``--profile``
+each row's cProfile statistics go to DIR/<model>-<spec>.prof.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import models as zoo_models  # noqa: E402
+from benchmarks.simulated import STRONG, WEAK, gpus  # noqa: E402
+
+TARGET_S = 60.0
+
+
+def row(name: str, spec: str, scaling: str, budget_s: float | None = TARGET_S) -> dict:
+    """One ``fastt plan`` of model ``name`` on ``spec`` with its ``--budget``, timed by
+    phase."""
+    from benchmarks.simulated import training_graph
+    from fastt.costs.source import StaticCosts
+    from fastt.plan_cmd import Setup, plan_all
+    from fastt.sched.device_spec import parse
+    from fastt.sched.osdpos import clock
+    model = next(m for m in zoo_models.SIMULATED if m.name == name)
+    batch = model.batch if scaling == "strong" else model.per_device_batch * gpus(spec)
+    t0 = clock()
+    graph, fetch, seconds = training_graph(model, batch)
+    ds = parse(spec)
+    setup = Setup(graph, spec, ds, fetch, StaticCosts(seconds, ds),
+                  deadline=None if budget_s is None else t0 + budget_s)
+    t1 = clock()
+    chosen, others = plan_all(setup)
+    t2 = clock()
+    times = {n: s.plan_time_s for n, s in others.items() if not isinstance(s, str)}
+    times[chosen.name] = chosen.plan_time_s
+    return {"model": name, "devices": spec, "scaling": scaling, "batch": batch,
+            "budget_s": budget_s,
+            "ops": len(graph), "load_s": t1 - t0, "strategies_s": t2 - t1, "total_s": t2 - t0,
+            "os_dpos_s": chosen.plan_time_s, "plan_times_s": times,
+            "os_dpos_step_s": chosen.simulated_step_time_s}
+
+
+def markdown(rows: list[dict], meta: dict) -> str:
+    lines = ["# `fastt plan` end to end", "",
+             f"Machine: {meta['machine']}; {meta['when']}. One process per row, nothing else "
+             "running unless noted. Target: " f"{TARGET_S:.0f} s or less per row.", "",
+             "| model | devices | scaling | ops | budget (s) | load + costs (s) | "
+             "strategies (s) | OS-DPOS alone (s) | total (s) | within target |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        budget = "none" if r.get("budget_s") is None else f"{r['budget_s']:.0f}"
+        lines.append(f"| {r['model']} | {r['devices']} | {r['scaling']} | {r['ops']} | "
+                     f"{budget} | "
+                     f"{r['load_s']:.1f} | {r['strategies_s']:.1f} | {r['os_dpos_s']:.1f} | "
+                     f"{r['total_s']:.1f} | {'yes' if r['total_s'] <= TARGET_S else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", nargs="*", default=[m.name for m in zoo_models.SIMULATED])
+    ap.add_argument("--devices", nargs="*", default=None)
+    ap.add_argument("--scaling", choices=("strong", "weak"), default="strong")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    ap.add_argument("--profile", default=None)
+    ap.add_argument("--budget", type=float, default=TARGET_S,
+                    help="fastt plan's --budget (default 60; negative: none)")
+    ap.add_argument("--row", nargs=3, default=None, help=argparse.SUPPRESS)  # child process
+    args = ap.parse_args()
+    if args.row:
+        name, spec, scaling = args.row
+        budget = None if args.budget < 0 else args.budget
+        if args.profile:
+            import cProfile
+            prof = cProfile.Profile()
+            result = prof.runcall(row, name, spec, scaling, budget)
+            prof.dump_stats(os.path.join(args.profile, f"{name}-{spec}.prof"))
+        else:
+            result = row(name, spec, scaling, budget)
+        print("ROW " + json.dumps(result), flush=True)
+        return
+    specs = args.devices or (STRONG if args.scaling == "strong" else WEAK)
+    path = os.path.join(args.out, "plan_time.json")
+    old = json.load(open(path)) if os.path.exists(path) else {"rows": []}
+    done: dict[tuple[str, str, str], dict] = {
+        (r["model"], r["devices"], r["scaling"]): r for r in old["rows"]}
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    for name in args.models:
+        for spec in specs:
+            cmd = [sys.executable, __file__, "--row", name, spec, args.scaling,
+                   "--budget", str(args.budget)]
+            if args.profile:
+                os.makedirs(args.profile, exist_ok=True)
+                cmd += ["--profile", args.profile]
+            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            line = next((ln for ln in out.stdout.splitlines() if ln.startswith("ROW ")), None)
+            if line is None:
+                print(f"{name} {spec}: failed\n{out.stderr[-2000:]}", flush=True)
+                continue
+            r = json.loads(line[4:])
+            done[(name, spec, args.scaling)] = r
+            print(f"{name:>12} {spec:>9}: load {r['load_s']:5.1f} s, strategies "
+                  f"{r['strategies_s']:6.1f} s (os-dpos {r['os_dpos_s']:6.1f} s), total "
+                  f"{r['total_s']:6.1f} s", flush=True)
+            meta = {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
+                               f"{platform.python_version()}",
+                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            rows = sorted(done.values(), key=lambda r: (
+                [m.name for m in zoo_models.SIMULATED].index(r["model"]), r["scaling"],
+                (STRONG + WEAK).index(r["devices"])))
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump({**meta, "rows": rows}, f, indent=1)
+            with open(os.path.join(args.out, "plan_time.md"), "w", encoding="utf-8") as f:
+                f.write(markdown(rows, meta))
+
+
+if __name__ == "__main__":
+    main()
