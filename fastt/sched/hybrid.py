@@ -106,12 +106,16 @@ def keep_whole(candidates: Sequence[Weight], build: Callable[[frozenset[str]], G
     """Greedily keep whole each candidate (in turn) whose ops, run whole with those kept
     before, shorten ``step_time`` of the graph ``build`` makes (None: it does not fit);
     the best graph (None when none fits) and the weights kept. No candidate is begun that
-    would end past ``budget_s`` seconds, each taken to cost ``candidate_s`` (at least)."""
+    would end past ``budget_s`` seconds, each taken to cost ``candidate_s``, or what those
+    tried took on average when more."""
     t0 = time.perf_counter()
     best = build(frozenset())
     best_t = step_time(best) if best is not None else float("inf")
     kept: list[Weight] = []
+    begun = time.perf_counter()
     for tried, w in enumerate(candidates):
+        if tried:
+            candidate_s = max(candidate_s, (time.perf_counter() - begun) / tried)
         spent = max(time.perf_counter() - t0, tried * candidate_s)
         if budget_s is not None and spent + candidate_s > budget_s:
             log.info("hybrid: the search stopped at its %.0f s budget (%d of %d weights "

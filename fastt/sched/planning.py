@@ -136,6 +136,7 @@ class Planning:
         # when (``clock()``) the plan should be done (None: no limit): the searches (hybrid
         # plans, splits) take shares of what is left; what every plan needs is never cut
         self.deadline = deadline
+        self._hybrid_ends: float | None = None  # when the hybrid searches must be done
         self.compile_graph = compiler(self.devices, costs, graph, copy_bytes_per_s)
         # key -> (what was built or the misfit found, seconds, the objects its key names)
         self._built: dict[tuple[object, ...], tuple[Any, float, tuple[object, ...]]] = {}
@@ -257,7 +258,12 @@ class Planning:
             # a candidate costs about what the layout took to build and replay
             built = sum(self._built[k][1] for k in (("replicas",), ("layout", layout))
                         if k in self._built)
-            budget_s = self.budget(hybrid_budget_s, HYBRID_SHARE)
+            if self.deadline is None:
+                budget_s = hybrid_budget_s
+            else:  # one share of what is left for both layouts' searches
+                if self._hybrid_ends is None:
+                    self._hybrid_ends = clock() + self.budget(hybrid_budget_s, HYBRID_SHARE)
+                budget_s = max(0.0, self._hybrid_ends - clock())
             if cands and built > budget_s:
                 raise Declined(f"no time left to keep weights whole in {layout} (a candidate "
                                f"takes about {built:.0f} s; {budget_s:.0f} s left for it)")

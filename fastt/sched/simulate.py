@@ -339,31 +339,40 @@ def _result(p: Problem, device: list[int], start: list[float], finish: list[floa
 
 def _peak_memory(p: Problem, r: SimResult, needs: Needs) -> list[float]:
     live: dict[tuple[object, int], list[float]] = {}  # (tensor, device) -> [alloc, free, bytes]
-
-    def hold(key: object, d: int, a: float, b: float, nbytes: float) -> None:
-        slot = live.get((key, d))
-        if slot is None:
-            live[(key, d)] = [a, b, nbytes]
-        else:
-            slot[0], slot[1] = min(slot[0], a), max(slot[1], b)
-
     for t in r.transfers:  # the sender holds its copy until sent; the receiver from the start
-        hold(t.tensor, t.src, t.start, t.end, t.nbytes)
-        hold(t.tensor, t.dst, t.start, t.end, t.nbytes)
+        for d in (t.src, t.dst):
+            slot = live.get((t.tensor, d))
+            if slot is None:
+                live[(t.tensor, d)] = [t.start, t.end, t.nbytes]
+            else:
+                slot[0], slot[1] = min(slot[0], t.start), max(slot[1], t.end)
+    device, start, finish = r.device, r.start, r.finish
     for j in range(p.n):
+        dj, fj = device[j], finish[j]
         for m, key, nbytes in needs[j]:
-            hold(key, r.device[m], r.start[m], r.finish[m], nbytes)
-            live[(key, r.device[j])][1] = max(live[(key, r.device[j])][1], r.finish[j])
+            dm = device[m]
+            slot = live.get((key, dm))  # the producer's copy, from its start
+            if slot is None:
+                slot = live[(key, dm)] = [start[m], finish[m], nbytes]
+            else:
+                slot[0], slot[1] = min(slot[0], start[m]), max(slot[1], finish[m])
+            if dj != dm:
+                slot = live[(key, dj)]
+            if fj > slot[1]:
+                slot[1] = fj
     deltas: list[list[tuple[float, int, float]]] = [[] for _ in range(p.num_devices)]
     for (_, d), (a, b, nbytes) in live.items():
         deltas[d].append((a, 1, nbytes))
         deltas[d].append((b, 0, -nbytes))  # frees sort before allocations at the same time
+    base = [0.0] * p.num_devices
+    for i, nbytes in enumerate(p.persistent):
+        if nbytes:
+            base[device[i]] += nbytes
     peaks = []
     for d in range(p.num_devices):
-        base = sum(p.persistent[i] for i in range(p.n) if r.device[i] == d)
         cur = peak = 0.0
         for _, _, delta in sorted(deltas[d]):
             cur += delta
             peak = max(peak, cur)
-        peaks.append(base + peak)
+        peaks.append(base[d] + peak)
     return peaks
