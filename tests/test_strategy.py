@@ -198,12 +198,15 @@ def test_os_dpos_keeps_its_order_only_where_the_simulator_says_it_pays(monkeypat
     c = costs(ds, g)
     planned = plan(g, ds.devices, c, "os-dpos")
     assert planned.ordered and planned.to_dict()["ordered"] is True  # its order is faster here
-    fifo = planning._replay_fifo
+    replayed = planning.Planning._replayed
     assert all(f > planned.simulated_step_time_s for f in [
         st.replay(planned, ds.devices, c, g, link_concurrency=1, fifo=True)[1].makespan])
+
+    def faster_fifo(self, p, s, ordered):
+        times, start = replayed(self, p, s, ordered)
+        return (times if ordered else tuple(0.5 * t for t in times)), start
     # where the first-come order runs the same placement faster, that order is kept
-    monkeypatch.setattr(planning, "_replay_fifo",
-                        lambda p, s: tuple(0.5 * t for t in fifo(p, s)))
+    monkeypatch.setattr(planning.Planning, "_replayed", faster_fifo)
     faster = plan(g, ds.devices, c, "os-dpos")
     assert not faster.ordered and faster.placement == planned.placement
     assert faster.simulated_step_time_s < planned.simulated_step_time_s
@@ -212,3 +215,21 @@ def test_os_dpos_keeps_its_order_only_where_the_simulator_says_it_pays(monkeypat
     for s, fifo_order in ((planned, False), (faster, True)):
         shown = trace.predicted(s, ds.devices, c, g)["otherData"]["fastt"]["step_time_s"]
         assert shown == st.replay(s, ds.devices, c, g, fifo=fifo_order)[1].makespan
+
+
+def test_a_deadline_builds_no_more_micro_batches_than_it_can_pay_for():
+    """Past its deadline a plan starts pipelines from the data-parallel replicas only (m = the
+    devices); without one, from 2 and 4 times as many micro-batches too; what was built is
+    used either way, so the pipeline strategy and OS-DPOS see the same graphs."""
+    from fastt.sched.osdpos import clock
+    from fastt.sched.planning import Planning
+    ds = parse("2xV100")
+    g = training_graph(B=16)
+    free = Planning(g, ds.devices, costs(ds, g))
+    assert [m for _, m, _ in free.micro_batched()] == [2, 4, 8]
+    late = Planning(g, ds.devices, costs(ds, g), deadline=clock() - 1.0)
+    assert [m for _, m, _ in late.micro_batched()] == [2]
+    late._get(("micro", 4), lambda: free.micro_batched()[1][0])  # built before: kept
+    assert [m for _, m, _ in late.micro_batched()] == [2, 4]
+    assert plan(g, ds.devices, None, "os-dpos", shared=late).simulated_step_time_s <= \
+        plan(g, ds.devices, None, "pipedream", shared=late).simulated_step_time_s

@@ -100,7 +100,7 @@ def test_a_plan_with_one_group_per_link_is_not_replayed(monkeypatch):
 
     def no_replay(*args, **kwargs):
         raise AssertionError("replayed a plan with nothing to order")
-    for name in ("simulate", "simulate_fifo", "replay_placement"):
+    for name in ("replay_run", "replay_placement"):
         monkeypatch.setattr(transfer_order, name, no_replay)
     for ordered in (False, True):
         assert prioritize(g, p, device, list(range(p.n)), ordered,

@@ -243,18 +243,28 @@ def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 
     return _result(p, device, start, finish, links.transfers, needs)
 
 
-def replay_placement(p: Problem, device: list[int], order: list[int] | None
-                     ) -> tuple[float, float]:
-    """Op i of ``p`` on ``device[i]`` run in ``order`` (None: first come, first served),
-    simulated with free links and with one transfer at a time per link direction."""
+def replay_run(p: Problem, device: list[int], order: list[int] | None,
+               link_concurrency: int | None) -> SimResult:
+    """Op i of ``p`` on ``device[i]`` run in ``order`` (None: first come, first served)."""
     if order is None:
-        return tuple(simulate_fifo(p, device, link_concurrency=c).makespan  # type: ignore
-                     for c in (None, 1))
+        return simulate_fifo(p, device, link_concurrency=link_concurrency)
     orders: list[list[int]] = [[] for _ in range(p.num_devices)]
     for i in order:
         orders[device[i]].append(i)
-    return tuple(simulate(p, device, orders, link_concurrency=c).makespan  # type: ignore
-                 for c in (None, 1))
+    return simulate(p, device, orders, link_concurrency=link_concurrency)
+
+
+def replay_runs(p: Problem, device: list[int], order: list[int] | None
+                ) -> tuple[SimResult, SimResult]:
+    """``replay_run`` with free links and with one transfer at a time per link direction."""
+    return replay_run(p, device, order, None), replay_run(p, device, order, 1)
+
+
+def replay_placement(p: Problem, device: list[int], order: list[int] | None
+                     ) -> tuple[float, float]:
+    """The makespans of ``replay_runs``."""
+    free, queued = replay_runs(p, device, order)
+    return free.makespan, queued.makespan
 
 
 def _tensors(p: Problem, device: list[int]) -> tuple[Needs, list[dict[tuple[object, int],

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 from fastt import dtypes
 from fastt.errors import FasttError
@@ -34,7 +34,7 @@ from fastt.ir import Graph, Op, OpMeta, TensorRef
 from fastt.op_types import READS
 from fastt.sched.problem import TRANSFER_SCOPE as SCOPE
 from fastt.sched.problem import Problem
-from fastt.sched.simulate import replay_placement, simulate, simulate_fifo
+from fastt.sched.simulate import replay_placement, replay_run
 
 GROUP_BYTES = 2 ** 20  # a group's bytes take longer than the control message's round trip
 WINDOW = 1  # groups in flight per link direction
@@ -171,11 +171,13 @@ class Prioritized:
 
 def prioritize(graph: Graph, p: Problem, device: list[int], order: list[int], ordered: bool,
                compile_graph: Callable[[Graph], Problem], times: tuple[float, float],
-               mode: str = "auto") -> Prioritized | None:
+               mode: str = "auto", planned: Sequence[float] | None = None
+               ) -> Prioritized | None:
     """The plan of ``graph`` (compiled as ``p``; op i on ``device[i]``, ``order`` the
     execution list, enforced when ``ordered``) with its weight transfers ordered by need,
     kept with ``mode`` "on", or with "auto" when the simulator replays it faster with one
-    transfer at a time per link (``times``: the plan's own replays). None when ``mode`` is
+    transfer at a time per link (``times``: the plan's own replays; ``planned``: each op's
+    start in its replay with free links, when the caller has it). None when ``mode`` is
     "off" or no link carries two groups of weights."""
     if mode not in MODES:
         raise FasttError(f"transfer priorities must be one of {', '.join(MODES)}, "
@@ -186,15 +188,11 @@ def prioritize(graph: Graph, p: Problem, device: list[int], order: list[int], or
     placement = {n: names[device[i]] for i, n in enumerate(p.names)}
     if not _may_group(weight_transfers(graph, placement, {})):
         return None  # the replays below would find nothing to order
-    D = p.num_devices
-    orders: list[list[int]] = [[] for _ in range(D)]
-    for i in order:
-        orders[device[i]].append(i)
     # when each consumer would start were the links free: a replay where the links queue
     # would make a weight sent late look needed late
-    planned = simulate(p, device, orders, link_concurrency=None) if ordered else \
-        simulate_fifo(p, device, link_concurrency=None)
-    need = dict(zip(p.names, planned.start))
+    if planned is None:
+        planned = replay_run(p, device, order if ordered else None, None).start
+    need = dict(zip(p.names, planned))
     g2, placed, chains = order_transfers(graph, placement, need)
     if not chains:
         return None
