@@ -75,7 +75,9 @@ class SimResult:
 
 def simulate(p: Problem, device: list[int], orders: list[list[int]],
              link_concurrency: int | None = 1) -> SimResult:
-    """Simulate ``p`` with op ``i`` on ``device[i]``, device ``d`` running ``orders[d]``."""
+    """Simulate ``p`` with op ``i`` on ``device[i]``, device ``d`` running ``orders[d]``.
+    O((n + e) log n) for n ops and e tensors needed: an event wakes only the devices whose
+    next op it lets start."""
     n, D = p.n, p.num_devices
     if sorted(i for o in orders for i in o) != list(range(n)):
         raise FasttError("the device orders must list every op exactly once")
