@@ -72,6 +72,23 @@ def test_large_graphs_are_declined_and_the_strategy_plans_small_ones(monkeypatch
     assert plan(g, ds.devices, costs, "os-dpos").simulated_step_time_s > 0  # not its start
 
 
+def test_under_a_deadline_the_program_gets_a_share_of_what_is_left(monkeypatch):
+    from fastt.sched.osdpos import clock
+    from fastt.sched.planning import Planning
+    ds = parse("2xV100")
+    g = training_graph(B=8)
+    costs = StaticCosts({o.name: 1e-3 for o in g}, ds)
+    late = Planning(g, ds.devices, costs, deadline=clock() - 1.0)
+    with pytest.raises(FasttError, match="no time left for exact"):
+        plan(g, ds.devices, None, "exact", shared=late)
+    given = []
+    monkeypatch.setattr(exact_mod, "solve", lambda p, t=None: given.append(t) or solve(p, 1.0))
+    plan(g, ds.devices, None, "exact", shared=Planning(g, ds.devices, costs,
+                                                      deadline=clock() + 12.0))
+    plan(g, ds.devices, costs, "exact")
+    assert 3.0 < given[0] <= 4.0 and given[1] == exact_mod.TIME_LIMIT_S
+
+
 def test_a_time_limit_returns_the_best_plan_with_an_honest_gap():
     rnd = random.Random(3)
     n, D = 40, 3

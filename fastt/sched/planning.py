@@ -18,6 +18,7 @@ from fastt.sched import baselines
 from fastt.sched.allreduce import BUCKET_BYTES, all_reduce
 from fastt.sched.bounds import Bound, least_shares, lower_bound
 from fastt.sched.data_parallel import data_parallel
+from fastt.sched.exact import TIME_LIMIT_S as EXACT_TIME_S
 from fastt.sched.hybrid import BUDGET_S as hybrid_budget_s
 from fastt.sched.hybrid import Weight, keep_whole, promising, weights
 from fastt.sched.osdpos import Plan, clock, compiler
@@ -106,6 +107,7 @@ MICRO_BATCHES = (1, 2, 4)  # per device: the micro-batch counts a pipeline is tr
 MICRO_OPS = 150_000  # the largest micro-batched graph built beyond the data-parallel one
 HYBRID_SHARE = 1 / 3  # of what is left before a deadline: the most the hybrid search takes
 SPLIT_SHARE = 1 / 2  # ... and the split search
+EXACT_SHARE = 1 / 3  # ... and the exact program (building its rows included)
 # Under a deadline a micro-batched graph of k times the devices is built only where a share
 # of what is left pays about MICRO_COST * k times what the replicas took to build (it is then
 # compiled, placed by PipeDream's cuts and replayed: RNNLM over 2x8 V100s, 32 micro-batches,
@@ -180,9 +182,20 @@ class Planning:
         return self._get(("compile", id(g)), lambda: self.compile_graph(g), (g,))
 
     def place(self, k: StrategyKind, g: Graph) -> Schedule:
-        """Placer ``k``'s schedule of ``g`` (``DoesNotFit`` each time when it does not)."""
+        """Placer ``k``'s schedule of ``g`` (``DoesNotFit`` each time when it does not); a
+        placer with a time limit (the exact program) gets its own, or a share of what is
+        left before the deadline."""
         p = self.compile(g)
-        return self._get(("place", k.name, id(g)), lambda: k.place(p, g), (g,))
+
+        def run() -> Schedule:
+            if not k.timed:
+                return k.place(p, g)
+            seconds = self.budget(EXACT_TIME_S, EXACT_SHARE)
+            if seconds < 1.0:
+                raise Declined(f"no time left for {k.name} ({seconds:.1f} s of the plan's "
+                               "budget)")
+            return k.place(p, g, seconds)  # type: ignore[call-arg]
+        return self._get(("place", k.name, id(g)), run, (g,))
 
     def bound(self) -> Bound:
         """A lower bound on the step time of any plan of the graph on the devices

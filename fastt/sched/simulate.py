@@ -192,53 +192,58 @@ def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 
     priority executor). O((n + e) log n) for n ops and e edges."""
     n, D = p.n, p.num_devices
     needs, wanted = _tensors(p, device)
+    # per producer, its consumers and the tensor each needs (None: on the producer's device)
     consumers: list[list[tuple[int, object]]] = [[] for _ in range(n)]
     for j in range(n):
         for m, key, _ in needs[j]:
-            consumers[m].append((j, key))
+            consumers[m].append((j, None if device[m] == device[j] else key))
     pending = [len(nd) for nd in needs]
     ready_at = [0.0] * n
     start, finish = [0.0] * n, [-1.0] * n
     links = _Links(p, link_concurrency)
-    lanes = D * (max(p.stream, default=0) + 1)  # lane d + D * s: stream s of device d
+    charges, arrival = links._charges, links.arrival
+    lane = [device[j] + D * p.stream[j] for j in range(n)]  # stream s of device d: d + D * s
+    lanes = D * (max(p.stream, default=0) + 1)
     waiting: list[list[tuple[float, int]]] = [[] for _ in range(lanes)]  # (ready time, op)
     ready: list[list[tuple[float, int]]] = [[] for _ in range(lanes)]  # (key, op), ready now
     busy_until = [0.0] * lanes
     events: list[tuple[float, int, int]] = []  # (time, 0: op finishes / 1: lane looks, x)
-
-    def lane(j: int) -> int:
-        return device[j] + D * p.stream[j]
+    push, pop = heapq.heappush, heapq.heappop
 
     def becomes_ready(j: int, t: float) -> None:
-        heapq.heappush(waiting[lane(j)], (t, j))
-        heapq.heappush(events, (t, 1, lane(j)))
+        x = lane[j]
+        push(waiting[x], (t, j))
+        if busy_until[x] <= t:  # (a busy lane looks when its op finishes)
+            push(events, (t, 1, x))
 
     for j in range(n):
         if not pending[j]:
             becomes_ready(j, 0.0)
     while events:
-        t, kind, x = heapq.heappop(events)
+        t, kind, x = pop(events)
         if kind == 1:
-            while waiting[x] and waiting[x][0][0] <= t:
-                at, j = heapq.heappop(waiting[x])
-                heapq.heappush(ready[x], (at if priority is None else -priority[j], j))
+            queue = waiting[x]
+            while queue and queue[0][0] <= t:
+                at, j = pop(queue)
+                push(ready[x], (at if priority is None else -priority[j], j))
             if busy_until[x] > t or not ready[x]:
                 continue  # busy (it looks again when its op finishes) or nothing ready yet
-            if x < D and links.absorb(x, t, busy_until) > t:
-                heapq.heappush(events, (busy_until[x], 1, x))  # moving bytes first
+            if x < D and charges[x] and links.absorb(x, t, busy_until) > t:
+                push(events, (busy_until[x], 1, x))  # moving bytes first
                 continue
-            _, j = heapq.heappop(ready[x])
-            d = device[j]
-            start[j], finish[j] = t, t + p.w[j][d]
+            _, j = pop(ready[x])
+            start[j], finish[j] = t, t + p.w[j][device[j]]
             busy_until[x] = finish[j]
-            heapq.heappush(events, (finish[j], 0, j))
+            push(events, (finish[j], 0, j))
             continue
         m = x
-        links.send(m, device[m], t, wanted[m])
-        heapq.heappush(events, (t, 1, lane(m)))
+        if wanted[m]:
+            links.send(m, device[m], t, wanted[m])
+        push(events, (t, 1, lane[m]))
         for j, key in consumers[m]:
-            a = t if device[j] == device[m] else links.arrival[(key, device[j])]
-            ready_at[j] = max(ready_at[j], a)
+            a = t if key is None else arrival[(key, device[j])]
+            if a > ready_at[j]:
+                ready_at[j] = a
             pending[j] -= 1
             if not pending[j]:
                 becomes_ready(j, ready_at[j])
