@@ -89,6 +89,19 @@ def test_under_a_deadline_the_program_gets_a_share_of_what_is_left(monkeypatch):
     assert 3.0 < given[0] <= 4.0 and given[1] == exact_mod.TIME_LIMIT_S
 
 
+def test_a_solver_past_its_time_limit_is_stopped_and_the_list_schedule_kept(monkeypatch):
+    """HiGHS checks its limit only between phases; a solver that never returns is stopped
+    (here one that would sleep a minute, against a 1 s limit and 1 s of grace)."""
+    import time
+    rnd = random.Random(5)
+    p = Problem.build(8, [(i, i + 1, 1e3) for i in range(7)],
+                      [[rnd.uniform(1, 2)] * 2 for _ in range(8)], devs(2))
+    monkeypatch.setattr(exact_mod, "milp", lambda *a, **k: time.sleep(60))
+    r = solve(p, time_limit=1.0)
+    assert r.seconds < 30 and not r.from_solver and not r.optimal
+    assert r.schedule.makespan == pytest.approx(exact_mod._best_heuristic(p).makespan)
+
+
 def test_a_time_limit_returns_the_best_plan_with_an_honest_gap():
     rnd = random.Random(3)
     n, D = 40, 3
