@@ -4,10 +4,11 @@ schedules and their replays, each built once; and the helpers they are built wit
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from fastt.costs.memory import MemoryModel
 from fastt.costs.source import CostSource
@@ -51,27 +52,44 @@ class _UnitCosts:
         return (0.0, 0.0)
 
 
+def unit_costs(p: Problem) -> Problem:
+    """``p`` with every op a unit of time (a collective none, as ``_UnitCosts`` compiles it:
+    its ring over free links) and free links: the same problem ``Problem.from_graph`` makes of
+    the graph with ``_UnitCosts``, without compiling it again."""
+    D = p.num_devices
+    zero = [[0.0] * D for _ in range(D)]
+    return dataclasses.replace(
+        p, w=[[0.0 if s == 1 else 1.0] * D for s in p.stream], intercept=zero, slope=zero,
+        send_cpu=zero, recv_cpu=zero, reach=[0.0] * D, mem=[0.0] * p.n)
+
+
 def nccl(devices: Sequence[Device]) -> bool:
     """Whether the all-reduce over ``devices`` is NCCL's: GPUs, all in one process."""
     return all(d.type == "GPU" and same_process(d.name, devices[0].name) for d in devices)
 
 
 def data_parallel_fitting(graph: Graph, devices: Sequence[Device], ring: bool = True,
-                          bucket_bytes: float = BUCKET_BYTES, replicas: Graph | None = None
+                          bucket_bytes: float = BUCKET_BYTES, replicas: Graph | None = None,
+                          compile_graph: Callable[[Graph], Problem] | None = None
                           ) -> Graph | None:
     """The data-parallel graph over ``devices`` when every device holds its replica (each
     with its share of the batch; with ``ring``, mirrored variables and ring all-reduce, else
     gradients summed on device 0; ``bucket_bytes``: the all-reduce's fusion buckets), else
     None. ``replicas``: ``data_parallel(graph, len(devices))`` when the caller has it. Memory
-    is the simulated peak of the replicas' placement, ops in topological order."""
+    is the simulated peak of the replicas' placement, ops in topological order, a unit of
+    time each; ``compile_graph``: the caller's compiler (``osdpos.compiler``), whose problem
+    is replayed in those units instead of compiling the graph again."""
     D = len(devices)
     dp = replicas if replicas is not None else data_parallel(graph, D)
     if ring:
         dp = all_reduce(dp, D, bucket_bytes, collective=nccl(devices))
     if all(d.memory == math.inf for d in devices):
         return dp
-    mem = MemoryModel.from_graph(dp)
-    p = Problem.from_graph(dp, devices, _UnitCosts(), persistent=mem.persistent)
+    if compile_graph is not None:
+        p = unit_costs(compile_graph(dp))
+    else:
+        mem = MemoryModel.from_graph(dp)
+        p = Problem.from_graph(dp, devices, _UnitCosts(), persistent=mem.persistent)
     device = baselines.data_parallel(p, dp).device
     orders: list[list[int]] = [[] for _ in range(D)]
     for i in p.topo:  # as peak_memory_one_device: each device in topological order
@@ -246,7 +264,7 @@ class Planning:
 
         def build() -> Start:
             dp = data_parallel_fitting(self.graph, self.devices, layout == "data-parallel",
-                                       self.bucket_bytes, replicas)
+                                       self.bucket_bytes, replicas, self.compile)
             if dp is None:
                 raise DoesNotFit("data parallelism needs every replica (the model with its "
                                  f"share of the batch) to fit one device ({D} devices given)")
@@ -264,7 +282,7 @@ class Planning:
                     return self.layout(layout)[0]
                 return data_parallel_fitting(self.graph, self.devices, layout == "data-parallel",
                                              self.bucket_bytes,
-                                             data_parallel(self.graph, D, whole))
+                                             data_parallel(self.graph, D, whole), self.compile)
             except DoesNotFit:
                 return None
 
