@@ -110,3 +110,16 @@ def test_the_optimality_table_gives_each_placers_ratio_and_the_guarantee():
     assert "- DPOS: median gap 20.0%, worst 20.0%, optimal on 0 of 1 graphs" in lines
     assert "- OS-DPOS: median gap 0.0%, worst 0.0%, optimal on 1 of 1 graphs" in lines
     assert "- DPOS's guarantee holds on 1 of 1 graphs" in lines
+
+
+def test_the_plan_time_section_counts_the_rows_within_the_target():
+    from benchmarks.plan_time import TARGET_S, markdown
+    row = {"model": "m", "devices": "2x8xV100", "scaling": "strong", "ops": 10, "budget_s": 60,
+           "load_s": 1.0, "strategies_s": 2.0, "os_dpos_s": 1.5}
+    doc = {"machine": "x", "when": "now",
+           "rows": [{**row, "total_s": TARGET_S - 1}, {**row, "total_s": TARGET_S + 1,
+                                                       "budget_s": None}]}
+    text = markdown(doc, "##")
+    assert text.startswith("## `fastt plan` end to end") and "(1 of 2 rows here)" in text
+    assert "| m | 2x8xV100 | strong | 10 | 60 | 1.0 | 2.0 | 1.5 | 59.0 | yes |" in text
+    assert "| none |" in text and text.rstrip().endswith("| no |")
