@@ -101,6 +101,12 @@ def test_a_solver_past_its_time_limit_is_stopped_and_the_list_schedule_kept(monk
     assert r.seconds < 30 and not r.from_solver and not r.optimal
     assert r.schedule.makespan == pytest.approx(exact_mod._best_heuristic(p).makespan)
 
+    def broken(*a, **k):
+        raise ValueError("the solver's own error")
+    monkeypatch.setattr(exact_mod, "milp", broken)  # an error in the solver's process is told
+    with pytest.raises(ValueError, match="the solver's own error"):
+        solve(p, time_limit=1.0)
+
 
 def test_a_time_limit_returns_the_best_plan_with_an_honest_gap():
     rnd = random.Random(3)

@@ -227,12 +227,24 @@ def _milp_within(seconds: float, cost: np.ndarray, rows: LinearConstraint,
     receive, send = ctx.Pipe(duplex=False)
 
     def child() -> None:
-        send.send(run())
+        try:
+            send.send(run())
+        except Exception as e:  # noqa: BLE001 - raised again in the parent
+            send.send(e)
     proc = ctx.Process(target=child, daemon=True)
     proc.start()
+    send.close()  # the child's end: a child that dies unheard is an EOF here
     try:
         if receive.poll(seconds + GRACE_S):
-            return receive.recv()  # type: ignore[no-any-return]
+            try:
+                got = receive.recv()
+            except EOFError:
+                log.warning("exact: HiGHS's process ended with nothing found (exit code %s)",
+                            proc.exitcode)
+                return 1, None, None
+            if isinstance(got, Exception):
+                raise got
+            return got  # type: ignore[no-any-return]
         log.info("exact: HiGHS stopped at its %.1f s limit with nothing found", seconds)
         return 1, None, None
     finally:
