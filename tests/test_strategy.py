@@ -9,6 +9,7 @@ from fastt.costs.source import StaticCosts
 from fastt.sched.device_spec import parse
 from fastt.sched.splitting import Split
 from fastt.sched.registry import STRATEGIES
+from fastt.sched.data_parallel import data_parallel
 from fastt.sched.planning import data_parallel_fitting, peak_memory_one_device
 from fastt.sched.strategy import plan
 from tests.helpers import op
@@ -233,3 +234,39 @@ def test_a_deadline_builds_no_more_micro_batches_than_it_can_pay_for():
     assert [m for _, m, _ in late.micro_batched()] == [2, 4]
     assert plan(g, ds.devices, None, "os-dpos", shared=late).simulated_step_time_s <= \
         plan(g, ds.devices, None, "pipedream", shared=late).simulated_step_time_s
+
+
+def test_the_memory_check_replays_the_planners_problem_in_units_of_time():
+    """``unit_costs`` of the planner's compiled layout is the problem compiled with unit
+    costs: the same peaks, so the same verdict, without compiling twice."""
+    from fastt.costs.memory import MemoryModel
+    from fastt.sched import baselines
+    from fastt.sched.allreduce import all_reduce
+    from fastt.sched.osdpos import compiler
+    from fastt.sched.planning import _UnitCosts, unit_costs
+    from fastt.sched.problem import Problem
+    from fastt.sched.simulate import simulate
+    from tests.test_allreduce import momentum_graph
+    ds = parse("4xV100")
+    g = momentum_graph()
+    dp = all_reduce(data_parallel(g, 4), 4, collective=True)
+
+    def peaks(p):
+        device = baselines.data_parallel(p, dp).device
+        orders = [[i for i in p.topo if device[i] == d] for d in range(4)]
+        return simulate(p, device, orders).peak_memory
+    compiled = compiler(ds.devices, costs(ds, g), g)(dp)
+    assert any(s == 1 for s in compiled.stream)  # collectives: their ring is free in units
+    direct = Problem.from_graph(dp, ds.devices, _UnitCosts(),
+                                persistent=MemoryModel.from_graph(dp).persistent)
+    units = unit_costs(compiled)
+    assert (units.names, units.w, units.intercept, units.slope, units.send_cpu,
+            units.recv_cpu, units.reach, units.persistent, units.edge_tensors) == \
+        (direct.names, direct.w, direct.intercept, direct.slope, direct.send_cpu,
+         direct.recv_cpu, direct.reach, direct.persistent, direct.edge_tensors)
+    assert peaks(units) == peaks(direct)
+    room = [d.__class__(d.name, max(peaks(direct)) * 1.01) for d in ds.devices]
+    less = [d.__class__(d.name, max(peaks(direct)) * 0.99) for d in ds.devices]
+    for devices, fits in ((room, True), (less, False)):
+        got = data_parallel_fitting(g, devices, compile_graph=compiler(devices, costs(ds, g), g))
+        assert (got is not None) == fits
