@@ -81,7 +81,9 @@ def build(name: str, **kwargs: Any) -> TrainingGraph:
     _load_all()
     if name not in _REGISTRY:
         raise FasttError(f"unknown model {name!r}; known models: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name](**kwargs)
+    from tf_patches.graph_build import identity_equality
+    with identity_equality():  # the same graph, built about twice as fast (see there)
+        return _REGISTRY[name](**kwargs)
 
 
 def _load_all() -> None:
