@@ -91,3 +91,26 @@ def test_dict_round_trip_and_shape_refinement():
 def test_large_chain_is_fast_enough_to_build():
     g = chain(20000)
     assert len(g.topological_order()) == 20000
+
+
+def test_topological_order_is_networkx_generations_flattened():
+    # the order every compile numbers ops by: random DAGs with repeated inputs, control
+    # edges that duplicate data edges, and a loop's back edge
+    import random
+
+    import networkx as nx
+    rng = random.Random(7)
+    for trial in range(30):
+        n = rng.randint(2, 60)
+        names = [f"n{i}" for i in rng.sample(range(n), n)]  # graph order is not topological
+        rank = {name: i for i, name in enumerate(sorted(names, key=lambda s: int(s[1:])))}
+        ops = []
+        for name in names:
+            earlier = [m for m in names if rank[m] < rank[name]]
+            inputs = [rng.choice(earlier) for _ in range(rng.randint(0, 3))] if earlier else []
+            control = rng.sample(earlier, min(len(earlier), rng.randint(0, 2)))
+            ops.append(op(name, "NextIteration" if trial % 5 == 0 and rank[name] == 1
+                          else "Op", inputs, control))
+        g = Graph(ops)
+        expected = [name for gen in nx.topological_generations(g.dag()) for name in gen]
+        assert g.topological_order() == expected
