@@ -240,8 +240,7 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES,
             if new != op:
                 changed[name] = new
             continue
-        after = sorted(u for u in a.updates if u in op.control_inputs or
-                       any(r.op == u for r in op.inputs))
+        after = sorted(a.updates & {*op.control_inputs, *(r.op for r in op.inputs)})
         if after:  # what waits for an update waits for every copy of it: for replica k's
             # copies, through one NoOp there (one control edge across devices, not one each)
             waits = [Op(name=mirror_name(f"{name}/fastt_updates", k), type="NoOp",
