@@ -111,9 +111,16 @@ def prepare(graph: Graph, spec: str, costs: str = "analytical",
 @without_gc  # one collection for the command, not one per strategy
 def plan_all(setup: Setup, strategy: str = "os-dpos", baselines: Sequence[str] = STRATEGIES,
              progress: Any = None) -> tuple[Strategy, dict[str, Strategy | str]]:
-    """The chosen strategy and every baseline (or why it could not be computed)."""
-    return plan_one(setup, strategy), plan_each(setup, [b for b in baselines if b != strategy],
-                                                progress)
+    """The chosen strategy and every baseline (or why it could not be computed). What
+    every plan needs comes first (the baselines without a search or a time limit, whose
+    placements OS-DPOS starts from), so that under a deadline the searches (the chosen
+    strategy's, the exact program's) share what is left of it, not what is left before it."""
+    others = [b for b in baselines if b != strategy]
+    first = [b for b in others if not (kind(b).search or kind(b).timed)]
+    out = plan_each(setup, first, progress)
+    chosen = plan_one(setup, strategy)
+    out.update(plan_each(setup, [b for b in others if b not in first], progress))
+    return chosen, {b: out[b] for b in others}
 
 
 def plan_one(setup: Setup, name: str) -> Strategy:

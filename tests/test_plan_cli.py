@@ -60,6 +60,24 @@ def test_the_budget_reaches_the_planning(monkeypatch):
     assert before + 7 <= seen["deadline"] <= clock() + 7
 
 
+def test_the_searches_come_after_what_every_plan_needs(monkeypatch):
+    """Under a deadline the searches share what is left once the baselines OS-DPOS starts
+    from are planned: plan_all plans those first, then the chosen strategy, then the
+    exact program (its own time limit)."""
+    from fastt import plan_cmd
+    from fastt.sched.registry import STRATEGIES
+    order = []
+
+    def plan_one(setup, name):
+        order.append(name)
+        return name
+    monkeypatch.setattr(plan_cmd, "plan_one", plan_one)
+    chosen, others = plan_cmd.plan_all(None, "os-dpos", STRATEGIES)
+    assert chosen == "os-dpos" and list(others) == [s for s in STRATEGIES if s != "os-dpos"]
+    assert order[-2:] == ["os-dpos", "exact"]
+    assert sorted(order[:-2]) == sorted(s for s in STRATEGIES if s not in ("os-dpos", "exact"))
+
+
 def test_compare_shows_every_strategy_and_dumps_them(tmp_path, capsys, monkeypatch):
     from fastt.inspect import schema
     from fastt.sched import exact
