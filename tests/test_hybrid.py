@@ -157,3 +157,29 @@ def test_a_plan_past_its_deadline_skips_the_searches_but_not_the_baselines(caplo
     for name in ("data-parallel", "data-parallel-ps", "single"):
         assert chosen.simulated_step_time_s <= got[name].simulated_step_time_s, name
     assert Planning(g, devices, StaticCosts(seconds, ds)).budget(20.0, 1 / 3) == 20.0
+
+
+def test_past_its_deadline_os_dpos_finishes_its_plans_with_what_is_known(monkeypatch):
+    """No weight-transfer ordering or first-come replay is begun for OS-DPOS's plans past
+    the deadline; the baselines, planned first, are finished in full, so OS-DPOS (which
+    starts from them) is still no slower than any."""
+    from fastt.sched import planning
+    from fastt.sched.osdpos import clock
+    calls = []
+    real = planning.prioritize
+    monkeypatch.setattr(planning, "prioritize",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    g = two_layers()
+    devices, ds = _devices(1e9)
+    seconds = {"h1": 0.020, "dw1": 0.020, "da1": 0.001, "h2": 0.001, "dw2": 0.001}
+    shared = Planning(g, devices, StaticCosts(seconds, ds), copy_bytes_per_s=ds.copy_bytes_per_s,
+                      deadline=clock() - 1.0)
+    got = {name: plan(g, devices, None, name, shared=shared)
+           for name in ("data-parallel", "data-parallel-ps", "single", "dpos")}
+    assert len(calls) == 4  # each baseline's own finish
+    before = set(shared._built)
+    chosen = plan(g, devices, None, "os-dpos", shared=shared)
+    begun = {k[0] for k in set(shared._built) - before}
+    assert not calls[4:] and not begun & {"prioritized", "fifo"}, begun
+    for name, s in got.items():
+        assert chosen.simulated_step_time_s <= s.simulated_step_time_s, name

@@ -195,6 +195,13 @@ class Planning:
             return own_s
         return max(0.0, min(own_s, share * (self.deadline - clock())))
 
+    def late(self) -> bool:
+        """Whether the deadline has passed."""
+        return self.deadline is not None and clock() >= self.deadline
+
+    def _known(self, key: tuple[object, ...]) -> bool:
+        return key in self._built
+
     def compile(self, g: Graph) -> Problem:
         """``g`` compiled."""
         return self._get(("compile", id(g)), lambda: self.compile_graph(g), (g,))
@@ -238,6 +245,10 @@ class Planning:
         served)."""
         return self._replayed(p, s, False)[0]
 
+    def replayed_fifo(self, p: Problem, s: Schedule) -> bool:
+        """Whether ``replay_fifo`` of ``s`` is known already (costs nothing)."""
+        return self._known(("fifo", id(p), id(s)))
+
     def _replayed(self, p: Problem, s: Schedule, ordered: bool
                   ) -> tuple[tuple[float, float], list[float]]:
         """``replay`` (``ordered``) or ``replay_fifo``, and each op's start with free links
@@ -255,6 +266,10 @@ class Planning:
         return self._get(("prioritized", id(p), id(s), ordered), lambda: prioritize(
             g, p, s.device, s.order(), ordered, self.compile_graph, times,
             self.transfer_priorities, self._replayed(p, s, ordered)[1]), (g, p, s))
+
+    def was_prioritized(self, p: Problem, s: Schedule, ordered: bool) -> bool:
+        """Whether ``prioritized`` of ``s`` is known already (costs nothing)."""
+        return self._known(("prioritized", id(p), id(s), ordered))
 
     def layout(self, layout: str) -> Start:
         """The data-parallel starting graph of ``layout`` over the devices; ``NoBatch`` or

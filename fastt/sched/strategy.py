@@ -167,17 +167,21 @@ class _Final:
 def _finish(shared: Planning, plan: Plan, choose_order: bool) -> _Final:
     """``plan`` in its order or (``choose_order``, where the simulator says it runs faster)
     TensorFlow's, its weight transfers ordered by need where that pays
-    (``shared.transfer_priorities``)."""
+    (``shared.transfer_priorities``). When it chooses the order (OS-DPOS) past the deadline,
+    only what is known already is used: no replay or ordering is begun for it (a baseline's
+    own finish is known, since the baselines are planned first and finished in full)."""
     g, p, s = plan.graph, plan.problem, plan.schedule
     times, ordered = shared.replay(p, s), True
-    if choose_order:
+    late = choose_order and shared.late()
+    if choose_order and not (late and not shared.replayed_fifo(p, s)):
         fifo = shared.replay_fifo(p, s)
         if fifo[::-1] < times[::-1]:
             times, ordered = fifo, False
     names = [d.name for d in shared.devices]
     placement = {p.names[i]: names[s.device[i]] for i in range(p.n)}
     order = [p.names[i] for i in s.order()]
-    weights = shared.prioritized(g, p, s, ordered, times)
+    weights = None if late and not shared.was_prioritized(p, s, ordered) else \
+        shared.prioritized(g, p, s, ordered, times)
     if weights is not None and weights.kept:
         return _Final(weights.graph, weights.placement, weights.order, weights.times,
                       ordered, weights)
