@@ -11,6 +11,7 @@ each row's cProfile statistics go to DIR/<model>-<spec>.prof.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -37,6 +38,7 @@ def row(name: str, spec: str, scaling: str, budget_s: float | None = TARGET_S) -
     model = next(m for m in zoo_models.SIMULATED if m.name == name)
     batch = model.batch if scaling == "strong" else model.per_device_batch * gpus(spec)
     t0 = clock()
+    gc.disable()  # as `fastt plan` runs (fastt.cli)
     graph, fetch, seconds = training_graph(model, batch)
     ds = parse(spec)
     setup = Setup(graph, spec, ds, fetch, StaticCosts(seconds, ds),
