@@ -82,6 +82,32 @@ def test_no_candidate_split_is_begun_past_the_budget(monkeypatch):
     assert os_dpos(g, compile_graph, 4, budget_s=1e9).tried > 3  # the conv's candidates
 
 
+def test_no_candidate_is_begun_that_would_end_past_the_budget(monkeypatch):
+    """A candidate begins only where the longest one so far would still end within the
+    budget (one on a large data-parallel graph takes seconds); the seconds each took are
+    what the next ones are judged by."""
+    from fastt.sched import osdpos
+    g = big_conv()
+    costs = TableCosts({"x": 1e-6, "w": 1e-6, "conv": 8e-3, "relu": 1e-3, "loss": 1e-4})
+    compile_graph = compiler(devs(4), costs, g)
+    start = osdpos.Plan(g, compile_graph(g), osdpos.dpos(compile_graph(g)))
+    now = [7.0]
+    monkeypatch.setattr(osdpos, "clock", lambda: now[0])
+    candidate = ("batch", 2, ("conv",))
+    # 7 s now, 10 s the deadline: a candidate expected to take 4 s is not begun, one of 2 is
+    assert osdpos._best(start, compile_graph, [candidate], 1, 10.0, [4.0]) is None
+    assert start.tried == 0
+    real = osdpos.dpos
+
+    def dpos_of_3_s(p):
+        now[0] += 3.0
+        return real(p)
+    monkeypatch.setattr(osdpos, "dpos", dpos_of_3_s)
+    taken = [2.0]
+    assert osdpos._best(start, compile_graph, [candidate], 1, 10.0, taken) == candidate
+    assert start.tried == 1 and taken == [2.0, 3.0]
+
+
 def test_a_split_records_why_it_was_made():
     g = big_conv()
     ops = [o if o.name != "w" else op("w", "VariableV2", out=((3, 3, 16, 64),), is_variable=True)

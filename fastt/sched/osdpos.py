@@ -8,11 +8,11 @@ pay alone is tried again as the head of a chain: with the critical-path ops afte
 read it, cut alike (up to ``CHAIN`` ops, sub-op to sub-op, so the cut and the join are paid
 once for all of them). The search stops after ``MISSES`` ops in a row that pay neither way (the
 budget), so that a split that pays behind one that does not is still found, and after
-``BUDGET_S`` seconds (no candidate is begun past it: one on a 110k-op data-parallel graph
-costs seconds). Ops with no split rule are passed over. The result
-is never worse than DPOS on the input graph. Each candidate costs one DPOS run: O(C * R * D)
-DPOS runs for C critical-path ops, R rules per op and D devices (twice that where chains are
-tried); the candidates of one op are independent and can be evaluated in parallel
+``BUDGET_S`` seconds (no candidate is begun that would end past it, at the longest a
+candidate has taken so far: one on a 110k-op data-parallel graph costs seconds). Ops with
+no split rule are passed over. The result is never worse than DPOS on the input graph. Each
+candidate costs one DPOS run: O(C * R * D) DPOS runs for C critical-path ops, R rules per op
+and D devices (twice that where chains are tried); the candidates of one op are independent and can be evaluated in parallel
 (``workers``).
 """
 from __future__ import annotations
@@ -90,8 +90,9 @@ def schedule_critical_path(p: Problem, s: Schedule, eps: float = 1e-12) -> list[
 
 
 Candidate = tuple[str, int, tuple[str, ...]]  # (dimension, parts, the ops split alike)
-# what forked workers evaluate: the graph, its compiler, when no candidate may begin
-_CONTEXT: tuple[Graph, Compile, float] | None = None
+# what forked workers evaluate: the graph, its compiler, when no candidate may begin, what
+# a candidate is expected to take
+_CONTEXT: tuple[Graph, Compile, float, float] | None = None
 clock = time.perf_counter  # the searches' clock (CLOCK_MONOTONIC: one for forked workers)
 
 
@@ -120,26 +121,29 @@ def _chain(graph: Graph, path: list[str], name: str, dim: str, n: int) -> tuple[
     return tuple(out)
 
 
-def _makespan(candidate: Candidate) -> float | None:
+def _makespan(candidate: Candidate) -> tuple[float | None, float]:
     """DPOS's step time for the current graph with one more split (None if refused, or
-    not begun: past the search's budget)."""
+    not begun: it would end past the search's budget), and the seconds it took."""
     assert _CONTEXT is not None
-    graph, compile_graph, deadline = _CONTEXT
-    if clock() > deadline:
-        return None
+    graph, compile_graph, deadline, expected_s = _CONTEXT
+    t0 = clock()
+    if t0 + expected_s > deadline:
+        return None, 0.0
     try:
-        return dpos(compile_graph(split_chain(graph, candidate))).makespan
+        return dpos(compile_graph(split_chain(graph, candidate))).makespan, clock() - t0
     except FasttError as e:
         log.debug("split %s refused: %s", candidate, e)
-        return None
+        return None, clock() - t0
 
 
 def _evaluate(graph: Graph, compile_graph: Compile, candidates: list[Candidate],
-              workers: int, deadline: float = math.inf) -> list[float | None]:
-    """Step time of every candidate split begun before ``deadline`` (``clock()``), on
-    ``workers`` forked processes."""
+              workers: int, deadline: float = math.inf, expected_s: float = 0.0
+              ) -> list[tuple[float | None, float]]:
+    """Step time of every candidate split that would end before ``deadline`` (``clock()``)
+    were it to take ``expected_s``, and the seconds each took, on ``workers`` forked
+    processes."""
     global _CONTEXT
-    _CONTEXT = (graph, compile_graph, deadline)
+    _CONTEXT = (graph, compile_graph, deadline, expected_s)
     try:
         if workers > 1 and len(candidates) > 1 and "fork" in mp.get_all_start_methods():
             with mp.get_context("fork").Pool(min(workers, len(candidates))) as pool:
@@ -168,8 +172,9 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
     cp_names = [p.names[i] for i in sorted(cp, key=lambda i: -p.w[i][s.device[i]])]
     top = min(max_parts or num_devices, num_devices)
     misses = 0
+    taken: list[float] = []  # seconds of each candidate evaluated
     for name in cp_names:
-        if clock() > deadline:
+        if clock() + max(taken, default=0.0) > deadline:
             log.info("OS-DPOS: the split search stopped at its %.0f s budget (%d DPOS runs, "
                      "%d splits)", budget_s, best.tried, len(best.splits))
             break
@@ -180,11 +185,11 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
                                   for n in range(2, top + 1) if (r.base(op, best.graph) or 0) >= n]
         if not alone:
             continue
-        found = _best(best, compile_graph, alone, workers, deadline)
+        found = _best(best, compile_graph, alone, workers, deadline, taken)
         if found is None:  # the op alone does not pay: with the ops after it, cut alike
             chains = [c for c in {(d, n, _chain(best.graph, path, name, d, n))
                                   for d, n, _ in alone} if len(c[2]) > 1]
-            found = _best(best, compile_graph, sorted(chains), workers, deadline) \
+            found = _best(best, compile_graph, sorted(chains), workers, deadline, taken) \
                 if chains else None
         if found is None:
             misses += 1
@@ -207,10 +212,17 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
 
 
 def _best(plan: Plan, compile_graph: Compile, candidates: list[Candidate],
-          workers: int, deadline: float = math.inf) -> Candidate | None:
+          workers: int, deadline: float = math.inf, taken: list[float] | None = None
+          ) -> Candidate | None:
     """The candidate with the shortest DPOS step when shorter than ``plan``'s (its DPOS
-    runs counted in ``plan.tried``), else None."""
-    spans = _evaluate(plan.graph, compile_graph, candidates, workers, deadline)
+    runs counted in ``plan.tried``), else None; ``taken``: the seconds of the candidates
+    evaluated before (none begins that would end past ``deadline`` at the longest of them),
+    extended with these."""
+    taken = [] if taken is None else taken
+    results = _evaluate(plan.graph, compile_graph, candidates, workers, deadline,
+                        max(taken, default=0.0))
+    taken += [seconds for _, seconds in results if seconds > 0]
+    spans = [t for t, _ in results]
     plan.tried += sum(t is not None for t in spans)
     scored = [(t, c) for t, c in zip(spans, candidates) if t is not None]
     if not scored or min(scored)[0] >= plan.makespan:
