@@ -183,3 +183,12 @@ def test_past_its_deadline_os_dpos_finishes_its_plans_with_what_is_known(monkeyp
     assert not calls[4:] and not begun & {"prioritized", "fifo"}, begun
     for name, s in got.items():
         assert chosen.simulated_step_time_s <= s.simulated_step_time_s, name
+
+
+def test_late_means_work_of_the_expected_length_would_end_past_the_deadline():
+    from fastt.sched.osdpos import clock
+    devices, ds = _devices(1e9)
+    costs = StaticCosts({}, ds)
+    soon = Planning(two_layers(), devices, costs, deadline=clock() + 5.0)
+    assert not soon.late() and not soon.late(1.0) and soon.late(10.0)
+    assert not Planning(two_layers(), devices, costs).late(1e9)  # no deadline

@@ -195,9 +195,9 @@ class Planning:
             return own_s
         return max(0.0, min(own_s, share * (self.deadline - clock())))
 
-    def late(self) -> bool:
-        """Whether the deadline has passed."""
-        return self.deadline is not None and clock() >= self.deadline
+    def late(self, expected_s: float = 0.0) -> bool:
+        """Whether work expected to take ``expected_s`` would end past the deadline."""
+        return self.deadline is not None and clock() + expected_s >= self.deadline
 
     def _known(self, key: tuple[object, ...]) -> bool:
         return key in self._built

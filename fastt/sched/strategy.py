@@ -139,8 +139,12 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
         runs = len(cands) if k.name == "dpos" else 0
     # as each will run: OS-DPOS's order kept only where the simulator says it pays, the
     # weight transfers ordered where they pay; the fastest
-    fin, best, replicas = min(((_finish(shared, pl, k.search), pl, reps) for pl, reps in near),
-                              key=lambda f: f[0].times[::-1])
+    finished, finish_s = [], 0.0  # the longest finish so far
+    for pl, reps in near:
+        t = time.perf_counter()
+        finished.append((_finish(shared, pl, k.search, finish_s), pl, reps))
+        finish_s = max(finish_s, time.perf_counter() - t)
+    fin, best, replicas = min(finished, key=lambda f: f[0].times[::-1])
     predicted, simulated = (t + step_overhead(shared.costs) for t in fin.times)
     plan_time = shared.alone_s(time.perf_counter() - t0)
     return Strategy(name=k.name, devices=[d.name for d in shared.devices], graph=fin.graph,
@@ -164,15 +168,17 @@ class _Final:
     weights: Prioritized | None
 
 
-def _finish(shared: Planning, plan: Plan, choose_order: bool) -> _Final:
+def _finish(shared: Planning, plan: Plan, choose_order: bool,
+            expected_s: float = 0.0) -> _Final:
     """``plan`` in its order or (``choose_order``, where the simulator says it runs faster)
     TensorFlow's, its weight transfers ordered by need where that pays
-    (``shared.transfer_priorities``). When it chooses the order (OS-DPOS) past the deadline,
-    only what is known already is used: no replay or ordering is begun for it (a baseline's
-    own finish is known, since the baselines are planned first and finished in full)."""
+    (``shared.transfer_priorities``). When it chooses the order (OS-DPOS) and a finish
+    expected to take ``expected_s`` would end past the deadline, only what is known already
+    is used: no replay or ordering is begun for it (a baseline's own finish is known, since
+    the baselines are planned first and finished in full)."""
     g, p, s = plan.graph, plan.problem, plan.schedule
     times, ordered = shared.replay(p, s), True
-    late = choose_order and shared.late()
+    late = choose_order and shared.late(expected_s)
     if choose_order and not (late and not shared.replayed_fifo(p, s)):
         fifo = shared.replay_fifo(p, s)
         if fifo[::-1] < times[::-1]:
