@@ -98,6 +98,7 @@ def _check_dtypes(graph_def: graph_pb2.GraphDef) -> None:
 def from_tf_graph(graph: tf.Graph, name: str = "") -> Graph:
     """The IR of a ``tf.Graph`` (every op, data and control edge, static shapes)."""
     ops = []
+    stateful_types: dict[str, bool] = {}  # an op's OpDef is its type's
     for tf_op in graph.get_operations():
         node = tf_op.node_def
         outputs = []
@@ -107,13 +108,16 @@ def from_tf_graph(graph: tf.Graph, name: str = "") -> Graph:
                 raise UnknownDtypeError(f"op {tf_op.name!r} output {i} has unknown dtype {dtype!r}")
             shape = None if t.shape.rank is None else tuple(t.shape.as_list())
             outputs.append(TensorSpec(dtype, shape))
-        try:
-            op_def = tf_op.op_def
-            # An op writing through a reference input (Assign, ApplyAdam, ScatterAdd on a
-            # reference variable) is not marked stateful in its OpDef, but it is.
-            stateful = bool(op_def.is_stateful) or any(a.is_ref for a in op_def.input_arg)
-        except (ValueError, AttributeError):
-            stateful = True
+        stateful = stateful_types.get(tf_op.type)
+        if stateful is None:
+            try:
+                op_def = tf_op.op_def
+                # An op writing through a reference input (Assign, ApplyAdam, ScatterAdd on
+                # a reference variable) is not marked stateful in its OpDef, but it is.
+                stateful = bool(op_def.is_stateful) or any(a.is_ref for a in op_def.input_arg)
+            except (ValueError, AttributeError):
+                stateful = True
+            stateful_types[tf_op.type] = stateful
         ops.append(Op(
             name=tf_op.name, type=tf_op.type,
             inputs=tuple(TensorRef(t.op.name, t.value_index) for t in tf_op.inputs),
