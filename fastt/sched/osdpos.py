@@ -12,8 +12,8 @@ budget), so that a split that pays behind one that does not is still found, and 
 candidate has taken so far: one on a 110k-op data-parallel graph costs seconds). Ops with
 no split rule are passed over. The result is never worse than DPOS on the input graph. Each
 candidate costs one DPOS run: O(C * R * D) DPOS runs for C critical-path ops, R rules per op
-and D devices (twice that where chains are tried); the candidates of one op are independent and can be evaluated in parallel
-(``workers``).
+and D devices (twice that where chains are tried); the candidates of one op are independent
+and can be evaluated in parallel (``workers``).
 """
 from __future__ import annotations
 
