@@ -108,6 +108,15 @@ def test_no_candidate_is_begun_that_would_end_past_the_budget(monkeypatch):
     assert start.tried == 1 and taken == [2.0, 3.0]
 
 
+def test_before_any_candidate_the_start_graphs_build_time_is_what_one_is_expected_to_take():
+    g = big_conv()
+    costs = TableCosts({"x": 1e-6, "w": 1e-6, "conv": 8e-3, "relu": 1e-3, "loss": 1e-4})
+    compile_graph = compiler(devs(4), costs, g)
+    # a candidate said to take 50 s against a 10 s budget: none is begun
+    assert os_dpos(g, compile_graph, 4, budget_s=10.0, candidate_s=50.0).tried == 0
+    assert os_dpos(g, compile_graph, 4, budget_s=10.0, candidate_s=0.001).tried > 3
+
+
 def test_a_split_records_why_it_was_made():
     g = big_conv()
     ops = [o if o.name != "w" else op("w", "VariableV2", out=((3, 3, 16, 64),), is_variable=True)

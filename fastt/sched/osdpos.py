@@ -155,11 +155,13 @@ def _evaluate(graph: Graph, compile_graph: Compile, candidates: list[Candidate],
 
 def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
             max_parts: int | None = None, start: Plan | None = None,
-            workers: int = 1, budget_s: float | None = BUDGET_S) -> Plan:
+            workers: int = 1, budget_s: float | None = BUDGET_S,
+            candidate_s: float = 0.0) -> Plan:
     """Split critical-path ops of ``graph`` while DPOS predicts a shorter step. ``start``
     gives the starting plan (default: DPOS on ``graph``; the result is never worse than it).
-    Candidate splits are evaluated on ``workers`` processes; no op is begun after
-    ``budget_s`` seconds (None: no limit)."""
+    Candidate splits are evaluated on ``workers`` processes; none is begun that would end
+    after ``budget_s`` seconds (None: no limit) were it to take the longest a candidate has
+    taken, ``candidate_s`` before the first."""
     t0 = clock()
     deadline = math.inf if budget_s is None else t0 + budget_s
     if start is None:
@@ -172,7 +174,7 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
     cp_names = [p.names[i] for i in sorted(cp, key=lambda i: -p.w[i][s.device[i]])]
     top = min(max_parts or num_devices, num_devices)
     misses = 0
-    taken: list[float] = []  # seconds of each candidate evaluated
+    taken = [candidate_s] if candidate_s > 0 else []  # seconds of each candidate evaluated
     for name in cp_names:
         if clock() + max(taken, default=0.0) > deadline:
             log.info("OS-DPOS: the split search stopped at its %.0f s budget (%d DPOS runs, "

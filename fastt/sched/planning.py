@@ -202,6 +202,12 @@ class Planning:
     def _known(self, key: tuple[object, ...]) -> bool:
         return key in self._built
 
+    def candidate_s(self, g: Graph) -> float:
+        """What compiling ``g`` and placing it with DPOS took (0 where not done): about what
+        one of the split search's candidates on ``g`` takes."""
+        return sum(self._built[k][1] for k in (("compile", id(g)), ("place", "dpos", id(g)))
+                   if k in self._built)
+
     def compile(self, g: Graph) -> Problem:
         """``g`` compiled."""
         return self._get(("compile", id(g)), lambda: self.compile_graph(g), (g,))

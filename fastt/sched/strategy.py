@@ -223,7 +223,8 @@ def _searched(shared: Planning, starts: list[Start], workers: int,
     start_plan, reps = min(plans, key=lambda pr: pr[0].makespan)
     result = (os_dpos(start_plan.graph, shared.compile_graph, len(shared.devices),
                       start=start_plan, workers=workers,
-                      budget_s=shared.budget(BUDGET_S, SPLIT_SHARE)) if split else start_plan)
+                      budget_s=shared.budget(BUDGET_S, SPLIT_SHARE),
+                      candidate_s=shared.candidate_s(start_plan.graph)) if split else start_plan)
     # Links carry one transfer at a time in truth, which DPOS's model ignores: of what was
     # planned, keep what runs fastest when they do (e.g. one device over a spread whose
     # transfers would queue).
