@@ -329,20 +329,23 @@ def _plans(r: dict, variants: list[str]) -> list[tuple[str, list[float]]]:
              else [r["step_s"][vs[0]]]) for vs in groups.values()]
 
 
-def _tau_b(pred: list[float], order: list[list[int]]) -> float:
+def _tau_b(pred: list[float], order: list[list[int]], told_apart: bool = False) -> float:
     """Kendall's tau-b from pairwise signs: ``pred`` the predicted times, ``order[i][j]`` the
-    measured sign of plan i against plan j (0: a tie)."""
+    measured sign of plan i against plan j (0: a tie); with ``told_apart``, over only the
+    pairs the measurement orders."""
     n = len(pred)
-    concordant = discordant = tied_pred = tied_meas = 0
+    concordant = discordant = tied_pred = tied_meas = pairs = 0
     for i in range(n):
         for j in range(i + 1, n):
             p = (pred[i] > pred[j]) - (pred[i] < pred[j])
             m = order[i][j]
+            if told_apart and m == 0:
+                continue
+            pairs += 1
             tied_pred += p == 0
             tied_meas += m == 0
             concordant += p * m > 0
             discordant += p * m < 0
-    pairs = n * (n - 1) // 2
     denom = ((pairs - tied_pred) * (pairs - tied_meas)) ** 0.5
     return (concordant - discordant) / denom if denom else math.nan
 
@@ -376,32 +379,42 @@ def ranking_section(real: dict, variants: list[str]) -> list[str]:
              "op the same way are one plan, measured over all their blocks. `noise-aware`: "
              "two plans whose blocks the plugin's decision rule cannot tell apart (95% "
              "interval of the ratio of medians around 1) count as a measured tie, since "
-             "ordering them would rank noise.", "",
+             "ordering them would rank noise. `told apart`: tau over only the pairs of plans "
+             "the measurement orders (the noise-aware ties left out rather than counted: a "
+             "prediction, never tied, cannot match a tie), with their number.", "",
              "| model | plans | tau (predicted) | tau (contended) | tau (predicted, "
-             "noise-aware) |", "|---|---:|---:|---:|---:|"]
-    taus: dict[tuple[str, bool], list[float]] = {
-        ("predicted_s", False): [], ("predicted_contended_s", False): [],
-        ("predicted_s", True): []}
+             "noise-aware) | tau (predicted, told apart) | pairs told apart |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    taus: dict[tuple[str, bool, bool], list[float]] = {
+        ("predicted_s", False, False): [], ("predicted_contended_s", False, False): [],
+        ("predicted_s", True, False): [], ("predicted_s", True, True): []}
     for r in real["rows"]:
         cells = []
         plans = _plans(r, variants)
-        for (key, noise_aware), found in taus.items():
+        for (key, noise_aware, apart), found in taus.items():
             pred = [r.get(key, {}).get(v) for v, _ in plans]
             if len(plans) < 2 or None in pred or len(set(pred)) < 2:
                 cells.append("n/a")
                 continue
-            tau = _tau_b(pred, _measured_order([t for _, t in plans], noise_aware))
+            order = _measured_order([t for _, t in plans], noise_aware)
+            tau = _tau_b(pred, order, apart)
             if math.isnan(tau):
                 cells.append("n/a")
                 continue
             found.append(tau)
             cells.append(f"{tau:+.2f}")
+        if len(plans) >= 2:
+            order = _measured_order([t for _, t in plans], True)
+            cells.append(str(sum(order[i][j] != 0 for i in range(len(plans))
+                                 for j in range(i + 1, len(plans)))))
+        else:
+            cells.append("0")
         lines.append(f"| {r['model']} | {len(plans)} | " + " | ".join(cells) + " |")
-    if taus[("predicted_s", False)]:
+    if taus[("predicted_s", False, False)]:
         lines += ["", "Median tau: " + ", ".join(
             f"{label} {statistics.median(t):+.2f}" for label, t in
-            zip(("predicted", "contended", "predicted, noise-aware"), taus.values()) if t)
-            + ".", ""]
+            zip(("predicted", "contended", "predicted, noise-aware", "predicted, told apart"),
+                taus.values()) if t) + ".", ""]
     return lines
 
 

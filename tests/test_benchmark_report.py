@@ -89,10 +89,11 @@ def test_plans_the_measurements_cannot_tell_apart_tie_in_the_noise_aware_ranking
            "predicted_s": {"a": 1.0, "b": 2.2, "c": 2.1},
            "predicted_contended_s": {"a": 1.0, "b": 2.2, "c": 2.1}}
     text = "\n".join(report.ranking_section({"rows": [row]}, ["a", "b", "c"]))
-    assert "| m | 3 | +0.33 | +0.33 | +0.82 |" in text  # raw: b/c discordant; aware: a tie
+    # raw: b/c discordant; aware: a tie; over the 2 pairs told apart, both concordant
+    assert "| m | 3 | +0.33 | +0.33 | +0.82 | +1.00 | 2 |" in text
     far = {**row, "times_s": {**times, "c": [t + 0.5 for t in times["c"]]}}
     text = "\n".join(report.ranking_section({"rows": [far]}, ["a", "b", "c"]))
-    assert "| m | 3 | +0.33 | +0.33 | +0.33 |" in text  # told apart: still discordant
+    assert "| m | 3 | +0.33 | +0.33 | +0.33 | +0.33 | 3 |" in text  # told apart: discordant
 
 
 def test_the_optimality_table_gives_each_placers_ratio_and_the_guarantee():
