@@ -157,16 +157,20 @@ def test_cpu_shares_and_step_overhead_are_kept_and_saved():
     from fastt.profiler import Profile
     m = CostModels()
     assert m.comm.cpu_share(G0, G1) == (0.0, 0.0) and m.step_overhead() == 0.0
-    m.comm.set_cpu_share(G0, G1, 0.9, 1.0)
+    m.comm.set_cpu_share(G0, G1, 0.9, 1.0, 30e-6, 20e-6)
     assert m.comm.cpu_share(G1, G0) == (0.9, 1.0)  # the roles set the shares
+    assert m.comm.burst_cpu(G1, G0) == (30e-6, 20e-6)
     with pytest.raises(ValueError, match="between 0 and 1"):
         m.comm.set_cpu_share(G0, G1, 1.5, 0.0)
+    with pytest.raises(ValueError, match="0 or more"):
+        m.comm.set_cpu_share(G0, G1, 0.5, 0.5, -1e-6, 0.0)
     for wall in (3e-3, 5e-3, 4e-3):  # untraced step times
         m.update(Profile(span_s=2e-3, untraced_s=wall))
     m.update(Profile(span_s=2e-3))  # without the untraced step time, no overhead
     assert m.step_overhead() == pytest.approx(2e-3)
     back = CostModels.from_dict(m.to_dict())
     assert back.comm.cpu_share(G0, G1) == (0.9, 1.0)
+    assert back.comm.burst_cpu(G0, G1) == (30e-6, 20e-6)
     assert back.step_overhead() == pytest.approx(2e-3)
 
 

@@ -115,6 +115,30 @@ def test_a_transfer_takes_its_share_of_both_ends_compute():
         assert shared.start[1] == 3 and shared.finish[1] == 4  # dev1: d 0..1, copy 1..2
         half = sim(Problem.build(4, edges, w, devs(2), slope=1.0, send_cpu=0.5))
         assert half.start[2] == 2
+        # the latency (1 s) takes the cores only as the call's seconds say: alone, 0.25 s of
+        # the sender's
+        called = sim(Problem.build(4, edges, w, devs(2), intercept=1.0, slope=1.0,
+                                   send_cpu=0.5, call_cpu=(0.1, 0.0, 0.25, 0.0)))
+        assert called.start[2] == 2.25 and called.finish[1] == 5  # b: tensor at 1 + 3
+
+
+def test_a_call_in_a_burst_costs_its_ends_less_than_one_alone():
+    # a (dev0) sends one tensor to each of b and c (dev1): the first call finds both ends
+    # idle of transfers (1 s of each core), the second, ready while the first moves (on a
+    # free link or queued behind it), is in its burst (0.25 s); d (dev0) waits for what its
+    # core owes the calls, and so do b and c on dev1
+    p = Problem.build(4, [(0, 1, 0.0), (0, 2, 0.0)], [[1, 1]] * 4, devs(2), intercept=0.5,
+                      call_cpu=(0.25, 0.25, 1.0, 1.0))
+    for links in (None, 1):
+        r = simulate(p, [0, 1, 1, 0], [[0, 3], [1, 2]], link_concurrency=links)
+        assert r.start[3] == 1 + 1.0 + 0.25
+        assert r.start[1] == 1 + 1.0 + 0.25 and r.start[2] == r.start[1] + 1
+    # the same two calls a second apart (c's tensor from e, after a on dev0): each alone;
+    # c, its tensor there at 3.5, waits for dev1's second whole call
+    p = Problem.build(4, [(0, 1, 0.0), (3, 2, 0.0), (0, 3, 0.0)], [[1, 1]] * 4, devs(2),
+                      intercept=0.5, call_cpu=(0.25, 0.25, 1.0, 1.0))
+    r = simulate(p, [0, 1, 1, 0], [[0, 3], [1, 2]], link_concurrency=None)
+    assert r.start[3] == 2 and r.start[1] == 2 and r.start[2] == 3 + 1.0
 
 
 def test_a_step_pays_once_to_reach_the_devices_it_uses():
@@ -152,3 +176,12 @@ def test_a_collective_runs_beside_the_compute_stream_of_its_device():
         assert r.start == [0, 0, 1] and r.makespan == 10
     one = Problem.build(3, [(1, 2, 0.0)], [[10], [1], [1]], devs(1))
     assert simulate(one, [0, 0, 0], [[0, 1, 2]]).start == [0, 10, 11]
+
+
+def test_measured_calls_cost_the_share_of_the_latency_alone_and_the_probed_seconds_in_a_burst():
+    from fastt.sched.problem import _calls
+    # shares 0.5 and 1 of a 0.1 ms latency alone; 0.02 and 0.03 ms probed in a burst
+    assert _calls((0.5, 1.0, 2e-5, 3e-5), 1e-4) == pytest.approx((2e-5, 3e-5, 5e-5, 1e-4))
+    # no burst probed (an older cost file): a call costs the same in a burst
+    assert _calls((0.5, 1.0, 0.0, 0.0), 1e-4) == pytest.approx((5e-5, 1e-4, 5e-5, 1e-4))
+    assert _calls((0.0, 0.0, 0.0, 0.0), 1e-4) == (0.0, 0.0, 0.0, 0.0)

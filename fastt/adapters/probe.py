@@ -106,14 +106,16 @@ SHARE_BYTES = 16 * 2 ** 20
 def probe_link(comm: CommCostModel, src: str, dst: str, target: str = "",
                config: Any = None) -> None:
     """Probe the ``src -> dst`` link into ``comm``: its transfer samples, then (between
-    processes) the share of a transfer's time its two ends' compute gives up."""
+    processes) the share of a transfer's time its two ends' compute gives up, and the seconds
+    each gives up to a call in a burst."""
     comm.update(probe_pair(src, dst, target, config))
     fit = comm.link(src, dst)
     if fit is None:
         return
     shares = probe_cpu_share(src, dst, fit.predict(SHARE_BYTES), target, config)
     if shares is not None:
-        comm.set_cpu_share(src, dst, *shares)
+        calls = probe_call_cpu(src, dst, target, config)
+        comm.set_cpu_share(src, dst, *shares, *calls)
 
 
 def probe_cpu_share(src: str, dst: str, transfer_s: float, target: str = "",
@@ -163,6 +165,67 @@ def probe_cpu_share(src: str, dst: str, transfer_s: float, target: str = "",
             shares.append(min(max(share, 0.0), 1.0))
     log.debug("CPU share of %s -> %s transfers: sender %.2f, receiver %.2f", src, dst, *shares)
     return shares[0], shares[1]
+
+
+CALLS = 128  # small tensors a call probe moves in one step
+
+
+def probe_call_cpu(src: str, dst: str, target: str = "", config: Any = None,
+                   calls: int = CALLS, repeats: int = 9) -> tuple[float, float]:
+    """The (sender, receiver) seconds of compute a ``src -> dst`` transfer's call takes in a
+    burst (0.02-0.04 ms at each end measured between two single-core workers here, against
+    0.07 for a call alone and a latency of 0.13).
+
+    ``calls`` 1 KiB variables on ``src`` are each reduced on ``dst`` in one step, beside a
+    chain of matrix products on the end measured; the control is the same ops all on that end
+    (the same kernels, no transfer). The chain's slowdown over the control, per transfer, is
+    what a call takes from that end."""
+    g = tf.Graph()
+    with g.as_default():
+        def reduced(home: str, where: str, tag: str) -> Any:
+            sums = []
+            for k in range(calls):
+                with tf.device(home):
+                    var = _tf1.get_variable(f"{tag}_{k}", [256], tf.float32,
+                                            initializer=_tf1.zeros_initializer(),
+                                            use_resource=True)
+                    value = var.read_value()
+                with tf.device(where):
+                    sums.append(tf.reduce_sum(value))
+            with tf.device(where):
+                return tf.add_n(sums)
+        moved = reduced(src, dst, "call_probe")
+        local = {"send": reduced(src, src, "call_send"), "recv": reduced(dst, dst, "call_recv")}
+        chains = {end: _chain(dev, f"chain_{end}") for end, dev in (("send", src),
+                                                                     ("recv", dst))}
+        init = _tf1.global_variables_initializer()
+    seconds = []
+    with _tf1.Session(target, graph=g, config=config) as sess:
+        sess.run(init)
+        for fetch in (moved, *local.values()):
+            sess.run(fetch)
+        took = _median([_timed(sess, moved) for _ in range(3)])
+        for end, dev in (("send", src), ("recv", dst)):
+            n, out = chains[end]
+            prefix = f"chain_{end}/"
+            per_step = _chain_seconds(sess, out, {n: 10}, dev, prefix) / 10
+            # a chain twice as long as the transfers alone take: it covers them, and its own
+            # noise (a few % of its length) stays small against their work
+            feed = {n: int(min(max(2 * took / max(per_step, 1e-6), 10), 20000))}
+            _chain_seconds(sess, [out, moved], feed, dev, prefix)  # warm
+            slowdown = [_chain_seconds(sess, [out, moved], feed, dev, prefix)
+                        - _chain_seconds(sess, [out, local[end]], feed, dev, prefix)
+                        for _ in range(repeats)]
+            seconds.append(max(_median(slowdown) / calls, 0.0))
+    log.debug("CPU seconds of a %s -> %s call in a burst: sender %.1f us, receiver %.1f us",
+              src, dst, 1e6 * seconds[0], 1e6 * seconds[1])
+    return seconds[0], seconds[1]
+
+
+def _timed(sess: Any, fetch: Any) -> float:
+    t = time.perf_counter()
+    sess.run(fetch)
+    return time.perf_counter() - t
 
 
 def _chain(device: str, scope: str) -> tuple[Any, Any]:

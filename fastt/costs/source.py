@@ -26,11 +26,13 @@ class CostSource(Protocol):
         """(intercept seconds, slope seconds per byte) of the src -> dst path."""
         ...
 
-    # Optional: ``transfer_cpu(src, dst) -> (sender share, receiver share)`` of a transfer's
-    # time spent by the two devices' compute streams (default none); ``step_overhead() ->
-    # seconds`` a step takes beyond its ops and transfers (default 0); ``device_step(device)
-    # -> seconds`` a step pays to run anything on ``device`` (a remote worker's call; default
-    # 0).
+    # Optional: ``transfer_cpu(src, dst) -> (sender share, receiver share[, sender seconds,
+    # receiver seconds])``: the share of a transfer's time that the two devices' compute
+    # streams spend on it, and the seconds of a call in a burst (``CommCostModel.burst_cpu``;
+    # default: the share of the latency) (default none);
+    # ``step_overhead() -> seconds`` a step takes beyond its ops and transfers (default 0);
+    # ``device_step(device) -> seconds`` a step pays to run anything on ``device`` (a remote
+    # worker's call; default 0).
 
 
 class ModelCosts:
@@ -46,8 +48,8 @@ class ModelCosts:
         fit = self.models.comm.link(src, dst)
         return (0.0, 0.0) if fit is None else (max(fit.intercept, 0.0), max(fit.slope, 0.0))
 
-    def transfer_cpu(self, src: str, dst: str) -> tuple[float, float]:
-        return self.models.comm.cpu_share(src, dst)
+    def transfer_cpu(self, src: str, dst: str) -> tuple[float, float, float, float]:
+        return (*self.models.comm.cpu_share(src, dst), *self.models.comm.burst_cpu(src, dst))
 
     def step_overhead(self) -> float:
         return self.models.step_overhead()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from fastt import devices as devnames
 from fastt.costs.source import CostSource
@@ -49,10 +49,15 @@ class Problem:
     # Per edge, the tensors it carries as (key, bytes): a tensor moves once to each device.
     edge_tensors: list[list[tuple[object, float]]] = field(default_factory=list)
     persistent: list[float] = field(default_factory=list)  # variables' bytes, per op
-    # [d1][d2]: share of a d1 -> d2 transfer's time the sender's (receiver's) compute stream
-    # spends on it (0: a DMA engine or a NIC does the work; 1: the cores copy every byte).
+    # [d1][d2]: share of a d1 -> d2 transfer's bandwidth time (slope x bytes) the sender's
+    # (receiver's) compute stream spends on it (0: a DMA engine or a NIC does the work; 1: the
+    # cores copy every byte).
     send_cpu: list[list[float]] = field(default_factory=list)
     recv_cpu: list[list[float]] = field(default_factory=list)
+    # [d1][d2]: the seconds a d1 -> d2 transfer takes from (sender, receiver) whatever its size
+    # (gRPC's call), when the end moves other transfers and then when alone (``simulate._InFlight``;
+    # from measured costs: the burst probed, alone the share of the latency).
+    call_cpu: list[list[tuple[float, float, float, float]]] = field(default_factory=list)
     # Per device: seconds a step pays to run anything there (a remote worker's call).
     reach: list[float] = field(default_factory=list)
     # Per device: the cores it computes on, as the index of the first device sharing them
@@ -77,10 +82,11 @@ class Problem:
             self.persistent = [0.0] * n
         if not self.stream:
             self.stream = [0] * n
-        if not self.send_cpu:
-            self.send_cpu = [[0.0] * D for _ in range(D)]
-        if not self.recv_cpu:
-            self.recv_cpu = [[0.0] * D for _ in range(D)]
+        for name in ("send_cpu", "recv_cpu"):
+            if not getattr(self, name):
+                setattr(self, name, [[0.0] * D for _ in range(D)])
+        if not self.call_cpu:
+            self.call_cpu = [[(0.0,) * 4] * D for _ in range(D)]
         if not self.reach:
             self.reach = [0.0] * D
         if not self.cores:
@@ -136,6 +142,7 @@ class Problem:
               topo: Sequence[int] | None = None,
               send_cpu: Sequence[Sequence[float]] | float = 0.0,
               recv_cpu: Sequence[Sequence[float]] | float = 0.0,
+              call_cpu: Sequence[Any] | None = None,
               reach: Sequence[float] | None = None,
               cores: Sequence[int] | None = None,
               stream: Sequence[int] | None = None) -> "Problem":
@@ -177,6 +184,7 @@ class Problem:
                    persistent=list(persistent) if persistent is not None else [0.0] * n,
                    topo=list(topo) if topo is not None else [],
                    send_cpu=square(send_cpu), recv_cpu=square(recv_cpu),
+                   call_cpu=[[_four(call_cpu, a, b) for b in range(D)] for a in range(D)],
                    reach=list(map(float, reach)) if reach is not None else [],
                    cores=list(cores) if cores is not None else [],
                    stream=list(stream) if stream is not None else [])
@@ -212,7 +220,9 @@ class Problem:
             elif graph[name].meta.split_of == TRANSFER_SCOPE:
                 stream[i] = TRANSFER_STREAM
         share = getattr(costs, "transfer_cpu", None)
-        cpu = [[share(a, b) if share and a != b else (0.0, 0.0) for b in devs] for a in devs]
+        # (send share, receive share[, send seconds, receive seconds of a call in a burst])
+        cpu = [[(*share(a, b), 0.0, 0.0)[:4] if share and a != b else (0.0,) * 4
+                for b in devs] for a in devs]
         reach = getattr(costs, "device_step", None)
         rep = graph.colocation_groups()
         joined: dict[str, str] = {}  # colocation group -> the group of its while frame
@@ -238,8 +248,27 @@ class Problem:
                          topo=list(range(len(names))),
                          send_cpu=[[c[0] for c in row] for row in cpu],
                          recv_cpu=[[c[1] for c in row] for row in cpu],
+                         call_cpu=[[_calls(c, lk[0]) for c, lk in zip(row, lrow)]
+                                   for row, lrow in zip(cpu, links)],
                          reach=[reach(d) if reach else 0.0 for d in devs],
                          cores=shared_cores(devs), stream=stream)
+
+
+def _four(call_cpu: Sequence[Any] | None, a: int, b: int) -> tuple[float, float, float, float]:
+    """Pair (a, b)'s ``Problem.call_cpu`` from ``build``'s: one for every pair, or a matrix."""
+    if a == b or not call_cpu:
+        return (0.0, 0.0, 0.0, 0.0)
+    v = call_cpu if isinstance(call_cpu[0], (int, float)) else call_cpu[a][b]
+    return (float(v[0]), float(v[1]), float(v[2]), float(v[3]))
+
+
+def _calls(cpu: tuple[float, ...], latency: float) -> tuple[float, float, float, float]:
+    """A pair's ``Problem.call_cpu`` from its (send share, receive share, send seconds,
+    receive seconds in a burst): alone, a call takes each end its share of the latency;
+    unmeasured seconds in a burst are those alone."""
+    lone = (cpu[0] * latency, cpu[1] * latency)
+    burst = cpu[2:4] if any(cpu[2:4]) else lone
+    return (burst[0], burst[1], lone[0], lone[1])
 
 
 def _collective_seconds(op: Op, links: list[list[tuple[float, float]]]) -> list[float]:

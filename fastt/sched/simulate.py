@@ -11,9 +11,11 @@ as soon as its inputs are there. Messages
 under ``SMALL_BYTES`` (statistics, scalars, shapes) queue apart from bulk tensors: on a real
 link their packets interleave with those of a transfer in flight (concurrent gRPC streams, NCCL
 channels) rather than wait for its last byte. Where the
-cores move the bytes themselves (gRPC between processes), a transfer also takes its share of
-the time of the sender's and the receiver's compute streams (``Problem.send_cpu``/``recv_cpu``):
-an idle device spends it from the transfer's start, a busy one after the op it is running.
+cores move the bytes themselves (gRPC between processes), a transfer also takes work from the
+sender's and the receiver's compute streams: a share of its bandwidth time and seconds for its
+call, fewer when that end moves other transfers meanwhile (``Problem.send_cpu``/``recv_cpu``,
+``call_cpu``): an idle device spends it from the transfer's start, a busy one after the op it
+is running.
 A step pays once to reach the devices it uses (``Problem.reach``: the master's calls to remote
 workers), for the dearest of them. Devices that compute on the same cores (``Problem.cores``:
 the CPU devices of one process) are replayed as devices of their own, but no step ends before
@@ -295,6 +297,23 @@ def _tensors(p: Problem, device: list[int]) -> tuple[Needs, list[dict[tuple[obje
     return needs, wanted
 
 
+class _InFlight:
+    """Per device, until when it is moving transfers. A transfer asked for while its end moves
+    another is part of a burst: gRPC's threads serve several calls a wake-up, and a call then
+    costs that end less than alone (``Problem.call_cpu``)."""
+
+    def __init__(self) -> None:
+        self._until: dict[int, float] = {}
+
+    def lone(self, end: int, start: float, finish: float) -> bool:
+        """Whether a transfer asked for at ``start`` (ready to move; it may wait for its link)
+        and done at ``finish`` finds ``end`` moving nothing; records it (transfers in order of
+        ``start``)."""
+        was = self._until.get(end)
+        self._until[end] = finish if was is None else max(was, finish)
+        return was is None or start >= was
+
+
 class _Links:
     """Transfers over the links, ``concurrency`` at a time per direction (None: no limit)."""
 
@@ -304,6 +323,7 @@ class _Links:
         self.transfers: list[Transfer] = []
         self._free: dict[tuple[int, int, bool], list[float]] = {}  # (src, dst, small)
         self._charges: list[list[tuple[float, float]]] = [[] for _ in range(p.num_devices)]
+        self.moving = _InFlight()  # which ends move transfers: a call in a burst costs less
 
     def absorb(self, d: int, t: float, free: list[float]) -> float:
         """When device ``d`` can start an op ready at ``t``, once it has done its share of the
@@ -332,9 +352,15 @@ class _Links:
                 begin = max(t, lanes[k])
                 lanes[k] = begin + cost
             self.arrival[(key, dst)] = begin + cost
-            for d, share in ((src, p.send_cpu[src][dst]), (dst, p.recv_cpu[src][dst])):
-                if share > 0:
-                    heapq.heappush(self._charges[d], (begin, share * cost))
+            calls = p.call_cpu[src][dst]
+            shares = (p.send_cpu[src][dst], p.recv_cpu[src][dst])
+            if shares[0] or shares[1] or any(calls):  # the cores move the bytes
+                copy = p.slope[src][dst] * nbytes
+                for end, d in enumerate((src, dst)):
+                    work = shares[end] * copy + calls[
+                        end + 2 if self.moving.lone(d, t, begin + cost) else end]
+                    if work > 0:
+                        heapq.heappush(self._charges[d], (begin, work))
             self.transfers.append(Transfer(key, src, dst, nbytes, begin, begin + cost))
 
 
