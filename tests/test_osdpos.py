@@ -95,7 +95,7 @@ def test_no_candidate_is_begun_that_would_end_past_the_budget(monkeypatch):
     monkeypatch.setattr(osdpos, "clock", lambda: now[0])
     candidate = ("batch", 2, ("conv",))
     # 7 s now, 10 s the deadline: a candidate expected to take 4 s is not begun, one of 2 is
-    assert osdpos._best(start, compile_graph, [candidate], 1, 10.0, [4.0]) is None
+    assert osdpos._best(start, compile_graph, [candidate], 1, 10.0, 4.0) == (None, 4.0)
     assert start.tried == 0
     real = osdpos.dpos
 
@@ -103,9 +103,8 @@ def test_no_candidate_is_begun_that_would_end_past_the_budget(monkeypatch):
         now[0] += 3.0
         return real(p)
     monkeypatch.setattr(osdpos, "dpos", dpos_of_3_s)
-    taken = [2.0]
-    assert osdpos._best(start, compile_graph, [candidate], 1, 10.0, taken) == candidate
-    assert start.tried == 1 and taken == [2.0, 3.0]
+    assert osdpos._best(start, compile_graph, [candidate], 1, 10.0, 2.0) == (candidate, 3.0)
+    assert start.tried == 1
 
 
 def test_before_any_candidate_the_start_graphs_build_time_is_what_one_is_expected_to_take():

@@ -174,9 +174,9 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
     cp_names = [p.names[i] for i in sorted(cp, key=lambda i: -p.w[i][s.device[i]])]
     top = min(max_parts or num_devices, num_devices)
     misses = 0
-    taken = [candidate_s] if candidate_s > 0 else []  # seconds of each candidate evaluated
+    longest = max(candidate_s, 0.0)  # seconds of the longest candidate evaluated so far
     for name in cp_names:
-        if clock() + max(taken, default=0.0) > deadline:
+        if clock() + longest > deadline:
             log.info("OS-DPOS: the split search stopped at its %.0f s budget (%d DPOS runs, "
                      "%d splits)", budget_s, best.tried, len(best.splits))
             break
@@ -187,12 +187,13 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
                                   for n in range(2, top + 1) if (r.base(op, best.graph) or 0) >= n]
         if not alone:
             continue
-        found = _best(best, compile_graph, alone, workers, deadline, taken)
+        found, longest = _best(best, compile_graph, alone, workers, deadline, longest)
         if found is None:  # the op alone does not pay: with the ops after it, cut alike
             chains = [c for c in {(d, n, _chain(best.graph, path, name, d, n))
                                   for d, n, _ in alone} if len(c[2]) > 1]
-            found = _best(best, compile_graph, sorted(chains), workers, deadline, taken) \
-                if chains else None
+            if chains:
+                found, longest = _best(best, compile_graph, sorted(chains), workers, deadline,
+                                       longest)
         if found is None:
             misses += 1
             if misses >= MISSES:
@@ -214,22 +215,20 @@ def os_dpos(graph: Graph, compile_graph: Compile, num_devices: int,
 
 
 def _best(plan: Plan, compile_graph: Compile, candidates: list[Candidate],
-          workers: int, deadline: float = math.inf, taken: list[float] | None = None
-          ) -> Candidate | None:
+          workers: int, deadline: float = math.inf, longest: float = 0.0
+          ) -> tuple[Candidate | None, float]:
     """The candidate with the shortest DPOS step when shorter than ``plan``'s (its DPOS
-    runs counted in ``plan.tried``), else None; ``taken``: the seconds of the candidates
-    evaluated before (none begins that would end past ``deadline`` at the longest of them),
-    extended with these."""
-    taken = [] if taken is None else taken
-    results = _evaluate(plan.graph, compile_graph, candidates, workers, deadline,
-                        max(taken, default=0.0))
-    taken += [seconds for _, seconds in results if seconds > 0]
+    runs counted in ``plan.tried``), else None; and the seconds of the longest candidate
+    evaluated so far, ``longest`` those before these (none begins that would end past
+    ``deadline`` were it to take that long)."""
+    results = _evaluate(plan.graph, compile_graph, candidates, workers, deadline, longest)
+    longest = max([longest] + [seconds for _, seconds in results])
     spans = [t for t, _ in results]
     plan.tried += sum(t is not None for t in spans)
     scored = [(t, c) for t, c in zip(spans, candidates) if t is not None]
     if not scored or min(scored)[0] >= plan.makespan:
-        return None
-    return min(scored)[1]
+        return None, longest
+    return min(scored)[1], longest
 
 
 def compiler(devices: Sequence[Device], costs: CostSource, original: Graph,

@@ -253,7 +253,7 @@ class Planning:
 
     def replayed_fifo(self, p: Problem, s: Schedule) -> bool:
         """Whether ``replay_fifo`` of ``s`` is known already (costs nothing)."""
-        return self._known(("fifo", id(p), id(s)))
+        return self._known(_replay_key(p, s, False))
 
     def _replayed(self, p: Problem, s: Schedule, ordered: bool
                   ) -> tuple[tuple[float, float], list[float]]:
@@ -262,20 +262,20 @@ class Planning:
         def run() -> tuple[tuple[float, float], list[float]]:
             free, queued = replay_runs(p, s.device, s.order() if ordered else None)
             return (free.makespan, queued.makespan), free.start
-        return self._get(("replay" if ordered else "fifo", id(p), id(s)), run, (p, s))
+        return self._get(_replay_key(p, s, ordered), run, (p, s))
 
     def prioritized(self, g: Graph, p: Problem, s: Schedule, ordered: bool,
                     times: tuple[float, float]) -> Prioritized | None:
         """Schedule ``s`` of ``g`` (compiled as ``p``, replayed in ``times``) with its weight
         transfers ordered by need where that pays (``fastt.sched.transfer_order``); the
         strategies that finish the same schedule share it."""
-        return self._get(("prioritized", id(p), id(s), ordered), lambda: prioritize(
+        return self._get(_prioritized_key(p, s, ordered), lambda: prioritize(
             g, p, s.device, s.order(), ordered, self.compile_graph, times,
             self.transfer_priorities, self._replayed(p, s, ordered)[1]), (g, p, s))
 
     def was_prioritized(self, p: Problem, s: Schedule, ordered: bool) -> bool:
         """Whether ``prioritized`` of ``s`` is known already (costs nothing)."""
-        return self._known(("prioritized", id(p), id(s), ordered))
+        return self._known(_prioritized_key(p, s, ordered))
 
     def layout(self, layout: str) -> Start:
         """The data-parallel starting graph of ``layout`` over the devices; ``NoBatch`` or
@@ -415,3 +415,13 @@ def step_overhead(costs: CostSource) -> float:
     """What a step takes beyond its ops and transfers, when ``costs`` knows it (else 0)."""
     known = getattr(costs, "step_overhead", None)
     return float(known()) if known else 0.0
+
+
+def _replay_key(p: Problem, s: Schedule, ordered: bool) -> tuple:
+    """The cache key of ``Planning._replayed``."""
+    return ("replay" if ordered else "fifo", id(p), id(s))
+
+
+def _prioritized_key(p: Problem, s: Schedule, ordered: bool) -> tuple:
+    """The cache key of ``Planning.prioritized``."""
+    return ("prioritized", id(p), id(s), ordered)
