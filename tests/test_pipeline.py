@@ -1,5 +1,6 @@
 """Pipeline stages: PipeDream's partitioner against a brute-force optimum, the layers of a
 training graph, and micro-batched pipelines training like the original."""
+import math
 import itertools
 import random
 
@@ -8,7 +9,7 @@ import pytest
 from fastt.costs.source import StaticCosts
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, TensorRef, TensorSpec
-from fastt.sched.device_spec import DeviceSet
+from fastt.sched.device_spec import DeviceSet, parse
 from fastt.sched.pipedream import layers
 from fastt.sched.pipeline import Stage, balanced, partition, stage_time
 from fastt.sched.problem import Device, Problem
@@ -140,3 +141,48 @@ def test_micro_batched_pipelines_train_like_the_original():
     LSTM language model and a Transformer block, in-process and on a 2-worker cluster, in a
     process of their own (``tests/equivalence.py --pipeline``)."""
     assert equivalence("--pipeline").count("pipelines train as the original") == 4
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_an_order_that_cannot_beat_the_best_so_far_is_not_returned_and_the_rest_is_unchanged(
+        seed):
+    """``fastest_order`` with ``beat`` (the caller's best so far) skips the memory checks that
+    cannot change the answer: it returns what it returns without ``beat`` when that is
+    faster than ``beat``, else None, on random costs, placements and memory limits that make
+    some orders misfit."""
+    from fastt.errors import DoesNotFit
+    from fastt.sched.data_parallel import data_parallel
+    from fastt.sched.pipedream import fastest_order
+    from fastt.sched.simulate import simulate_fifo
+    from tests.test_data_parallel import training_graph
+    rng = random.Random(seed)
+    g = data_parallel(training_graph(B=16), 4)
+    ds = parse("2xV100")
+    times = {op.name: rng.uniform(1e-4, 1e-3) for op in g}
+
+    def problem(memory):
+        devs = [Device(d.name, m) for d, m in zip(ds.devices, memory)]
+        return Problem.from_graph(g, devs, StaticCosts(times, DeviceSet("V100", devs, ds.links)))
+    free = problem([math.inf] * 2)
+    outcomes = set()
+    for _ in range(8):
+        device = [rng.randrange(2) for _ in range(free.n)]
+        peaks = simulate_fifo(free, device).peak_memory
+        p = problem([peak * rng.choice((0.5, 0.99, 1.0, 2.0)) for peak in peaks])
+        try:
+            full = fastest_order(p, g, device, "cut")
+        except DoesNotFit:
+            full = None
+        ends = [full.makespan] if full else []
+        for beat in [e * k for e in ends for k in (0.9, 1.0, 1.1)] + [1.0, math.inf]:
+            if full is None and beat == math.inf:
+                with pytest.raises(DoesNotFit):
+                    fastest_order(p, g, device, "cut", beat=beat)
+                continue
+            got = fastest_order(p, g, device, "cut", beat=beat)
+            if full is None or full.makespan >= beat:
+                assert got is None
+            else:
+                assert got is not None and (got.note, got.finish) == (full.note, full.finish)
+            outcomes.add((full is None, got is None))
+    assert len(outcomes) >= 2  # both a kept answer and a None were met

@@ -142,44 +142,58 @@ def pipedream(p: Problem, g: Graph) -> Schedule:
             s = fastest_order(p, g, place_stages(p, g, layer, list(stages)), "stages: " +
                               ", ".join(f"layers {st.first}-{st.last} on {st.replicas} device"
                                         f"{'s' * (st.replicas > 1)}" for st in stages) +
-                              f" (of {len(T)} layers)")
+                              f" (of {len(T)} layers)",
+                              beat=math.inf if best is None else best.makespan)
         except DoesNotFit as e:
             misfits.append(e)
             continue
-        if best is None or s.makespan < best.makespan:
+        if s is not None:
             best = s
     if best is None:
         raise misfits[0]
     return best
 
 
-def fastest_order(p: Problem, g: Graph, device: list[int], note: str) -> Schedule:
+def fastest_order(p: Problem, g: Graph, device: list[int], note: str,
+                  beat: float = math.inf) -> Schedule | None:
     """The micro-batched graph ``g`` placed on ``device`` run in GPipe's order (each device's
     ready ops by decreasing upward rank: every micro-batch's forward pass before the backward
     passes) and earliest micro-batch first (its backward pass before the next forward
     passes, as 1F1B), links carrying one bulk transfer at a time: the faster of those whose
     simulated peak of live tensors each device holds (``DoesNotFit`` when neither), its
-    order added to ``note``."""
+    order added to ``note``; None when it is no faster than ``beat`` (the caller's best so
+    far). A peak is worked out only where it can change the answer: it takes about what a
+    replay takes."""
     rank = rank_u(p)
     top = max(rank, default=0.0) + 1.0
     part = [replica_of(g[n]) or 0 for n in p.names]
     bounded = any(c != math.inf for c in p.capacity)
+    orders = [(order, simulate_fifo(p, device, link_concurrency=1, priority=priority))
+              for order, priority in (("GPipe", rank), ("earliest micro-batch first",
+                                      [rank[i] - top * part[i] for i in range(p.n)]))]
+    ends = [max(r.finish, default=0.0) for _, r in orders]  # each one's Schedule.makespan
+    if min(ends) >= beat:
+        return None  # whichever fits, the caller keeps its own
     best: Schedule | None = None
     misfit = ""
-    for order, priority in (("GPipe", rank), ("earliest micro-batch first",
-                                              [rank[i] - top * part[i] for i in range(p.n)])):
-        r = simulate_fifo(p, device, link_concurrency=1, priority=priority)
+    for k, (order, r) in enumerate(orders):
+        if best is not None and not r.makespan < best.makespan:
+            continue
+        if k == 0 and ends[0] >= beat and orders[1][1].makespan < ends[0]:
+            continue  # it cannot be the answer, and the next order is weighed either way
         over = [(peak, cap, d) for d, (peak, cap) in enumerate(zip(r.peak_memory, p.capacity))
                 if peak > cap] if bounded else []
         if over:
             peak, cap, d = over[0]
             misfit = misfit or (f"{note}, {order}: device {p.devices[d].name} would hold "
                                 f"{peak / 2 ** 20:.1f} MiB, more than its {cap / 2 ** 20:.1f} MiB")
-        elif best is None or r.makespan < best.makespan:
+        else:
             best = Schedule(list(device), r.start, r.finish, note=f"{note}, {order}")
     if best is None:
+        if beat < math.inf:
+            return None
         raise DoesNotFit(misfit)
-    return best
+    return best if best.makespan < beat else None
 
 
 def micro_batch(p: Problem, g: Graph, placed: Mapping[str, int], note: str) -> Schedule:
@@ -194,7 +208,9 @@ def micro_batch(p: Problem, g: Graph, placed: Mapping[str, int], note: str) -> S
         if home is None:
             home = next((device[m] for m, _ in p.preds[i]), 0)
         device[i] = home
-    return fastest_order(p, g, place_replicas(p, g, lambda i, k: device[i]), note)
+    s = fastest_order(p, g, place_replicas(p, g, lambda i, k: device[i]), note)
+    assert s is not None  # nothing to beat
+    return s
 
 
 def place_stages(p: Problem, g: Graph, layer: list[int], stages: list[Stage]) -> list[int]:
