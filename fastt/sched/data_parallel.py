@@ -272,13 +272,18 @@ def _gates_per_replica(graph: Graph, n: int) -> Graph:
     if not gates:
         return graph
     ops = []
+    waits: dict[tuple[str, ...], bool] = {}  # control inputs (often shared) -> a gate among them
     for op in graph:
         if op.name in gates:
             op = op.with_(control_inputs=tuple(f"{op.name}/part{k}" for k in range(n)))
         k = replica_of(op)
-        if k is not None and any(c in gates for c in op.control_inputs):
-            op = op.with_(control_inputs=tuple(f"{c}/part{k}" if c in gates else c
-                                               for c in op.control_inputs))
+        controls = op.control_inputs
+        if k is not None and controls:
+            if controls not in waits:
+                waits[controls] = any(c in gates for c in controls)
+            if waits[controls]:
+                op = op.with_(control_inputs=tuple(f"{c}/part{k}" if c in gates else c
+                                                   for c in controls))
         ops.append(op)
     return Graph(ops + made, name=graph.name, meta=graph.meta)
 
@@ -335,18 +340,26 @@ def _shared_control_gates(graph: Graph) -> Graph:
     wait for every moving-average update: on ResNet-200, 400 messages on each link from
     the first device.)"""
     gates: dict[tuple[str, ...], str] = {}
+    # per list of control inputs (ops share them: tf.gradients gives each gradient op the
+    # same ~400 updates on ResNet-200), its new list, or None when it keeps its own
+    rewired: dict[tuple[str, ...], tuple[str, ...] | None] = {}
     ops = []
     for op in graph:
         if len(op.control_inputs) < 2 or replica_of(op) is None:
             ops.append(op)
             continue
-        shared = tuple(sorted(c for c in op.control_inputs if replica_of(graph[c]) is None))
-        if len(shared) > 1:
-            if shared not in gates:
-                gates[shared] = f"fastt_control_gate{len(gates)}"
-            own = [c for c in op.control_inputs if replica_of(graph[c]) is not None]
-            op = op.with_(control_inputs=tuple(own) + (gates[shared],))
-        ops.append(op)
+        controls = op.control_inputs
+        if controls not in rewired:
+            shared = tuple(sorted(c for c in controls if replica_of(graph[c]) is None))
+            if len(shared) > 1:
+                if shared not in gates:
+                    gates[shared] = f"fastt_control_gate{len(gates)}"
+                own = tuple(c for c in controls if replica_of(graph[c]) is not None)
+                rewired[controls] = own + (gates[shared],)
+            else:
+                rewired[controls] = None
+        new = rewired[controls]
+        ops.append(op if new is None else op.with_(control_inputs=new))
     if not gates:
         return graph
     made = [Op(name=name, type="NoOp", control_inputs=deps, device=graph[deps[0]].device)
