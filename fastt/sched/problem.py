@@ -149,26 +149,34 @@ class Problem:
         """A problem from plain arrays: ``edges`` as (src, dst, bytes[, tensor key]); links as
         matrices or one value for every pair. Edges between the same two ops are merged; an
         edge without a key carries a tensor of its own, a key of None carries none (control)."""
-        D = len(devices)
         merged: dict[tuple[int, int], dict[object, float]] = {}
         for k, edge in enumerate(edges):
             pair = (edge[0], edge[1])
-            if pair[0] == pair[1]:
-                raise FasttError(f"edge from op {pair[0]} to itself")
             key = edge[3] if len(edge) > 3 else ("edge", k)
             tensors = merged.get(pair)
             if tensors is None:
                 tensors = merged[pair] = {}
             if key is not None:
                 tensors[key] = edge[2]
-        preds: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        succs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        edge_bytes, edge_tensors = [], []
-        for e, ((a, b), tensors) in enumerate(merged.items()):
-            preds[b].append((a, e))
-            succs[a].append((b, e))
-            edge_bytes.append(float(sum(tensors.values())))
-            edge_tensors.append(list(tensors.items()))
+        dag = _Dag(n)
+        for (a, b), tensors in merged.items():
+            dag.add(a, b, tensors)
+        return cls._assemble(dag, w, devices, intercept, slope, mem, group, names, persistent,
+                             topo, send_cpu, recv_cpu, call_cpu, reach, cores, stream)
+
+    @classmethod
+    def _assemble(cls, dag: "_Dag", w: Sequence[Sequence[float]], devices: Sequence[Device],
+                  intercept: Sequence[Sequence[float]] | float,
+                  slope: Sequence[Sequence[float]] | float, mem: Sequence[float] | None,
+                  group: Sequence[int] | None, names: Sequence[str] | None,
+                  persistent: Sequence[float] | None, topo: Sequence[int] | None,
+                  send_cpu: Sequence[Sequence[float]] | float,
+                  recv_cpu: Sequence[Sequence[float]] | float, call_cpu: Sequence[Any] | None,
+                  reach: Sequence[float] | None, cores: Sequence[int] | None,
+                  stream: Sequence[int] | None) -> "Problem":
+        """``build``'s problem from its merged edges."""
+        n, D = len(dag.preds), len(devices)
+        preds, succs, edge_bytes, edge_tensors = dag.preds, dag.succs, dag.bytes, dag.tensors
 
         def square(v: Sequence[Sequence[float]] | float) -> list[list[float]]:
             if isinstance(v, (int, float)):
@@ -198,15 +206,21 @@ class Problem:
         names = graph.topological_order()
         index = {n: i for i, n in enumerate(names)}
         back = {op.name for op in graph if graph.is_back_edge_source(op.name)}
-        edges: list[tuple] = []
+        dag = _Dag(len(names))  # build's merging, an op's edges at a time
         for j, name in enumerate(names):
             op = graph[name]
+            into: dict[int, dict[object, float]] = {}  # producer -> the tensors it sends
             for ref in op.inputs:
                 if ref.op not in back:
-                    edges.append((index[ref.op], j, float(graph.tensor(ref).nbytes or 0), ref))
+                    tensors = into.get(index[ref.op])
+                    if tensors is None:
+                        tensors = into[index[ref.op]] = {}
+                    tensors[ref] = float(graph.tensor(ref).nbytes or 0)
             for c in op.control_inputs:
-                if c not in back:
-                    edges.append((index[c], j, 0.0, None))
+                if c not in back and index[c] not in into:
+                    into[index[c]] = {}
+            for a, tensors in into.items():
+                dag.add(a, j, tensors)
         devs = [d.name for d in devices]
         row = getattr(costs, "compute_row", None)
         w = [row(n, devs) for n in names] if row else \
@@ -240,18 +254,37 @@ class Problem:
                     joined[r] = head
         group = [index[root(rep[n])] for n in names]
         mem = mem or {}
-        return cls.build(len(names), edges, w, devices,
-                         intercept=[[lk[0] for lk in row] for row in links],
-                         slope=[[lk[1] for lk in row] for row in links],
-                         mem=[float(mem.get(n, 0.0)) for n in names], group=group, names=names,
-                         persistent=[float((persistent or {}).get(n, 0.0)) for n in names],
-                         topo=list(range(len(names))),
-                         send_cpu=[[c[0] for c in row] for row in cpu],
-                         recv_cpu=[[c[1] for c in row] for row in cpu],
-                         call_cpu=[[_calls(c, lk[0]) for c, lk in zip(row, lrow)]
-                                   for row, lrow in zip(cpu, links)],
-                         reach=[reach(d) if reach else 0.0 for d in devs],
-                         cores=shared_cores(devs), stream=stream)
+        return cls._assemble(
+            dag, w, devices, intercept=[[lk[0] for lk in row] for row in links],
+            slope=[[lk[1] for lk in row] for row in links],
+            mem=[float(mem.get(n, 0.0)) for n in names], group=group, names=names,
+            persistent=[float((persistent or {}).get(n, 0.0)) for n in names],
+            topo=list(range(len(names))), send_cpu=[[c[0] for c in row] for row in cpu],
+            recv_cpu=[[c[1] for c in row] for row in cpu],
+            call_cpu=[[_calls(c, lk[0]) for c, lk in zip(row, lrow)]
+                      for row, lrow in zip(cpu, links)],
+            reach=[reach(d) if reach else 0.0 for d in devs], cores=shared_cores(devs),
+            stream=stream)
+
+
+class _Dag:
+    """The merged edges of a ``Problem`` as they are added: one edge per (producer,
+    consumer) pair, carrying its distinct tensors, numbered in the order added."""
+
+    def __init__(self, n: int) -> None:
+        self.preds: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        self.succs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        self.bytes: list[float] = []
+        self.tensors: list[list[tuple[object, float]]] = []
+
+    def add(self, a: int, b: int, tensors: dict[object, float]) -> None:
+        if a == b:
+            raise FasttError(f"edge from op {a} to itself")
+        e = len(self.bytes)
+        self.preds[b].append((a, e))
+        self.succs[a].append((b, e))
+        self.bytes.append(float(sum(tensors.values())))
+        self.tensors.append(list(tensors.items()))
 
 
 def _four(call_cpu: Sequence[Any] | None, a: int, b: int) -> tuple[float, float, float, float]:
