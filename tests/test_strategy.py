@@ -270,3 +270,47 @@ def test_the_memory_check_replays_the_planners_problem_in_units_of_time():
     for devices, fits in ((room, True), (less, False)):
         got = data_parallel_fitting(g, devices, compile_graph=compiler(devices, costs(ds, g), g))
         assert (got is not None) == fits
+
+
+def test_equal_plans_are_replayed_and_ordered_once_whichever_strategy_made_them(monkeypatch):
+    """Planning's replays and transfer orderings are keyed by the plan (placement, and order
+    where it is enforced), not by the schedule object: PipeDream's single replicated stage
+    and TF-slim's data parallelism end on the same plan of the same replicas."""
+    import fastt.sched.planning as planning
+    from fastt.sched.schedule import Schedule
+    ds = parse("2xV100")
+    g = training_graph(B=8)
+    shared = planning.Planning(g, ds.devices, costs(ds, g))
+    p = shared.compile(g)
+    calls = []
+    real = planning.replay_runs
+    monkeypatch.setattr(planning, "replay_runs", lambda *a: calls.append(a) or real(*a))
+    def in_order(order, device):  # a schedule running ``order``, op k at time k
+        start = [0.0] * p.n
+        for k, i in enumerate(order):
+            start[i] = float(k)
+        return Schedule(list(device), start, [t + 0.5 for t in start])
+    indegree, ready, last_first = [len(x) for x in p.preds], [], []
+    ready = [i for i in range(p.n) if not indegree[i]]
+    while ready:  # another topological order: the highest index ready first
+        i = max(ready)
+        ready.remove(i)
+        last_first.append(i)
+        for j, _ in p.succs[i]:
+            indegree[j] -= 1
+            if not indegree[j]:
+                ready.append(j)
+    s1 = in_order(p.topo, [0] * p.n)
+    same = in_order(p.topo, [0] * p.n)
+    reordered = in_order(last_first, [0] * p.n)
+    assert reordered.order() != s1.order()
+    moved = in_order(p.topo, [i % 2 for i in range(p.n)])
+    assert shared.replay(p, s1) == shared.replay(p, same) and len(calls) == 1
+    shared.replay_fifo(p, s1)
+    shared.replay_fifo(p, reordered)  # the same placement: first come, first served alike
+    assert len(calls) == 2
+    shared.replay(p, reordered)
+    shared.replay(p, moved)
+    assert len(calls) == 4
+    assert shared.prioritized(g, p, s1, True, shared.replay(p, s1)) is \
+        shared.prioritized(g, p, same, True, shared.replay(p, same))

@@ -162,6 +162,9 @@ class Planning:
         self._built: dict[tuple[object, ...], tuple[Any, float, tuple[object, ...]]] = {}
         self._used: set[tuple[object, ...]] = set()
         self._fresh_s = 0.0  # seconds spent building since ``begin``
+        # id(schedule) -> (the schedule, its placement's number, its plan's: ``_plan_id``)
+        self._plans: dict[int, tuple[Schedule, int, int]] = {}
+        self._contents: dict[tuple[object, ...], int] = {}
 
     def _get(self, key: tuple[object, ...], build: Any, keep: tuple[object, ...] = ()) -> Any:
         self._used.add(key)
@@ -253,7 +256,7 @@ class Planning:
 
     def replayed_fifo(self, p: Problem, s: Schedule) -> bool:
         """Whether ``replay_fifo`` of ``s`` is known already (costs nothing)."""
-        return self._known(_replay_key(p, s, False))
+        return self._known(_replay_key(p, self._plan_id(s, False), False))
 
     def _replayed(self, p: Problem, s: Schedule, ordered: bool
                   ) -> tuple[tuple[float, float], list[float]]:
@@ -262,20 +265,33 @@ class Planning:
         def run() -> tuple[tuple[float, float], list[float]]:
             free, queued = replay_runs(p, s.device, s.order() if ordered else None)
             return (free.makespan, queued.makespan), free.start
-        return self._get(_replay_key(p, s, ordered), run, (p, s))
+        return self._get(_replay_key(p, self._plan_id(s, ordered), ordered), run, (p, s))
 
     def prioritized(self, g: Graph, p: Problem, s: Schedule, ordered: bool,
                     times: tuple[float, float]) -> Prioritized | None:
         """Schedule ``s`` of ``g`` (compiled as ``p``, replayed in ``times``) with its weight
         transfers ordered by need where that pays (``fastt.sched.transfer_order``); the
         strategies that finish the same schedule share it."""
-        return self._get(_prioritized_key(p, s, ordered), lambda: prioritize(
+        key = _prioritized_key(p, self._plan_id(s, ordered), ordered)
+        return self._get(key, lambda: prioritize(
             g, p, s.device, s.order(), ordered, self.compile_graph, times,
             self.transfer_priorities, self._replayed(p, s, ordered)[1]), (g, p, s))
 
     def was_prioritized(self, p: Problem, s: Schedule, ordered: bool) -> bool:
         """Whether ``prioritized`` of ``s`` is known already (costs nothing)."""
-        return self._known(_prioritized_key(p, s, ordered))
+        return self._known(_prioritized_key(p, self._plan_id(s, ordered), ordered))
+
+    def _plan_id(self, s: Schedule, ordered: bool) -> int:
+        """A number per distinct plan: ``s``'s placement, and with ``ordered`` its order;
+        equal for equal schedules, so that two strategies ending on the same plan (PipeDream's
+        one stage replicated on every device and TF-slim's data parallelism, on the same
+        replicas) replay it and order its transfers once."""
+        known = self._plans.get(id(s))
+        if known is None:  # s is kept with its numbers: its id stays its own
+            placed, planned = (self._contents.setdefault(c, len(self._contents))
+                               for c in (tuple(s.device), (tuple(s.device), tuple(s.order()))))
+            known = self._plans[id(s)] = (s, placed, planned)
+        return known[2] if ordered else known[1]
 
     def layout(self, layout: str) -> Start:
         """The data-parallel starting graph of ``layout`` over the devices; ``NoBatch`` or
@@ -417,11 +433,11 @@ def step_overhead(costs: CostSource) -> float:
     return float(known()) if known else 0.0
 
 
-def _replay_key(p: Problem, s: Schedule, ordered: bool) -> tuple:
-    """The cache key of ``Planning._replayed``."""
-    return ("replay" if ordered else "fifo", id(p), id(s))
+def _replay_key(p: Problem, plan: int, ordered: bool) -> tuple:
+    """The cache key of ``Planning._replayed`` (``plan``: ``Planning._plan_id``)."""
+    return ("replay" if ordered else "fifo", id(p), plan)
 
 
-def _prioritized_key(p: Problem, s: Schedule, ordered: bool) -> tuple:
-    """The cache key of ``Planning.prioritized``."""
-    return ("prioritized", id(p), id(s), ordered)
+def _prioritized_key(p: Problem, plan: int, ordered: bool) -> tuple:
+    """The cache key of ``Planning.prioritized`` (``plan``: ``Planning._plan_id``)."""
+    return ("prioritized", id(p), plan, ordered)
