@@ -29,7 +29,7 @@ class CostSource(Protocol):
     # Optional: ``transfer_cpu(src, dst) -> (sender share, receiver share[, sender seconds,
     # receiver seconds])``: the share of a transfer's time that the two devices' compute
     # streams spend on it, and the seconds of a call in a burst (``CommCostModel.burst_cpu``;
-    # default: the share of the latency) (default none);
+    # without them, the share of the latency); without the method, none;
     # ``step_overhead() -> seconds`` a step takes beyond its ops and transfers (default 0);
     # ``device_step(device) -> seconds`` a step pays to run anything on ``device`` (a remote
     # worker's call; default 0).
