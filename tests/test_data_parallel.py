@@ -109,6 +109,47 @@ def test_shape_n_folds_into_constants_behind_identity_n():
     assert f["use"].inputs[0].op == "s" and f["use"].inputs[0].index == 1
 
 
+def _ancestors(g, name):
+    seen, todo = set(), [name]
+    while todo:
+        for p in g.predecessors(todo.pop()):
+            if p not in seen:
+                seen.add(p)
+                todo.append(p)
+    return seen
+
+
+def test_a_folded_shape_keeps_a_penalty_on_a_reference_variable_before_its_update():
+    # tf.gradients seeds the backward pass with Fill(Shape(loss), 1): that is all that makes
+    # the L2 penalty, reading w's buffer through w/read (an alias of it), run before the
+    # update that overwrites the buffer in place. Folded, the Shape keeps it, as grappler does.
+    B = 8
+    g = Graph([
+        op("x", "Placeholder", out=((B, 4),)),
+        op("w", "VariableV2", out=((4, 3),), dtype="float32_ref", is_variable=True),
+        op("w/read", "Identity", ["w"], out=((4, 3),)),
+        op("h", "MatMul", ["x", "w/read"], out=((B, 3),)),
+        op("axes", "Const", out=((2,),), dtype="int32", attrs={"value": [0, 1]}),
+        op("data_loss", "Mean", ["h", "axes"], out=((),)),
+        op("penalty", "L2Loss", ["w/read"], out=((),)),
+        op("loss", "AddN", ["data_loss", "penalty"], out=((),)),
+        op("loss_shape", "Shape", ["loss"], out=((0,),), dtype="int32"),
+        op("one", "Const", out=((),)),
+        op("seed", "Fill", ["loss_shape", "one"], out=((),)),
+        op("dh", "Mul", ["seed", "h"], out=((B, 3),)),
+        op("dw_data", "MatMul", ["x", "dh"], out=((4, 3),), attrs={"transpose_a": True}),
+        op("dw_penalty", "Mul", ["seed", "w/read"], out=((4, 3),)),
+        op("dw", "AddN", ["dw_data", "dw_penalty"], out=((4, 3),)),
+        op("lr", "Const", out=((),)),
+        op("update", "ApplyGradientDescent", ["w", "lr", "dw"], out=((4, 3),),
+           dtype="float32_ref", stateful=True),
+    ])
+    assert "penalty" in _ancestors(g, "update")
+    dp = data_parallel(g, 2)
+    assert dp["loss_shape"].type == "Const" and "penalty" in _ancestors(dp, "update")
+    assert "penalty" in _ancestors(fold_static_shapes(g), "update")
+
+
 def test_a_join_is_not_priced_as_the_op_whose_name_it_carries():
     # The DP graph's join "dw" (an AddN of the replicas' partial sums) and the model graph's
     # own AddN "dw": one search compiles both, and each keeps its own cost.
