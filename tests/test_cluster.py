@@ -110,8 +110,10 @@ def test_example_trains_on_a_two_worker_cluster(tmp_path):
                              fastt_env={"FASTT_CLUSTER": cluster.spec})
         assert all(cluster.alive())
     assert loss == pytest.approx(plain_loss, rel=1e-3)
+    # strategy 1 trained and was measured (the run may close before the A-B-A decision)
     assert re.search(r"planning over 2 devices", err) and re.search(
-        r"fastt: (activated|rolled back) strategy 1 \(", err), err[-3000:]
+        r"fastt: ((activated|rolled back) strategy 1 \(|left strategy 1 \([^)]*\) "
+        r"unfinished: measured)", err), err[-3000:]
     dumps = sorted((tmp_path / "dump").glob("strategy-*"))
     assert dumps, err[-3000:]
     doc = json.loads((dumps[0] / "strategy.json").read_text())

