@@ -30,6 +30,7 @@ from fastt.sched.dpos import rank_u
 from fastt.sched.pipedream import layers, place_stages
 from fastt.sched.pipeline import Stage
 from fastt.sched.simulate import simulate_fifo
+from fastt.sched.osdpos import clock
 from fastt.sched.planning import Planning, data_parallel_fitting
 from fastt.sched.strategy import Strategy, plan
 from tf_patches import priority_executor
@@ -37,6 +38,9 @@ from tf_patches import priority_executor
 tf1 = tf.compat.v1
 
 STEPS = 5
+# OS-DPOS's searches end by then (its splits and hybrid plans, without a deadline up to 30 s
+# and 20 s: 69 s of ResNet-v2-50's case on 2 devices); forced splits are checked apart
+SEARCH_S = 10.0
 # The issue's eight models (and a small CNN), optimizers spread across them; small inputs.
 MODELS = {
     "mlp": ("sgd", {"batch_size": 8}),
@@ -106,6 +110,9 @@ def strategy(ir, m, D, mode):
     if mode == "splits":
         return plan(ir, ds.devices, costs, "dpos", fetches=fetches,
                     splits=forced_splits(ir, m, D))
+    if mode == "os-dpos":  # what it plans is checked here, not how long it searched
+        return plan(ir, ds.devices, costs, mode, shared=Planning(
+            ir, ds.devices, costs, fetches=fetches, deadline=clock() + SEARCH_S))
     return plan(ir, ds.devices, costs, mode, fetches=fetches)
 
 
