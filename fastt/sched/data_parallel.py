@@ -112,10 +112,9 @@ def fold_static_shapes(graph: Graph, batch: dict[str, tuple[TensorRef, int, int]
             if carried is None:
                 value = list(sh) if op.type in ("Shape", "ShapeN") else \
                     (math.prod(sh) if op.type == "Size" else len(sh))
-                # the tensor's producer stays before it (as grappler keeps it): the gradient
-                # seed Fill(Shape(loss)) is what orders a loss reading a reference variable
-                # (an L2 penalty on ``w/read``, an alias of the buffer) before the update
-                # that overwrites it in place
+                # the tensor's producer stays before it, as grappler keeps it: a Shape can
+                # be all that orders it before what reads the shape (Fill(Shape(loss)) the
+                # loss, and a penalty on a variable in it, before the variable's update)
                 after = op.control_inputs + (() if ref.op in op.control_inputs else (ref.op,))
                 made.append(Op(name=name, type="Const", outputs=(TensorSpec(t.dtype, t.shape),),
                                control_inputs=after, device=op.device,

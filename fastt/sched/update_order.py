@@ -29,14 +29,15 @@ def variable_reads(graph: Graph) -> dict[str, set[str]]:
         ref = bool(var.outputs) and var.outputs[0].dtype.endswith("_ref")
         todo = [e.dst for e in graph.consumers(var.name)
                 if graph[e.dst].type in READS and not writes_variable(graph[e.dst])]
-        aliases: set[str] = set()
+        aliases: set[str] = set()  # READS are aliasing types too
         while todo:
             name = todo.pop()
-            op = graph[name]
-            if ref and (name not in aliases) and (op.type in READS or op.type in ALIASING_TYPES):
-                aliases.add(name)
-                todo += [e.dst for e in graph.consumers(name) if not writes_variable(graph[e.dst])]
-            elif name not in aliases:
+            if ref and graph[name].type in ALIASING_TYPES:
+                if name not in aliases:
+                    aliases.add(name)
+                    todo += [e.dst for e in graph.consumers(name)
+                             if not writes_variable(graph[e.dst])]
+            else:
                 out[name].add(var.name)
     return dict(out)
 
@@ -48,13 +49,15 @@ def variable_updates(graph: Graph) -> dict[str, str]:
 
 
 def reads_before_updates(graph: Graph) -> set[tuple[str, str]]:
-    """(read, update) of the same variable where the read is an ancestor of the update.
-    One pass in topological order, each op's ancestor reads a bit set: O(V + E) unions of
-    at most as many bits as reads."""
-    reads = variable_reads(graph)
+    """(read, update) of the same variable where the read is an ancestor of the update."""
+    return _orders(graph, _by_variable(variable_reads(graph)))
+
+
+def _orders(graph: Graph, of_var: dict[str, list[str]]) -> set[tuple[str, str]]:
+    """``reads_before_updates`` given each variable's reads. One pass in topological order,
+    each op's ancestor reads a bit set: O(V + E) unions of at most as many bits as reads."""
     updates = variable_updates(graph)
-    bit = {name: 1 << i for i, name in enumerate(reads)}
-    of_var = _by_variable(reads)
+    bit = {name: 1 << i for i, name in enumerate({r for rs in of_var.values() for r in rs})}
     seen: dict[str, int] = {}
     pairs: set[tuple[str, str]] = set()
     for name in graph.topological_order():
@@ -75,8 +78,8 @@ def lost_update_orders(original: Graph, rewritten: Graph) -> list[tuple[str, str
     before = reads_before_updates(original)
     if not before:
         return []
-    kept = reads_before_updates(rewritten)
     of_var = _by_variable(variable_reads(rewritten))
+    kept = _orders(rewritten, of_var)
 
     def origin(name: str) -> str:
         return rewritten[name].meta.origin or name
@@ -88,9 +91,9 @@ def lost_update_orders(original: Graph, rewritten: Graph) -> list[tuple[str, str
                   if (r, u) not in kept and (origin(r), origin(u)) in before and not dead(r))
 
 
-def _by_variable(reads: dict[str, set[str]]) -> dict[str, list[str]]:
+def _by_variable(reads: dict[str, set[str]]) -> defaultdict[str, list[str]]:
     """Variable -> the ops that read it."""
-    out: dict[str, list[str]] = defaultdict(list)
+    out: defaultdict[str, list[str]] = defaultdict(list)
     for name, variables in reads.items():
         for v in variables:
             out[v].append(name)
