@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import time
 from typing import Any, Callable
 
@@ -87,15 +88,49 @@ def keeps_candidate(kept: Callable[[], object], candidate: Callable[[], object],
     return {**v.as_dict(), "keep": v.verdict == "faster", "steps": len(a)}
 
 
-def previous_full_run(path: str) -> dict | None:
+def cpu_model() -> str:
+    """The processor's name as the kernel reports it (``/proc/cpuinfo``), else Python's guess:
+    measured times are only comparable on one model (AlexNet's step on one core took 0.55 s
+    on one x86_64 host of this project and 2.3 s on another)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> str:
+    """What timings were measured on: processor, cores, Python."""
+    return (f"{cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, Python "
+            f"{platform.python_version()}")
+
+
+def previous_full_run(path: str, cpu: str | None = None) -> dict | None:
     """The results of an earlier full (not ``--quick``) run at ``path``, to update model by
-    model; None when there is none."""
+    model; None when there is none, or (``cpu``: a run of measured times) when it was not
+    measured on a processor of that name: rows of two machines would share one table."""
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except (OSError, ValueError):
         return None
-    return None if doc.get("meta", {}).get("quick") else doc
+    meta = doc.get("meta", {})
+    if meta.get("quick") or (cpu is not None and not measured_on(meta, cpu, path)):
+        return None
+    return doc
+
+
+def measured_on(meta: dict, cpu: str, what: str) -> bool:
+    """Whether the run of ``meta`` (``what``: where it is kept) was measured on processor
+    ``cpu``; says so when not (its rows are then not updated: two machines in one table)."""
+    if meta.get("cpu") == cpu:
+        return True
+    print(f"{what}: measured on {meta.get('cpu') or 'an unrecorded processor'}, not on this "
+          f"{cpu}: a new run starts instead of updating its rows", flush=True)
+    return False
 
 
 def with_row(rows: list[dict], row: dict, order: list[str]) -> list[dict]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -28,6 +27,7 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common import machine  # noqa: E402
 from fastt.errors import FasttError  # noqa: E402
 from fastt.sched import Device, Problem, baselines, dpos  # noqa: E402
 from fastt.sched.bounds import c_max  # noqa: E402
@@ -201,8 +201,7 @@ def main() -> None:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         graphs += [coarsened(m, spec) for m in ("lenet", "alexnet", "vgg_19")
                    for spec in ("2xV100", "4xV100")]
-    doc = {"meta": {"machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
-                               f"{platform.python_version()}",
+    doc = {"meta": {"machine": machine(),
                     "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     "time_limit_s": args.time_limit, "quick": args.quick}, "rows": []}
     for name, p in graphs:

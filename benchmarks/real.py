@@ -55,8 +55,8 @@ import tensorflow as tf  # noqa: E402
 
 from benchmarks import models as zoo_models  # noqa: E402
 from benchmarks import mwms  # noqa: E402
-from benchmarks.common import block, keeps_candidate, previous_full_run, real_arguments, \
-    training_session, with_row, write_json  # noqa: E402
+from benchmarks.common import block, cpu_model, keeps_candidate, previous_full_run, \
+    real_arguments, training_session, with_row, write_json  # noqa: E402
 
 from fastt.adapters.engine import Engine  # noqa: E402
 from fastt.cluster import LocalCluster  # noqa: E402
@@ -229,9 +229,10 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(COSTS, exist_ok=True)
     path = os.path.join(args.out, "real.json")
-    doc = previous_full_run(path) if args.models and not args.quick else None
+    cpu = cpu_model()
+    doc = previous_full_run(path, cpu) if args.models and not args.quick else None
     doc = doc or {"meta": {"python": platform.python_version(), "tensorflow": tf.__version__,
-                           "cpus": os.cpu_count(), "workers": 2, "cores_per_worker": 1,
+                           "cpu": cpu, "cpus": os.cpu_count(), "workers": 2, "cores_per_worker": 1,
                            "steps_per_block": steps, "repeats": repeats, "quick": args.quick,
                            "load_average_at_start": os.getloadavg()[0]},
                   "rows": []}

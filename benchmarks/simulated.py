@@ -24,7 +24,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import models as zoo_models  # noqa: E402
-from benchmarks.common import previous_full_run, with_row, write_json  # noqa: E402
+from benchmarks.common import cpu_model, previous_full_run, with_row, write_json  # noqa: E402
 
 from fastt.sched.registry import STRATEGIES  # noqa: E402
 
@@ -152,7 +152,8 @@ def main() -> None:
     path = os.path.join(args.out, "simulated.json")
     doc = previous_full_run(path) if args.models and not args.quick and not args.devices \
         else None
-    doc = doc or {"meta": {"python": platform.python_version(), "cpus": os.cpu_count(),
+    doc = doc or {"meta": {"python": platform.python_version(), "cpu": cpu_model(),
+                           "cpus": os.cpu_count(),
                            "quick": args.quick, "strategies": list(STRATEGIES),
                            "metric": "simulated step time, one transfer at a time per link "
                                      "direction"},

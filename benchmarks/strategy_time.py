@@ -13,7 +13,6 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -21,6 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.common import machine  # noqa: E402
 from fastt.sched import Device, Problem, dpos  # noqa: E402
 
 TARGET_DPOS_100K_8 = 5.0
@@ -136,8 +136,7 @@ def main() -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sizes = [1000, 10000] if args.quick else [1000, 10000, 100000]
     models = args.models[:1] if args.quick else args.models
-    result = {"machine": f"{platform.processor() or platform.machine()}, "
-                         f"{os.cpu_count()} cores, Python {platform.python_version()}",
+    result = {"machine": machine(),
               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "devices": 8,
               "dpos": bench_dpos(sizes, [2, 4, 8], args.repeats),
               "osdpos": bench_osdpos(models, 8)}

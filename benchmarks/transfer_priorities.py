@@ -36,8 +36,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 from benchmarks import models as zoo_models  # noqa: E402
-from benchmarks.common import block, previous_full_run, real_arguments, with_row, \
-    write_json  # noqa: E402
+from benchmarks.common import block, cpu_model, measured_on, previous_full_run, \
+    real_arguments, with_row, write_json  # noqa: E402
 from benchmarks.real import Run, profile_into  # noqa: E402
 
 from fastt.adapters.engine import Engine  # noqa: E402
@@ -170,12 +170,15 @@ def main() -> None:
     logging.getLogger("fastt").setLevel(logging.ERROR)
     tf1.disable_eager_execution()
     path = os.path.join(args.out, "transfer_priorities.json")
+    cpu = cpu_model()
     whole = previous_full_run(path) or {}
     part = "simulated" if args.simulated else "real"
     doc = whole.get(part) if args.models and not args.quick else None
+    if doc is not None and part == "real" and not measured_on(doc.get("meta", {}), cpu, path):
+        doc = None
     steps, repeats = (3, 3) if args.quick else (args.steps, max(args.repeats, 3))
     doc = doc or {"meta": {"python": platform.python_version(), "tensorflow": tf.__version__,
-                           "cpus": os.cpu_count(), "steps_per_block": steps,
+                           "cpu": cpu, "cpus": os.cpu_count(), "steps_per_block": steps,
                            "repeats": repeats}, "rows": []}
     doc["meta"]["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     os.makedirs(args.out, exist_ok=True)

@@ -69,6 +69,20 @@ def test_rerunning_some_models_updates_their_rows_of_a_full_run(tmp_path):
     assert previous_full_run(path) is None  # a smoke run is never updated into a full one
 
 
+def test_a_run_of_measured_times_is_not_updated_on_another_processor(tmp_path, capsys):
+    from benchmarks.common import cpu_model, previous_full_run, write_json
+    path = str(tmp_path / "real.json")
+    here = cpu_model()
+    assert here
+    write_json(path, {"meta": {"quick": False, "cpu": here}, "rows": [{"model": "a"}]})
+    assert previous_full_run(path, here)["rows"] == [{"model": "a"}]
+    for meta in ({"quick": False, "cpu": here + " (another)"}, {"quick": False}):
+        write_json(path, {"meta": meta, "rows": [{"model": "a"}]})
+        assert previous_full_run(path, here) is None
+        assert "a new run starts" in capsys.readouterr().out
+        assert previous_full_run(path)["rows"] == [{"model": "a"}]  # simulated: any machine
+
+
 def test_the_ranking_is_kendalls_tau_of_predicted_against_measured():
     measured = {"a": 1.0, "b": 2.0, "c": 3.0}
     rows = [{"model": "same", "step_s": measured, "predicted_s": {"a": 1, "b": 5, "c": 9},
