@@ -21,7 +21,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import models as zoo_models  # noqa: E402
-from benchmarks.common import machine  # noqa: E402
+from benchmarks.common import cpu_model, machine, measured_on  # noqa: E402
 from benchmarks.simulated import STRONG, WEAK, gpus  # noqa: E402
 
 TARGET_S = 60.0
@@ -102,10 +102,8 @@ def main() -> None:
     specs = args.devices or (STRONG if args.scaling == "strong" else WEAK)
     path = os.path.join(args.out, "plan_time.json")
     old = json.load(open(path)) if os.path.exists(path) else {"rows": []}
-    here = machine()
-    if old["rows"] and old.get("meta", {}).get("machine") != here:
-        print(f"{path}: timed on {old.get('meta', {}).get('machine')}, not on {here}: its rows "
-              "are not kept", flush=True)
+    cpu = cpu_model()
+    if old["rows"] and not measured_on(old.get("meta", {}), cpu, path):
         old = {"rows": []}
     done: dict[tuple[str, str, str], dict] = {
         (r["model"], r["devices"], r["scaling"]): r for r in old["rows"]}
@@ -127,7 +125,7 @@ def main() -> None:
             print(f"{name:>12} {spec:>9}: load {r['load_s']:5.1f} s, strategies "
                   f"{r['strategies_s']:6.1f} s (os-dpos {r['os_dpos_s']:6.1f} s), total "
                   f"{r['total_s']:6.1f} s", flush=True)
-            meta = {"machine": here,
+            meta = {"machine": machine(), "cpu": cpu,
                     "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
             rows = sorted(done.values(), key=lambda r: (
                 [m.name for m in zoo_models.SIMULATED].index(r["model"]), r["scaling"],

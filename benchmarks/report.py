@@ -232,9 +232,8 @@ def real_section(real: dict, out: str) -> list[str]:
     lines = ["## Real testbed (2 TensorFlow gRPC workers on 127.0.0.1, one core each)", "",
              f"Samples/second, median of {meta['repeats']} rotating blocks of "
              f"{meta['steps_per_block']} steps per variant, all variants in one run "
-             f"(TensorFlow {meta['tensorflow']}"
-             + (f", {meta['cpu']}" if meta.get("cpu") else "") + "; 1-minute load average at the "
-             f"start: "
+             f"(TensorFlow {meta['tensorflow']}{', ' + meta['cpu'] if meta.get('cpu') else ''}; "
+             f"1-minute load average at the start: "
              f"{meta.get('load_average_at_start', float('nan')):.1f}). "
              "`one worker` is the original graph as the "
              "user's script runs it; `fastt` is OS-DPOS planned from profiled costs, its order "
