@@ -159,5 +159,13 @@ def test_gpus_of_one_process_sum_each_bucket_with_nccl_on_a_stream_of_its_own():
     assert p.stream[i] == 1 and p.stream.count(1) == n
     latency, per_byte = ds.link(ds.devices[0].name, ds.devices[1].name)
     assert p.w[i][0] == pytest.approx(2 * (n - 1) * (latency + per_byte * F * F * 4 / n))
+
+    class Bent(StaticCosts):  # links 1e-9 s dearer per byte past 16 bytes
+        def link_knee(self, src, dst):
+            return (16.0, 1e-9)
+    bent = Problem.from_graph(g, ds.devices, Bent({}, ds))
+    chunk = F * F * 4 / n
+    assert bent.w[i][0] == pytest.approx(2 * (n - 1) * (latency + per_byte * chunk
+                                                         + 1e-9 * (chunk - 16)))
     assert planning.nccl(ds.devices) and not planning.nccl(parse("2xCPU").devices)
     assert not planning.nccl(parse("2x2xV100").devices)  # two servers: the graph's ring

@@ -5,6 +5,7 @@ import pytest
 
 from fastt.costs import CommCostModel, ComputeCostModel, CostModels, MemoryModel
 from fastt.costs.comm import PROBED
+from fastt.costs.source import ModelCosts
 from fastt.errors import CostModelError
 from fastt.ir import Graph, TensorRef
 from fastt.profiler import ComputeSample, TransferSample
@@ -103,6 +104,41 @@ def test_comm_fit_of_the_probes_points_alone_is_their_median_line():
     unprobed.update([TransferSample(G0, G1, n, 50e-6 + n / 4e9) for n in sizes])
     unprobed.set_cpu_share(G0, G1, 0.5, 1.0)
     assert unprobed.fit(G0, G1).slope == pytest.approx(1 / 4e9, rel=0.05)
+
+
+def test_comm_fit_of_probed_points_that_bend_is_a_hinge_and_of_a_line_none():
+    # Between two single-core gRPC workers the cost per byte grew past 16 MiB (14.7 ms at
+    # 16 MiB, 118.9 at 64): the probe's sizes to 64 MiB, each byte past 16 MiB 1 ns dearer
+    MiB = 2 ** 20
+    sizes = [4 ** k * 1024 for k in range(8)] + [32 * MiB, 64 * MiB]
+    bent = [100e-6 + n / 2e9 + max(n - 16 * MiB, 0) / 1e9 for n in sizes]
+    m = CommCostModel()
+    m.update(TransferSample(G0, G1, n, t, PROBED) for n, t in zip(sizes, bent))
+    fit = m.fit(G0, G1)
+    assert fit.knee == 16 * MiB and fit.extra == pytest.approx(1e-9, rel=0.02)
+    assert fit.slope == pytest.approx(1 / 2e9, rel=0.02)
+    assert fit.predict(64 * MiB) == pytest.approx(bent[-1], rel=0.01)
+    assert fit.predict(4 * MiB) == pytest.approx(bent[6], rel=0.01)
+    costs = ModelCosts(CostModels(comm=m))
+    assert costs.link_knee(G0, G1) == (16 * MiB, pytest.approx(1e-9, rel=0.02))
+    again = CostModels.from_dict(json.loads(json.dumps(CostModels(comm=m).to_dict())))
+    assert again.comm.fit(G0, G1).knee == 16 * MiB
+    # a line with one point 30% off (a repeat that caught load) keeps the line
+    straight = [100e-6 + n / 2e9 for n in sizes]
+    straight[-2] *= 1.3
+    line = CommCostModel()
+    line.update(TransferSample(G0, G1, n, t, PROBED) for n, t in zip(sizes, straight))
+    assert line.fit(G0, G1).extra == 0 and line.fit(G0, G1).knee == float("inf")
+    assert ModelCosts(CostModels(comm=line)).link_knee(G0, G1) == (float("inf"), 0.0)
+    # per byte cheaper for large sizes (concave): a line too
+    concave = CommCostModel()
+    concave.update(TransferSample(G0, G1, n, 100e-6 + n / 2e9 - max(n - 16 * MiB, 0) / 8e9,
+                                  PROBED) for n in sizes)
+    assert concave.fit(G0, G1).extra == 0
+    # traced transfers are fitted by a line, whatever their shape
+    traced = CommCostModel()
+    traced.update(TransferSample(G0, G1, n, t) for n, t in zip(sizes, bent))
+    assert traced.fit(G0, G1).extra == 0
 
 
 def test_comm_refits_on_new_samples_and_falls_back():

@@ -87,7 +87,7 @@ def test_colocation_and_memory_are_hard():
         dpos(Problem.build(2, [], [[1], [1]], [Device("/gpu:0", 10)], mem=[8, 8]))
 
 
-def random_problem(rnd, homogeneous, memory=False):
+def random_problem(rnd, homogeneous, memory=False, hinged=False):
     n, D = rnd.randint(2, 8), rnd.randint(2, 3)
     edges = [(i, j, rnd.uniform(0, 1e6)) for i in range(n) for j in range(i + 1, n)
              if rnd.random() < 0.35]
@@ -102,8 +102,12 @@ def random_problem(rnd, homogeneous, memory=False):
     group = list(range(n))
     if memory and n > 3:
         group[n - 1] = group[n - 2] = n - 2  # one colocated pair
+    bends = {}
+    if hinged:  # links that cost more per byte past a knee (fastt.costs.comm)
+        bends = {"knee": [[rnd.uniform(0, 1e6) for _ in range(D)] for _ in range(D)],
+                 "extra": [[rnd.uniform(0, 6e-6) for _ in range(D)] for _ in range(D)]}
     return Problem.build(n, edges, w, devs(D, cap), intercept=intercept, slope=slope,
-                         mem=mem, group=group)
+                         mem=mem, group=group, **bends)
 
 
 def test_theorem_1_on_300_random_dags():

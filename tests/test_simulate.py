@@ -23,6 +23,27 @@ def test_replaying_dpos_reproduces_its_finish_time():
         assert r.start == pytest.approx(s.start)
 
 
+def test_links_that_bend_past_a_knee_price_every_transfer_alike():
+    # 3 bytes over a link of 0.5 s + 1 s/byte, 4 s more per byte past 2 bytes: 7.5 s
+    p = Problem.build(2, [(0, 1, 3.0)], [[1, 1], [1, 1]], devs(2), intercept=0.5, slope=1.0,
+                      knee=2.0, extra=4.0)
+    assert p.comm(0, 0, 1) == 7.5 and p.transfer(0, 1, 1.0) == 1.5 and p.max_comm() == [7.5]
+    assert simulate(p, [0, 1], [[0], [1]]).makespan == 1 + 7.5 + 1
+    # the dearest of two kinds of links, edge by edge: a steeper line below the knee, the
+    # bent one past it
+    steep = [[0, 2.0], [0.5, 0]]
+    both = Problem.build(3, [(0, 1, 1.0), (0, 2, 4.0)], [[1, 1]] * 3, devs(2),
+                         intercept=0.5, slope=steep, knee=2.0, extra=[[0, 0], [4.0, 0]])
+    assert both.max_comm() == [2.5, 10.5]
+    # DPOS prices them as the simulator does: replaying its schedule reproduces it
+    rnd = random.Random(5)
+    for _ in range(200):
+        q = random_problem(rnd, homogeneous=rnd.random() < 0.5, hinged=True)
+        s = dpos(q)
+        r = simulate(q, s.device, s.device_orders(q.num_devices), link_concurrency=None)
+        assert r.makespan == pytest.approx(s.makespan)
+
+
 def test_link_contention_serialises_transfers_per_direction():
     # a (0..1 on dev0) feeds b and c on dev1 with 2 distinct tensors of 2 s each.
     p = Problem.build(3, [(0, 1, 2.0), (0, 2, 2.0)], [[1, 1], [1, 1], [1, 1]], devs(2),

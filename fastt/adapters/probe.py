@@ -21,7 +21,7 @@ from fastt.adapters.runner import traced_run
 from fastt.adapters.tf_import import from_tf_graph
 from fastt.costs import CommCostModel, CostModels
 from fastt.costs.comm import PROBED
-from fastt.devices import canonical
+from fastt.devices import canonical, same_process
 from fastt.errors import CostModelError
 from fastt.profiler import TransferSample, profile
 
@@ -29,17 +29,22 @@ log = logging.getLogger("fastt")
 _tf1 = tf.compat.v1
 
 DEFAULT_SIZES = tuple(4 ** k * 1024 for k in range(8))  # 1 KiB .. 16 MiB
+# between processes, beyond: where a transfer's cost per byte may grow (``fastt.costs.comm``)
+LARGE_SIZES = (32 * 2 ** 20, 64 * 2 ** 20)
 LINEAR = 0.9  # r2 of a sweep's points that lie on a line; below, the sweep is taken again
 ATTEMPTS = 3
 
 
 def probe_pair(src: str, dst: str, target: str = "", config: Any = None,
-               sizes: Sequence[int] = DEFAULT_SIZES, repeats: int = 7) -> list[TransferSample]:
+               sizes: Sequence[int] | None = None, repeats: int = 7) -> list[TransferSample]:
     """Transfer samples from ``src`` to ``dst`` (full device names) for every size, ``repeats``
-    times each, through a session on ``target`` ("" = in-process) with ``config``. A sweep
+    times each, through a session on ``target`` ("" = in-process) with ``config``; default
+    sizes ``DEFAULT_SIZES``, and ``LARGE_SIZES`` between processes. A sweep
     whose points do not lie on a line (r2 under ``LINEAR``: a burst of other load through
     most of its repeats; 1 sweep in 20 here, its smallest sizes at 0.5-0.7 ms instead of 0.1)
     is taken again, up to ``ATTEMPTS`` times; the most linear is kept."""
+    if sizes is None:
+        sizes = DEFAULT_SIZES + (() if same_process(src, dst) else LARGE_SIZES)
     best: tuple[float, list[TransferSample]] | None = None
     for _ in range(ATTEMPTS):
         samples = _sweep(src, dst, target, config, sizes, repeats)

@@ -1,4 +1,5 @@
-"""Communication cost model: transfer time = intercept + slope * bytes, per device pair.
+"""Communication cost model: transfer time = intercept + slope * bytes, per device pair (past a
+knee, a second slope: see below).
 
 One linear fit per (src, dst) pair, refitted when new samples arrive (FastT, section 4): the
 fit captures each path's bandwidth and latency. The fit is a lower-decile regression
@@ -23,9 +24,17 @@ single-core workers here, against a latency of 0.13 ms and shares of 0.6-1.0. In
 0.02-0.04 ms (``burst_cpu``, probed): charged the whole share, the ~160 small tensors of
 data parallelism with its variables on one worker (Inception-like) took 28 ms of the two
 cores, and the step was predicted at 54 ms where it measured 42.
+A probed pair whose large sizes cost more per byte than its small ones gets a hinge: past a
+knee (one of the probed sizes), each byte costs ``extra`` more. Between two single-core gRPC
+workers here an idle link moved 16 MiB in 14.7 ms, 32 MiB in 40.2 and 64 MiB in 118.9 (the
+line through 1 KiB-16 MiB put 64 MiB at 30-36 ms); AlexNet's 64 MiB gradients took 71-145 ms
+in training. The hinge is kept only where the probe's points support it: at least
+``KNEE_POINTS`` sizes past the knee, and ``KNEE_GAIN`` less summed relative error than the
+line. Traced samples are fitted by a line only.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable
@@ -38,29 +47,74 @@ from fastt.profiler import TransferSample
 Pair = tuple[str, str]
 QUANTILE = 0.1
 PROBED = "probe"  # TransferSample.tensor of the link probe's samples (fastt.adapters.probe)
+KNEE_POINTS = 2  # probed sizes past a knee, at least
+KNEE_GAIN = 1 / 3  # the least share of the line's summed relative error a hinge must remove
 
 
-def _r2(x: np.ndarray, y: np.ndarray, slope: float, intercept: float) -> float:
-    """Coefficient of determination of the line on (x, y)."""
+def _r2(x: np.ndarray, y: np.ndarray, predicted: np.ndarray) -> float:
+    """Coefficient of determination of the predictions on (x, y)."""
     ss = float(((y - y.mean()) ** 2).sum())
-    res = float(((y - intercept - slope * x) ** 2).sum())
+    res = float(((y - predicted) ** 2).sum())
     return 1.0 - res / ss if ss > 0 else 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class LinkFit:
-    """``seconds = intercept + slope * bytes`` for one pair, with its quality of fit."""
+    """``seconds = intercept + slope * bytes + extra * max(bytes - knee, 0)`` for one pair,
+    with its quality of fit (no knee: ``knee`` infinite, ``extra`` 0)."""
     slope: float  # seconds per byte
     intercept: float  # seconds
     r2: float
     samples: int
+    knee: float = math.inf  # bytes
+    extra: float = 0.0  # seconds per byte past the knee
 
     @property
     def bandwidth_bytes_per_s(self) -> float:
         return 1.0 / self.slope if self.slope > 0 else float("inf")
 
     def predict(self, nbytes: float) -> float:
-        return max(self.intercept + self.slope * nbytes, 0.0)
+        return max(transfer_seconds(self.intercept, self.slope, self.knee, self.extra, nbytes),
+                   0.0)
+
+
+def transfer_seconds(intercept: float, slope: float, knee: float, extra: float,
+                     nbytes: float) -> float:
+    """A link's time for ``nbytes``: its line, plus ``extra`` per byte past ``knee``."""
+    t = intercept + slope * nbytes
+    return t + extra * (nbytes - knee) if nbytes > knee else t
+
+
+def _median_fit(x: np.ndarray, y: np.ndarray, knee: float | None = None
+                ) -> tuple[float, float, float, float]:
+    """The median line on relative errors (with ``knee``, the hinge), as (intercept, slope,
+    extra, summed relative error)."""
+    from sklearn.linear_model import QuantileRegressor
+    scale = float(np.abs(x).max()) or 1.0
+    features = x[:, None] / scale
+    if knee is not None:
+        features = np.column_stack([features[:, 0], np.maximum(x - knee, 0.0) / scale])
+    w = 1.0 / np.maximum(y, 1e-9)
+    reg = QuantileRegressor(quantile=0.5, alpha=0.0, solver="highs").fit(features, y,
+                                                                        sample_weight=w)
+    coef = [float(c) / scale for c in reg.coef_]
+    error = float((np.abs(y - reg.predict(features)) * w).sum())
+    return float(reg.intercept_), coef[0], (coef[1] if knee is not None else 0.0), error
+
+
+def _probed_fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float, float]:
+    """(intercept, slope, knee, extra) of probed points: the median line on relative errors
+    (small sizes set the latency, large ones the bandwidth, and one odd point moves neither),
+    or the hinge on it that fits best where it removes ``KNEE_GAIN`` of the line's error, with
+    ``KNEE_POINTS`` sizes past its knee and the line's bandwidth below it."""
+    intercept, slope, _, error = _median_fit(x, y)
+    best = (intercept, slope, math.inf, 0.0)
+    sizes = np.unique(x)
+    for knee in sizes[3:len(sizes) - KNEE_POINTS]:  # 4 sizes at least up to the knee
+        i, s, extra, e = _median_fit(x, y, float(knee))
+        if extra > 0 and s > 0 and e <= (1 - KNEE_GAIN) * error:
+            error, best = e, (i, s, float(knee), extra)
+    return best
 
 
 class CommCostModel:
@@ -109,17 +163,18 @@ class CommCostModel:
             if len(data) < self.min_samples or np.ptp(x) == 0:
                 self._fits.pop(pair, None)
                 continue
-            scale = float(np.abs(x).max()) or 1.0  # bytes in units of the largest: well posed
+            knee, extra = math.inf, 0.0
             if traced:
+                scale = float(np.abs(x).max()) or 1.0  # bytes in units of the largest
                 reg = QuantileRegressor(quantile=QUANTILE, alpha=0.0, solver="highs").fit(
                     x / scale, y)
-            else:  # the median line on relative errors: small sizes set the latency, large
-                # ones the bandwidth, and one odd point moves neither
-                reg = QuantileRegressor(quantile=0.5, alpha=0.0, solver="highs").fit(
-                    x / scale, y, sample_weight=1.0 / np.maximum(y, 1e-9))
-            slope, intercept = float(reg.coef_[0]) / scale, float(reg.intercept_)
-            self._fits[pair] = LinkFit(slope, intercept, _r2(x[:, 0], y, slope, intercept),
-                                       len(data))
+                slope, intercept = float(reg.coef_[0]) / scale, float(reg.intercept_)
+            else:
+                intercept, slope, knee, extra = _probed_fit(x[:, 0], y)
+            predicted = np.array([transfer_seconds(intercept, slope, knee, extra, b)
+                                  for b in x[:, 0]])
+            self._fits[pair] = LinkFit(slope, intercept, _r2(x[:, 0], y, predicted),
+                                       len(data), knee, extra)
         self._dirty.clear()
 
     def fit(self, src: str, dst: str) -> LinkFit | None:
@@ -142,9 +197,12 @@ class CommCostModel:
         if own is not None or not self._fits:
             return own
         fits = list(self._fits.values())
+        knees = [f.knee for f in fits if f.extra > 0]
         return LinkFit(sum(f.slope for f in fits) / len(fits),
                        sum(f.intercept for f in fits) / len(fits),
-                       min(f.r2 for f in fits), 0)
+                       min(f.r2 for f in fits), 0,
+                       sum(knees) / len(knees) if knees else math.inf,
+                       sum(f.extra for f in fits) / len(fits))
 
     def set_cpu_share(self, src: str, dst: str, send: float, recv: float,
                       send_s: float = 0.0, recv_s: float = 0.0) -> None:
@@ -193,7 +251,9 @@ class CommCostModel:
                            "probed": [list(p) for p in self._probed.get((s, d), ())]}
                           for (s, d) in sorted(self.pairs())],
                 "fits": [{"src": s, "dst": d, "slope_s_per_byte": f.slope,
-                          "intercept_s": f.intercept, "r2": f.r2, "samples": f.samples}
+                          "intercept_s": f.intercept, "r2": f.r2, "samples": f.samples,
+                          "knee_bytes": f.knee if f.extra > 0 else None,
+                          "extra_s_per_byte": f.extra}
                          for (s, d), f in self.fits().items()],
                 "cpu_share": [{"src": s, "dst": d, "send": a, "recv": b,
                                "send_s": self._cpu_s[(s, d)][0],

@@ -9,6 +9,7 @@ measured under their own name keep their measured time.
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Sequence
 
@@ -101,6 +102,10 @@ class DerivedCosts:
 
     def link(self, src: str, dst: str) -> tuple[float, float]:
         return self.base.link(src, dst)
+
+    def link_knee(self, src: str, dst: str) -> tuple[float, float]:
+        knee = getattr(self.base, "link_knee", None)
+        return knee(src, dst) if knee else (math.inf, 0.0)
 
     def transfer_cpu(self, src: str, dst: str) -> tuple[float, float]:
         share = getattr(self.base, "transfer_cpu", None)

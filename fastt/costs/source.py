@@ -9,6 +9,7 @@ simulator read (they depend on it only). The sources:
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Mapping, Protocol
 
 if TYPE_CHECKING:
@@ -32,7 +33,8 @@ class CostSource(Protocol):
     # without them, the share of the latency); without the method, none;
     # ``step_overhead() -> seconds`` a step takes beyond its ops and transfers (default 0);
     # ``device_step(device) -> seconds`` a step pays to run anything on ``device`` (a remote
-    # worker's call; default 0).
+    # worker's call; default 0); ``link_knee(src, dst) -> (bytes, seconds per byte)``: past
+    # those bytes the path costs that much more per byte (default: never).
 
 
 class ModelCosts:
@@ -47,6 +49,10 @@ class ModelCosts:
     def link(self, src: str, dst: str) -> tuple[float, float]:
         fit = self.models.comm.link(src, dst)
         return (0.0, 0.0) if fit is None else (max(fit.intercept, 0.0), max(fit.slope, 0.0))
+
+    def link_knee(self, src: str, dst: str) -> tuple[float, float]:
+        fit = self.models.comm.link(src, dst)
+        return (math.inf, 0.0) if fit is None or fit.extra <= 0 else (fit.knee, fit.extra)
 
     def transfer_cpu(self, src: str, dst: str) -> tuple[float, float, float, float]:
         return (*self.models.comm.cpu_share(src, dst), *self.models.comm.burst_cpu(src, dst))

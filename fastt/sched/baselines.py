@@ -54,10 +54,13 @@ def heft(p: Problem) -> Schedule:
     D = p.num_devices
     wbar = [sum(r) / D for r in p.w]
     pairs = [(a, b) for a in range(D) for b in range(D) if a != b]
-    # the mean of the pairs' lines intercept + slope * bytes is the line of their means
-    mean_i = sum(p.intercept[a][b] for a, b in pairs) / len(pairs) if pairs else 0.0
-    mean_s = sum(p.slope[a][b] for a, b in pairs) / len(pairs) if pairs else 0.0
-    cbar = [mean_i + mean_s * nbytes for nbytes in p.edge_bytes]
+    if p.hinged():  # links that bend: the mean of the pairs' costs, edge by edge
+        cbar = [sum(p.transfer(a, b, nbytes) for a, b in pairs) / len(pairs)
+                for nbytes in p.edge_bytes]
+    else:  # the mean of the pairs' lines intercept + slope * bytes is the line of their means
+        mean_i = sum(p.intercept[a][b] for a, b in pairs) / len(pairs) if pairs else 0.0
+        mean_s = sum(p.slope[a][b] for a, b in pairs) / len(pairs) if pairs else 0.0
+        cbar = [mean_i + mean_s * nbytes for nbytes in p.edge_bytes]
     rank = [0.0] * p.n
     for i in reversed(p.topo):
         rank[i] = wbar[i] + max((cbar[e] + rank[j] for j, e in p.succs[i]), default=0.0)

@@ -109,7 +109,8 @@ def _unordered_pairs(p: Problem, busy: list[bool]) -> list[tuple[int, int]]:
 def _identical(p: Problem) -> bool:
     D = p.num_devices
     same_w = all(len(set(row)) == 1 for row in p.w)
-    links = {(p.intercept[a][b], p.slope[a][b]) for a in range(D) for b in range(D) if a != b}
+    links = {(p.intercept[a][b], p.slope[a][b], p.knee[a][b], p.extra[a][b])
+             for a in range(D) for b in range(D) if a != b}
     return same_w and len(links) <= 1 and len({d.memory for d in p.devices}) == 1
 
 

@@ -60,7 +60,7 @@ def unit_costs(p: Problem) -> Problem:
     zero = [[0.0] * D for _ in range(D)]
     return dataclasses.replace(
         p, w=[[0.0 if s == 1 else 1.0] * D for s in p.stream], intercept=zero, slope=zero,
-        send_cpu=zero, recv_cpu=zero, reach=[0.0] * D, mem=[0.0] * p.n)
+        extra=zero, send_cpu=zero, recv_cpu=zero, reach=[0.0] * D, mem=[0.0] * p.n)
 
 
 def nccl(devices: Sequence[Device]) -> bool:

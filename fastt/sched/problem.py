@@ -2,7 +2,8 @@
 
 ``Problem`` holds the DAG of n ops (data and control edges merged per op pair, bytes summed over
 distinct tensors), the per-device compute costs ``w[i][d]``, the per-pair links
-(``seconds = intercept + slope * bytes``), op memory and device capacities, and colocation
+(``seconds = intercept + slope * bytes``, plus ``extra`` per byte past a ``knee``:
+``fastt.costs.comm``), op memory and device capacities, and colocation
 groups. While-loop back edges are dropped and each while frame becomes one colocation group, so
 a loop is placed as one unit.
 """
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from fastt import devices as devnames
+from fastt.costs.comm import transfer_seconds
 from fastt.costs.source import CostSource
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op
@@ -67,6 +69,10 @@ class Problem:
     # stream, beside the compute stream; 2: the gates of ordered weight transfers,
     # ``fastt.sched.transfer_order``); default: all 0.
     stream: list[int] = field(default_factory=list)
+    # [d1][d2]: bytes past which a d1 -> d2 transfer costs ``extra`` more per byte (default:
+    # none, infinite)
+    knee: list[list[float]] = field(default_factory=list)
+    extra: list[list[float]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n, D = len(self.names), len(self.devices)
@@ -89,9 +95,17 @@ class Problem:
             self.call_cpu = [[(0.0,) * 4] * D for _ in range(D)]
         if not self.reach:
             self.reach = [0.0] * D
+        if not self.knee:
+            self.knee = [[math.inf] * D for _ in range(D)]
+        if not self.extra:
+            self.extra = [[0.0] * D for _ in range(D)]
         if not self.cores:
             self.cores = list(range(D))
         self.index = {name: i for i, name in enumerate(self.names)}
+        # per source device, the least bytes past which one of its links bends (hot loops
+        # check it before they price a transfer as a line)
+        self.least_knee = [min((k for k, x in zip(kr, xr) if x > 0), default=math.inf)
+                           for kr, xr in zip(self.knee, self.extra)]
 
     @property
     def n(self) -> int:
@@ -107,25 +121,34 @@ class Problem:
 
     def comm(self, e: int, d1: int, d2: int) -> float:
         """Seconds to move edge ``e``'s tensors from device d1 to d2 (0 when d1 == d2)."""
+        return self.transfer(d1, d2, self.edge_bytes[e])
+
+    def transfer(self, d1: int, d2: int, nbytes: float) -> float:
+        """Seconds to move ``nbytes`` from device d1 to d2 (0 when d1 == d2)."""
         if d1 == d2:
             return 0.0
-        return self.intercept[d1][d2] + self.slope[d1][d2] * self.edge_bytes[e]
+        return transfer_seconds(self.intercept[d1][d2], self.slope[d1][d2], self.knee[d1][d2],
+                                self.extra[d1][d2], nbytes)
+
+    def hinged(self) -> bool:
+        """Whether some link costs more per byte past a knee."""
+        return any(x > 0 for row in self.extra for x in row)
 
     def max_comm(self) -> list[float]:
         """Per edge, the largest transfer time over device pairs (DPOS's ``c_ij``)."""
         D = self.num_devices
         if D < 2:
             return [0.0] * len(self.edge_bytes)
-        pairs = {(self.intercept[a][b], self.slope[a][b])
+        links = {(self.intercept[a][b], self.slope[a][b],
+                  self.knee[a][b] if self.extra[a][b] else math.inf, self.extra[a][b])
                  for a in range(D) for b in range(D) if a != b}
-        # The max of the lines i + s*x: only lines on the upper envelope matter; with one
-        # kind of link (the usual case) that is a single line.
-        lines = [(i, s) for i, s in pairs
-                 if not any(i2 >= i and s2 >= s and (i2, s2) != (i, s) for i2, s2 in pairs)]
-        if len(lines) == 1:
-            i, s = lines[0]
-            return [i + s * nb for nb in self.edge_bytes]
-        return [max(i + s * nb for i, s in lines) for nb in self.edge_bytes]
+        # The max of the links' convex costs: only those not below another everywhere matter
+        # (as dear at 0 bytes, per byte on both pieces, and bent no later); with one kind of
+        # link (the usual case), one.
+        kept = [k for k in links if not any(
+            o != k and o[0] >= k[0] and o[1] >= k[1] and o[1] + o[3] >= k[1] + k[3]
+            and o[2] <= k[2] for o in links)]
+        return [max(transfer_seconds(*k, nb) for k in kept) for nb in self.edge_bytes]
 
     def groups(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
@@ -145,7 +168,9 @@ class Problem:
               call_cpu: Sequence[Any] | None = None,
               reach: Sequence[float] | None = None,
               cores: Sequence[int] | None = None,
-              stream: Sequence[int] | None = None) -> "Problem":
+              stream: Sequence[int] | None = None,
+              knee: Sequence[Sequence[float]] | float = math.inf,
+              extra: Sequence[Sequence[float]] | float = 0.0) -> "Problem":
         """A problem from plain arrays: ``edges`` as (src, dst, bytes[, tensor key]); links as
         matrices or one value for every pair. Edges between the same two ops are merged; an
         edge without a key carries a tensor of its own, a key of None carries none (control)."""
@@ -162,7 +187,8 @@ class Problem:
         for (a, b), tensors in merged.items():
             dag.add(a, b, tensors)
         return cls._assemble(dag, w, devices, intercept, slope, mem, group, names, persistent,
-                             topo, send_cpu, recv_cpu, call_cpu, reach, cores, stream)
+                             topo, send_cpu, recv_cpu, call_cpu, reach, cores, stream, knee,
+                             extra)
 
     @classmethod
     def _assemble(cls, dag: "_Dag", w: Sequence[Sequence[float]], devices: Sequence[Device],
@@ -173,15 +199,19 @@ class Problem:
                   send_cpu: Sequence[Sequence[float]] | float,
                   recv_cpu: Sequence[Sequence[float]] | float, call_cpu: Sequence[Any] | None,
                   reach: Sequence[float] | None, cores: Sequence[int] | None,
-                  stream: Sequence[int] | None) -> "Problem":
+                  stream: Sequence[int] | None,
+                  knee: Sequence[Sequence[float]] | float = math.inf,
+                  extra: Sequence[Sequence[float]] | float = 0.0) -> "Problem":
         """``build``'s problem from its merged edges."""
         n, D = len(dag.preds), len(devices)
         preds, succs, edge_bytes, edge_tensors = dag.preds, dag.succs, dag.bytes, dag.tensors
 
-        def square(v: Sequence[Sequence[float]] | float) -> list[list[float]]:
+        def square(v: Sequence[Sequence[float]] | float, diagonal: float = 0.0
+                   ) -> list[list[float]]:
             if isinstance(v, (int, float)):
-                return [[0.0 if a == b else float(v) for b in range(D)] for a in range(D)]
-            return [[0.0 if a == b else float(v[a][b]) for b in range(D)] for a in range(D)]
+                return [[diagonal if a == b else float(v) for b in range(D)] for a in range(D)]
+            return [[diagonal if a == b else float(v[a][b]) for b in range(D)]
+                    for a in range(D)]
 
         return cls(names=list(names) if names is not None else [f"op{i}" for i in range(n)],
                    devices=list(devices), w=[list(map(float, r)) for r in w], preds=preds,
@@ -195,7 +225,8 @@ class Problem:
                    call_cpu=[[_four(call_cpu, a, b) for b in range(D)] for a in range(D)],
                    reach=list(map(float, reach)) if reach is not None else [],
                    cores=list(cores) if cores is not None else [],
-                   stream=list(stream) if stream is not None else [])
+                   stream=list(stream) if stream is not None else [],
+                   knee=square(knee, math.inf), extra=square(extra))
 
     @classmethod
     def from_graph(cls, graph: Graph, devices: Sequence[Device], costs: CostSource,
@@ -225,7 +256,9 @@ class Problem:
         row = getattr(costs, "compute_row", None)
         w = [row(n, devs) for n in names] if row else \
             [[costs.compute(n, d) for d in devs] for n in names]
-        links = [[costs.link(a, b) if a != b else (0.0, 0.0) for b in devs] for a in devs]
+        knees = getattr(costs, "link_knee", None)
+        links = [[(*costs.link(a, b), *(knees(a, b) if knees else (math.inf, 0.0)))
+                  if a != b else (0.0, 0.0, math.inf, 0.0) for b in devs] for a in devs]
         stream = [0] * len(names)
         for i, name in enumerate(names):
             if graph[name].type in COLLECTIVE_TYPES:
@@ -264,7 +297,8 @@ class Problem:
             call_cpu=[[_calls(c, lk[0]) for c, lk in zip(row, lrow)]
                       for row, lrow in zip(cpu, links)],
             reach=[reach(d) if reach else 0.0 for d in devs], cores=shared_cores(devs),
-            stream=stream)
+            stream=stream, knee=[[lk[2] for lk in row] for row in links],
+            extra=[[lk[3] for lk in row] for row in links])
 
 
 class _Dag:
@@ -304,16 +338,17 @@ def _calls(cpu: tuple[float, ...], latency: float) -> tuple[float, float, float,
     return (burst[0], burst[1], lone[0], lone[1])
 
 
-def _collective_seconds(op: Op, links: list[list[tuple[float, float]]]) -> list[float]:
+def _collective_seconds(op: Op, links: list[list[tuple[float, float, float, float]]]
+                        ) -> list[float]:
     """A ring all-reduce of ``op``'s tensor over ``num_devices`` devices, on each device:
     2(n-1) steps, each moving 1/n of the bytes to the next device (its link to the next one
-    in the list)."""
+    in the list: (intercept, slope, knee, extra))."""
     n, D = int(op.attrs.get("num_devices", 2)), len(links)
     nbytes = float(op.outputs[0].nbytes or 0) if op.outputs else 0.0
     out = []
     for d in range(D):
-        latency, per_byte = links[d][(d + 1) % D] if D > 1 else (0.0, 0.0)
-        out.append(2 * (n - 1) * (latency + per_byte * nbytes / n))
+        link = links[d][(d + 1) % D] if D > 1 else (0.0, 0.0, math.inf, 0.0)
+        out.append(2 * (n - 1) * transfer_seconds(*link, nbytes / n))
     return out
 
 

@@ -136,10 +136,16 @@ def ready_times(p: Problem, i: int, device: list[int], finish: list[float]) -> l
     """Data-ready time of op ``i`` on each device, given its placed predecessors."""
     D = p.num_devices
     ready = [0.0] * D
-    intercept, slope, nbytes = p.intercept, p.slope, p.edge_bytes
+    intercept, slope, nbytes, least_knee = p.intercept, p.slope, p.edge_bytes, p.least_knee
     for m, e in p.preds[i]:
         fm, dm = finish[m], device[m]
         b = nbytes[e]
+        if b > least_knee[dm]:  # past some link's knee: the links' own costs
+            for d in range(D):
+                t = fm + p.transfer(dm, d, b)
+                if t > ready[d]:
+                    ready[d] = t
+            continue
         row_i, row_s = intercept[dm], slope[dm]
         for d in range(D):
             t = fm if d == dm else fm + row_i[d] + row_s[d] * b

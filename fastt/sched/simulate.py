@@ -2,10 +2,10 @@
 
 One compute stream per device runs its ops in the given order, each as soon as its inputs are
 there. A tensor needed on another device is sent once per device when its producer finishes
-(tensors are cached on the receiver) over the pair's link: ``intercept + slope * bytes``,
-one transfer at a time per direction by default (``link_concurrency=None``: unlimited, DPOS's
-own assumption, so replaying a DPOS schedule reproduces its predicted finish time). Ops of
-another stream (``Problem.stream``: NCCL's collectives) run beside the compute stream, in
+(tensors are cached on the receiver) over the pair's link: ``intercept + slope * bytes``
+(plus ``extra`` per byte past the link's ``knee``), one transfer at a time per direction by
+default (``link_concurrency=None``: unlimited, DPOS's own assumption, so replaying a DPOS
+schedule reproduces its predicted finish time). Ops of another stream (``Problem.stream``: NCCL's collectives) run beside the compute stream, in
 their own order; the gates of ordered weight transfers (``TRANSFER_STREAM``) in no order, each
 as soon as its inputs are there. Messages
 under ``SMALL_BYTES`` (statistics, scalars, shapes) queue apart from bulk tensors: on a real
@@ -343,7 +343,10 @@ class _Links:
         owed = sorted(wanted.items(), key=lambda kv: kv[0][1]) if len(wanted) > 1 else \
             wanted.items()
         for (key, dst), nbytes in owed:
-            cost = p.intercept[src][dst] + p.slope[src][dst] * nbytes
+            latency = p.intercept[src][dst]
+            cost = latency + p.slope[src][dst] * nbytes
+            if nbytes > p.least_knee[src]:
+                cost = p.transfer(src, dst, nbytes)
             begin = t
             if self.concurrency is not None:
                 lanes = self._free.setdefault((src, dst, nbytes < SMALL_BYTES),
@@ -355,7 +358,7 @@ class _Links:
             calls = p.call_cpu[src][dst]
             shares = (p.send_cpu[src][dst], p.recv_cpu[src][dst])
             if shares[0] or shares[1] or any(calls):  # the cores move the bytes
-                copy = p.slope[src][dst] * nbytes
+                copy = cost - latency  # the bandwidth's time
                 for end, d in enumerate((src, dst)):
                     work = shares[end] * copy + calls[
                         end + 2 if self.moving.lone(d, t, begin + cost) else end]
