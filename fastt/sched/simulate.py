@@ -2,24 +2,23 @@
 
 One compute stream per device runs its ops in the given order, each as soon as its inputs are
 there. A tensor needed on another device is sent once per device when its producer finishes
-(tensors are cached on the receiver) over the pair's link: ``intercept + slope * bytes``
-(plus ``extra`` per byte past the link's ``knee``), one transfer at a time per direction by
-default (``link_concurrency=None``: unlimited, DPOS's own assumption, so replaying a DPOS
-schedule reproduces its predicted finish time). Ops of another stream (``Problem.stream``: NCCL's collectives) run beside the compute stream, in
-their own order; the gates of ordered weight transfers (``TRANSFER_STREAM``) in no order, each
-as soon as its inputs are there. Messages
+(tensors are cached on the receiver) over the pair's link: ``intercept + slope * bytes`` (plus
+``extra`` per byte past the link's ``knee``), one transfer at a time per direction by default
+(``link_concurrency=None``: unlimited, DPOS's own assumption, so replaying a DPOS schedule
+reproduces its predicted finish time). Ops of another stream (``Problem.stream``: NCCL's
+collectives) run beside the compute stream, in their own order; the gates of ordered weight
+transfers (``TRANSFER_STREAM``) in no order, each as soon as its inputs are there. Messages
 under ``SMALL_BYTES`` (statistics, scalars, shapes) queue apart from bulk tensors: on a real
 link their packets interleave with those of a transfer in flight (concurrent gRPC streams, NCCL
-channels) rather than wait for its last byte. Where the
-cores move the bytes themselves (gRPC between processes), a transfer also takes work from the
-sender's and the receiver's compute streams: a share of its bandwidth time and seconds for its
-call, fewer when that end moves other transfers meanwhile (``Problem.send_cpu``/``recv_cpu``,
-``call_cpu``): an idle device spends it from the transfer's start, a busy one after the op it
-is running.
-A step pays once to reach the devices it uses (``Problem.reach``: the master's calls to remote
-workers), for the dearest of them. Devices that compute on the same cores (``Problem.cores``:
-the CPU devices of one process) are replayed as devices of their own, but no step ends before
-those cores have done the work of all of them.
+channels) rather than wait for its last byte. Where the cores move the bytes themselves (gRPC
+between processes), a transfer also takes work from the sender's and the receiver's compute
+streams: a share of its bandwidth time and seconds for its call, fewer when that end moves
+other transfers meanwhile (``Problem.send_cpu``/``recv_cpu``, ``call_cpu``): an idle device
+spends it from the transfer's start, a busy one after the op it is running. A step pays once to
+reach the devices it uses (``Problem.reach``: the master's calls to remote workers), for the
+dearest of them. Devices that compute on the same cores (``Problem.cores``: the CPU devices of
+one process) are replayed as devices of their own, but no step ends before those cores have
+done the work of all of them.
 
 Memory per device: persistent bytes for the whole step; an output from its producer's start
 until its last consumer on that device has finished and its sends are done; a received tensor
