@@ -5,7 +5,8 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from fastt.adapters.probe import probe_cpu_share, probe_link, probe_pair, probe_reach  # noqa: E402
+from fastt.adapters.probe import (DEFAULT_SIZES, LARGE_SIZES, probe_cpu_share,  # noqa: E402
+                                  probe_link, probe_pair, probe_reach)
 from fastt.devices import canonical  # noqa: E402
 from fastt.cluster import LocalCluster, parse_cluster_spec  # noqa: E402
 from fastt.cluster.local import port_is_free  # noqa: E402
@@ -34,9 +35,14 @@ def test_probe_fits_a_positive_slope_with_high_r2_both_ways():
         probe_link(model, cluster.device(0), cluster.device(1), target=cluster.target)
         for src, dst in ((1, 0), (0, 1)):
             fit = model.fit(cluster.device(src), cluster.device(dst))
-            assert fit is not None and fit.samples == 8
+            assert fit is not None and fit.samples == len(DEFAULT_SIZES + LARGE_SIZES)
             assert fit.slope > 0, fit
             assert fit.r2 >= 0.9, fit
+            # the largest size priced as probed, past a knee where the cost per byte grows
+            # (here 16 MiB: 64 MiB took 93-105 ms, the line below the knee said 33-44)
+            largest = max(model._probed[(canonical(cluster.device(src)),
+                                         canonical(cluster.device(dst)))])
+            assert fit.predict(largest[0]) == pytest.approx(largest[1], rel=0.25), fit
         # one core per worker: gRPC's copies take the cores' time (measured 0.8-1.0 each)
         shares = model.cpu_share(cluster.device(0), cluster.device(1))
         assert all(0.0 <= v <= 1.0 for v in shares) and sum(shares) > 0.3, shares
