@@ -30,14 +30,17 @@ def format_cost_models(models: CostModels, top: int = 5) -> str:
     change = models.compute.relative_change()
     lines.append(f"  relative change over the last update: "
                  f"{'n/a' if change == float('inf') else f'{change:.1%}'}")
-    lines.append("communication model (seconds = intercept + bytes / bandwidth):")
+    lines.append("communication model (seconds = intercept + bytes / bandwidth; past a knee, "
+                 "more per byte):")
     fits = models.comm.fits()
     if not fits:
         lines.append("  no device pair measured")
     for (src, dst), f in sorted(fits.items()):
         lines.append(f"  {_short(src)} -> {_short(dst)}: intercept {f.intercept * 1e6:.1f} us, "
                      f"bandwidth {f.bandwidth_bytes_per_s / 1e9:.2f} GB/s, R^2 {f.r2:.3f}, "
-                     f"{f.samples} samples")
+                     f"{f.samples} samples" + (
+                         f", past {_mib(f.knee)} {f.extra * 1e9:.2f} ns more per byte"
+                         if f.extra > 0 else ""))
     mem = models.memory
     lines.append(f"memory model: {len(mem.persistent)} variables, "
                  f"{_mib(mem.total_persistent())} persistent, "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import re
 from typing import Any, Sequence
 
@@ -146,7 +147,9 @@ def comm(pairs: Sequence[dict[str, Any]], fits: dict[tuple[str, str], dict[str, 
         fit = fits.get((pair["src"], pair["dst"]))
         if fit is not None:
             x = np.linspace(0.0, max(data[:, 0].max(), 1.0), 50)
-            ax.plot(x / 1e6, 1e3 * (fit["intercept_s"] + fit["slope_s_per_byte"] * x),
+            knee = fit.get("knee_bytes") or math.inf
+            bend = fit.get("extra_s_per_byte", 0.0) * np.maximum(x - knee, 0.0)
+            ax.plot(x / 1e6, 1e3 * (fit["intercept_s"] + fit["slope_s_per_byte"] * x + bend),
                     color="#d62728", lw=1.2, label=f"fit, R²={fit['r2']:.2f}")
             ax.legend(fontsize=7, loc="upper left")
         ax.set_title(f"{devnames.short(pair['src'])} → {devnames.short(pair['dst'])}",

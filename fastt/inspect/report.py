@@ -224,15 +224,19 @@ def _comm(models: dict[str, Any] | None, charts: bool) -> str:
                      "n/a" if f is None else f"{f['intercept_s'] * 1e6:.1f}",
                      "n/a" if f is None or f["slope_s_per_byte"] <= 0
                      else f"{1e-9 / f['slope_s_per_byte']:.3f}",
-                     "n/a" if f is None else f"{f['r2']:.3f}"])
+                     "n/a" if f is None else f"{f['r2']:.3f}",
+                     "none" if f is None or not f.get("knee_bytes") else
+                     f"{f['knee_bytes'] / 2 ** 20:.0f} MiB, +{f['extra_s_per_byte'] * 1e9:.2f}"])
     if not pairs:
         out.append("<p class=\"note\">No transfer between devices was measured.</p>")
         return "".join(out)
     out.append("<p class=\"note\">Transfer time = intercept + bytes / bandwidth: one linear "
                "regression per device pair, fitted on the samples below (traced transfers: "
-               "their lower decile; the link probe's alone: their median line).</p>")
-    out.append(_table(["from", "to", "samples", "intercept (µs)", "bandwidth (GB/s)", "R²"],
-                      body, numeric=(2, 3, 4, 5)))
+               "their lower decile; the link probe's alone: their median line), and past a "
+               "knee, where the probe's large sizes cost more per byte, that much more per byte "
+               "(ns).</p>")
+    out.append(_table(["from", "to", "samples", "intercept (µs)", "bandwidth (GB/s)", "R²",
+                       "knee, extra ns/byte"], body, numeric=(2, 3, 4, 5)))
     if charts:
         out.append(_figure("fastt-comm", figures.comm, pairs, fits))
         if len(pairs) > figures.MAX_PAIRS:
