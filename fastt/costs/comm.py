@@ -51,7 +51,7 @@ KNEE_POINTS = 2  # probed sizes past a knee, at least
 KNEE_GAIN = 1 / 3  # the least share of the line's summed relative error a hinge must remove
 
 
-def _r2(x: np.ndarray, y: np.ndarray, predicted: np.ndarray) -> float:
+def _r2(y: np.ndarray, predicted: np.ndarray) -> float:
     """Coefficient of determination of the predictions on (x, y)."""
     ss = float(((y - y.mean()) ** 2).sum())
     res = float(((y - predicted) ** 2).sum())
@@ -173,7 +173,7 @@ class CommCostModel:
                 intercept, slope, knee, extra = _probed_fit(x[:, 0], y)
             predicted = np.array([transfer_seconds(intercept, slope, knee, extra, b)
                                   for b in x[:, 0]])
-            self._fits[pair] = LinkFit(slope, intercept, _r2(x[:, 0], y, predicted),
+            self._fits[pair] = LinkFit(slope, intercept, _r2(y, predicted),
                                        len(data), knee, extra)
         self._dirty.clear()
 

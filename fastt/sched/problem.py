@@ -132,7 +132,7 @@ class Problem:
 
     def hinged(self) -> bool:
         """Whether some link costs more per byte past a knee."""
-        return any(x > 0 for row in self.extra for x in row)
+        return min(self.least_knee, default=math.inf) < math.inf
 
     def max_comm(self) -> list[float]:
         """Per edge, the largest transfer time over device pairs (DPOS's ``c_ij``)."""
@@ -148,6 +148,9 @@ class Problem:
         kept = [k for k in links if not any(
             o != k and o[0] >= k[0] and o[1] >= k[1] and o[1] + o[3] >= k[1] + k[3]
             and o[2] <= k[2] for o in links)]
+        if len(kept) == 1 and not kept[0][3]:  # one straight line: priced without calls
+            i, s = kept[0][:2]
+            return [i + s * nb for nb in self.edge_bytes]
         return [max(transfer_seconds(*k, nb) for k in kept) for nb in self.edge_bytes]
 
     def groups(self) -> dict[int, list[int]]:

@@ -343,9 +343,8 @@ class _Links:
             wanted.items()
         for (key, dst), nbytes in owed:
             latency = p.intercept[src][dst]
-            cost = latency + p.slope[src][dst] * nbytes
-            if nbytes > p.least_knee[src]:
-                cost = p.transfer(src, dst, nbytes)
+            cost = p.transfer(src, dst, nbytes) if nbytes > p.least_knee[src] else \
+                latency + p.slope[src][dst] * nbytes
             begin = t
             if self.concurrency is not None:
                 lanes = self._free.setdefault((src, dst, nbytes < SMALL_BYTES),
