@@ -37,7 +37,7 @@ from tf_patches import priority_executor
 
 tf1 = tf.compat.v1
 
-STEPS = 5
+STEPS = 3
 # OS-DPOS's searches end by then (its splits and hybrid plans, without a deadline up to 30 s
 # and 20 s: 69 s of ResNet-v2-50's case on 2 devices); forced splits are checked apart
 SEARCH_S = 10.0
