@@ -86,9 +86,11 @@ setup(
         "test": ["pytest>=7", "tf-slim==1.1.0", "ruff>=0.5", "mypy>=1.10"],
     },
     entry_points={"console_scripts": ["fastt=fastt.cli:main"]},
-    # Optional: without a C compiler the package still installs, and local clusters warn that
-    # their servers listen on every interface.
+    # Optional: without a C compiler the package still installs, local clusters warn that
+    # their servers listen on every interface, and the simulator runs its loop in Python.
     ext_modules=[Extension("tf_patches._bind_loopback", ["tf_patches/native/bind_loopback.c"],
-                           libraries=["dl"], optional=True)] + priority_executor(),
+                           libraries=["dl"], optional=True),
+                 Extension("fastt.sched._simcore", ["fastt/sched/_simcore.c"],
+                           extra_compile_args=["-O2"], optional=True)] + priority_executor(),
     cmdclass={"build_py": build_py_with_hook},
 )

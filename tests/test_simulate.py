@@ -4,7 +4,7 @@ import pytest
 
 from fastt.errors import FasttError
 from fastt.sched import Device, Problem, dpos
-from fastt.sched.problem import shared_cores
+from fastt.sched.problem import TRANSFER_STREAM, shared_cores
 from fastt.sched.simulate import simulate, simulate_fifo
 from tests.test_dpos import random_problem
 
@@ -206,3 +206,46 @@ def test_measured_calls_cost_the_share_of_the_latency_alone_and_the_probed_secon
     # no burst probed (an older cost file): a call costs the same in a burst
     assert _calls((0.5, 1.0, 0.0, 0.0), 1e-4) == pytest.approx((5e-5, 1e-4, 5e-5, 1e-4))
     assert _calls((0.0, 0.0, 0.0, 0.0), 1e-4) == (0.0, 0.0, 0.0, 0.0)
+
+
+def _tangled_problem(rnd):
+    """A random problem with what the simulator handles: tensors shared by consumers on
+    several devices, control edges, free ops, collective and gate streams, cores that move
+    the bytes, links that bend, small messages; whole-number costs, so that times tie."""
+    n, D = rnd.randint(2, 40), rnd.randint(1, 4)
+    edges = []
+    for j in range(1, n):
+        for m in rnd.sample(range(j), min(j, rnd.randint(0, 3))):
+            size = rnd.choice([0.0, 1e3, 3e4, 2e5, 1e6])
+            key = rnd.choice([None, (m, 0), (m, 1), (m, rnd.randint(0, 5))])
+            edges.append((m, j, size, key))
+    w = [[float(rnd.choice([0, 0, 1, 2, 3]))] * D for _ in range(n)]
+    pick = lambda *xs: [[rnd.choice(xs) for _ in range(D)] for _ in range(D)]  # noqa: E731
+    links = dict(intercept=pick(0.0, 1.0, 2.0), slope=pick(0.0, 1e-6, 2e-6))
+    if rnd.random() < 0.5:
+        links.update(knee=pick(5e4, 5e5, float("inf")), extra=pick(0.0, 3e-6))
+    if rnd.random() < 0.5:
+        links.update(send_cpu=pick(0.0, 0.5, 1.0), recv_cpu=pick(0.0, 0.25),
+                     call_cpu=[[tuple(rnd.choice([0.0, 0.5, 1.0]) for _ in range(4))
+                                for _ in range(D)] for _ in range(D)])
+    stream = [rnd.choice([0, 0, 0, 1, TRANSFER_STREAM]) for _ in range(n)]
+    return Problem.build(n, edges, w, devs(D), stream=stream, **links)
+
+
+def test_the_compiled_loop_replays_as_the_python_one():
+    """``_simcore`` (built by ``pip install``) gives the Python loop's times exactly: every
+    op's start and finish, every transfer, the peaks of memory."""
+    from fastt.sched import simulate as sim
+    if sim._simcore is None:
+        pytest.fail("the compiled simulation loop was not built (fastt/sched/_simcore.c)")
+    rnd = random.Random(3)
+    for case in range(600):
+        p = _tangled_problem(rnd)
+        device = [rnd.randrange(p.num_devices) for _ in range(p.n)]
+        orders = [[i for i in p.topo if device[i] == d] for d in range(p.num_devices)]
+        concurrency = rnd.choice([None, 1, 1, 2])
+        c = simulate(p, device, orders, link_concurrency=concurrency)
+        py = simulate(p, device, orders, link_concurrency=concurrency, compiled=False)
+        assert (c.start, c.finish) == (py.start, py.finish), case
+        assert c.transfers == py.transfers and c.makespan == py.makespan, case
+        assert c.peak_memory == py.peak_memory, case

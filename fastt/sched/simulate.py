@@ -26,13 +26,42 @@ from its transfer's start until its last consumer there has finished.
 """
 from __future__ import annotations
 
+import glob
 import heapq
+import importlib.util
+import os
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Callable, Sequence
 
 from fastt.errors import FasttError
 from fastt.sched.problem import TRANSFER_STREAM, Problem
+
+
+
+def _load_simcore() -> ModuleType | None:
+    """The compiled loop (``_simcore.c``, built by ``pip install``), from this package or,
+    when it runs from a checkout, from where it was installed; None where it was not built
+    (no C compiler at install): the Python loop then runs."""
+    try:
+        from fastt.sched import _simcore  # type: ignore[attr-defined]
+        return _simcore
+    except ImportError:
+        pass
+    for d in sys.path:
+        for path in sorted(glob.glob(os.path.join(d or os.curdir, "fastt", "sched",
+                                                  "_simcore*.so"))):
+            spec = importlib.util.spec_from_file_location("fastt.sched._simcore", path)
+            if spec and spec.loader:
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                return module
+    return None
+
+
+_simcore = _load_simcore()
 
 Needs = list[list[tuple[int, object, float]]]  # per op: (producer, tensor key, bytes)
 SMALL_BYTES = 64 * 1024
@@ -75,11 +104,12 @@ class SimResult:
 
 
 def simulate(p: Problem, device: list[int], orders: list[list[int]],
-             link_concurrency: int | None = 1) -> SimResult:
+             link_concurrency: int | None = 1, compiled: bool = True) -> SimResult:
     """Simulate ``p`` with op ``i`` on ``device[i]``, device ``d`` running ``orders[d]``.
     O((n + e) log n) for n ops and e tensors needed: an event wakes only the devices whose
-    next op it lets start."""
-    n, D = p.n, p.num_devices
+    next op it lets start. The loop runs compiled (``_simcore``) where it was built and
+    ``compiled``, else in Python; both give the same times."""
+    n = p.n
     if sorted(i for o in orders for i in o) != list(range(n)):
         raise FasttError("the device orders must list every op exactly once")
     for d, order in enumerate(orders):
@@ -87,6 +117,38 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
             if device[i] != d:
                 raise FasttError(f"op {p.names[i]!r} is in device {d}'s order but placed on "
                                  f"device {device[i]}")
+    if _simcore is not None and compiled:
+        start, finish, transfers = _compiled(_simcore, p, device, orders, link_concurrency)
+        needs = _needs(p)
+    else:
+        start, finish, transfers, needs = _simulate(p, device, orders, link_concurrency)
+    if any(f < 0 for f in finish):
+        stuck = [p.names[i] for i in range(n) if finish[i] < 0][:5]
+        raise FasttError(f"the orders deadlock (an op waits for one ordered after it): {stuck}")
+    return _result(p, device, start, finish, transfers, needs)
+
+
+def _compiled(core: ModuleType, p: Problem, device: list[int], orders: list[list[int]],
+              link_concurrency: int | None) -> tuple[list[float], list[float], list[Transfer]]:
+    """``simulate``'s loop in ``core`` (``_simcore``: the same events, the same
+    arithmetic)."""
+    flat = _flat_needs(p)
+    w = p.w
+    start, finish, (key, src, dst, nbytes, begin, end) = core.simulate(
+        device, [w[j][d] for j, d in enumerate(device)], p.stream, orders, *flat[:4],
+        p.intercept, p.slope, p.knee, p.extra, p.least_knee, p.send_cpu, p.recv_cpu,
+        [x for row in p.call_cpu for calls in row for x in calls], TRANSFER_STREAM,
+        -1 if link_concurrency is None else link_concurrency, SMALL_BYTES)
+    keys = flat[4]
+    return start, finish, [Transfer(keys[k], a, b, x, t0, t1) for k, a, b, x, t0, t1
+                           in zip(key, src, dst, nbytes, begin, end)]
+
+
+def _simulate(p: Problem, device: list[int], orders: list[list[int]],
+              link_concurrency: int | None
+              ) -> tuple[list[float], list[float], list[Transfer], Needs]:
+    """``simulate``'s loop in Python: the reference of ``_simcore``."""
+    n, D = p.n, p.num_devices
     needs, wanted = _tensors(p, device)
     start, finish = [0.0] * n, [-1.0] * n
     links = _Links(p, link_concurrency)
@@ -179,10 +241,7 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
                 run_unordered(j)
         for d in sorted(armed):
             try_start(d)
-    if any(f < 0 for f in finish):
-        stuck = [p.names[i] for i in range(n) if finish[i] < 0][:5]
-        raise FasttError(f"the orders deadlock (an op waits for one ordered after it): {stuck}")
-    return _result(p, device, start, finish, links.transfers, needs)
+    return start, finish, links.transfers, needs
 
 
 def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 1,
@@ -275,18 +334,46 @@ def replay_placement(p: Problem, device: list[int], order: list[int] | None
     return free.makespan, queued.makespan
 
 
-def _tensors(p: Problem, device: list[int]) -> tuple[Needs, list[dict[tuple[object, int],
-                                                                       float]]]:
-    """Tensors each op needs, (producer, key, bytes), and what each producer must send:
-    producer -> {(key, destination device): bytes}, once per device (receivers cache)."""
+def _needs(p: Problem) -> Needs:
+    """Tensors each op needs, (producer, key, bytes): the same for every placement, built
+    once per problem."""
     needs: Needs | None = getattr(p, "_needs", None)
-    if needs is None:  # the same for every placement: built once per problem
+    if needs is None:
         needs = [[] for _ in range(p.n)]
         for j in range(p.n):
             for m, e in p.preds[j]:
                 for key, nbytes in p.edge_tensors[e] or [(("control", m), 0.0)]:
                     needs[j].append((m, key, nbytes))
         p._needs = needs  # type: ignore[attr-defined]
+    return needs
+
+
+Flat = tuple[list[int], list[int], list[int], list[float], list[object]]
+
+
+def _flat_needs(p: Problem) -> Flat:
+    """``_needs`` as ``_simcore`` reads them: each op's first need's offset (and the end),
+    the needs' producers, key numbers and bytes; and the keys by number. Once per problem."""
+    flat: Flat | None = getattr(p, "_flat", None)
+    if flat is None:
+        offsets, producers, numbers, sizes = [0], [], [], []
+        ids: dict[object, int] = {}
+        for nd in _needs(p):
+            for m, key, nbytes in nd:
+                producers.append(m)
+                numbers.append(ids.setdefault(key, len(ids)))
+                sizes.append(nbytes)
+            offsets.append(len(producers))
+        flat = p._flat = (offsets, producers, numbers, sizes,  # type: ignore[attr-defined]
+                          list(ids))
+    return flat
+
+
+def _tensors(p: Problem, device: list[int]) -> tuple[Needs, list[dict[tuple[object, int],
+                                                                       float]]]:
+    """Tensors each op needs (``_needs``), and what each producer must send:
+    producer -> {(key, destination device): bytes}, once per device (receivers cache)."""
+    needs = _needs(p)
     wanted: list[dict[tuple[object, int], float]] = [{} for _ in range(p.n)]
     for j, nd in enumerate(needs):
         dj = device[j]
