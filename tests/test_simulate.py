@@ -232,9 +232,10 @@ def _tangled_problem(rnd):
     return Problem.build(n, edges, w, devs(D), stream=stream, **links)
 
 
-def test_the_compiled_loop_replays_as_the_python_one():
-    """``_simcore`` (built by ``pip install``) gives the Python loop's times exactly: every
-    op's start and finish, every transfer, the peaks of memory."""
+def test_the_compiled_loops_replay_as_the_python_ones():
+    """``_simcore`` (built by ``pip install``) gives the Python loops' times exactly, in the
+    planned order and first come, first served (by priority too): every op's start and
+    finish, every transfer, the peaks of memory."""
     from fastt.sched import simulate as sim
     if sim._simcore is None:
         pytest.fail("the compiled simulation loop was not built (fastt/sched/_simcore.c)")
@@ -249,3 +250,7 @@ def test_the_compiled_loop_replays_as_the_python_one():
         assert (c.start, c.finish) == (py.start, py.finish), case
         assert c.transfers == py.transfers and c.makespan == py.makespan, case
         assert c.peak_memory == py.peak_memory, case
+        priority = rnd.choice([None, [float(rnd.randint(0, 3)) for _ in range(p.n)]])
+        c = simulate_fifo(p, device, concurrency, priority)
+        py = simulate_fifo(p, device, concurrency, priority, compiled=False)
+        assert (c.start, c.finish, c.transfers) == (py.start, py.finish, py.transfers), case

@@ -24,7 +24,7 @@ static int heap_push(Heap *h, double t, double u, Py_ssize_t j) {
   if (h->n == h->cap) {
     Py_ssize_t cap = h->cap ? 2 * h->cap : 16;
     Item *a = realloc(h->a, (size_t)cap * sizeof(Item));
-    if (!a) return -1;
+    if (!a) { PyErr_NoMemory(); return -1; }
     h->a = a; h->cap = cap;
   }
   Py_ssize_t i = h->n++;
@@ -174,6 +174,13 @@ typedef struct {
   double *t_begin, *t_end;
   Heap events;
   char *armed, *snapshot;
+  /* first come, first served: per need its consumer; per producer its needs, CSR; per op
+     its lane (device + D * stream), when its inputs are all there; per lane the ops
+     waiting for that time, those ready (by time or priority), until when it is busy */
+  Py_ssize_t *need_op, *cons_off, *cons, *lane_id;
+  double *ready_at, *busy_until, *priority;
+  Heap *waiting_q, *ready_q;
+  Py_ssize_t nlanes;
   Py_ssize_t *slot_owner;
 } Sim;
 
@@ -294,6 +301,54 @@ static int try_start(Sim *s, Py_ssize_t d) {
   return 0;
 }
 
+static int becomes_ready(Sim *s, Py_ssize_t j, double t) {
+  Py_ssize_t x = s->lane_id[j];
+  if (heap_push(&s->waiting_q[x], t, 0.0, j) < 0) return -1;
+  if (s->busy_until[x] <= t) return heap_push(&s->events, t, 1.0, x);  /* else it looks later */
+  return 0;
+}
+
+/* TensorFlow's own executor: each lane runs its ready ops first come, first served (or the
+   highest priority first); events are (time, 0: an op finishes / 1: a lane looks, op or lane). */
+static int run_fifo(Sim *s) {
+  for (Py_ssize_t j = 0; j < s->n; j++)
+    if (!s->unknown[j] && becomes_ready(s, j, 0.0) < 0) return -1;
+  while (s->events.n) {
+    Item ev = heap_pop(&s->events);
+    double t = ev.t;
+    Py_ssize_t x = ev.j;
+    if (ev.u == 1.0) {
+      Heap *q = &s->waiting_q[x];
+      while (q->n && q->a[0].t <= t) {
+        Item it = heap_pop(q);
+        double key = s->priority ? -s->priority[it.j] : it.t;
+        if (heap_push(&s->ready_q[x], key, 0.0, it.j) < 0) return -1;
+      }
+      if (s->busy_until[x] > t || !s->ready_q[x].n) continue;
+      if (x < s->D && s->charges[x].n && absorb(s, x, t, s->busy_until) > t) {
+        if (heap_push(&s->events, s->busy_until[x], 1.0, x) < 0) return -1;  /* bytes first */
+        continue;
+      }
+      Py_ssize_t j = heap_pop(&s->ready_q[x]).j;
+      s->start[j] = t;
+      s->finish[j] = t + s->w[j];
+      s->busy_until[x] = s->finish[j];
+      if (heap_push(&s->events, s->finish[j], 0.0, j) < 0) return -1;
+      continue;
+    }
+    Py_ssize_t m = x;
+    if (send(s, m, s->device[m], t) < 0) return -1;
+    if (heap_push(&s->events, t, 1.0, s->lane_id[m]) < 0) return -1;
+    for (Py_ssize_t k = s->cons_off[m]; k < s->cons_off[m + 1]; k++) {
+      Py_ssize_t e = s->cons[k], j = s->need_op[e];
+      double a = s->device[m] == s->device[j] ? t : s->arrival[s->need_slot[e]];
+      if (a > s->ready_at[j]) s->ready_at[j] = a;
+      if (--s->unknown[j] == 0 && becomes_ready(s, j, s->ready_at[j]) < 0) return -1;
+    }
+  }
+  return 0;
+}
+
 #define ALLOC(ptr, count) do { (ptr) = calloc((size_t)(count) + 1, sizeof(*(ptr))); \
   if (!(ptr)) { PyErr_NoMemory(); goto fail; } } while (0)
 
@@ -314,25 +369,59 @@ static int csr(Py_ssize_t n, Py_ssize_t count, const Py_ssize_t *owner, const Py
   return 0;
 }
 
+static int fifo_setup(Sim *s, PyObject *priority_o) {
+  Py_ssize_t n = s->n, E = s->need_off[n], *owner = NULL, *value = NULL;
+  int ok = -1;
+  ALLOC(s->need_op, E); ALLOC(s->lane_id, n); ALLOC(s->ready_at, n);
+  ALLOC(owner, E); ALLOC(value, E);
+  for (Py_ssize_t j = 0; j < n; j++) {
+    s->lane_id[j] = s->device[j] + s->D * s->stream[j];
+    for (Py_ssize_t e = s->need_off[j]; e < s->need_off[j + 1]; e++) {
+      s->need_op[e] = j;
+      owner[e] = s->prod[e]; value[e] = e;
+    }
+  }
+  if (csr(n, E, owner, value, &s->cons_off, &s->cons) < 0) goto fail;
+  s->nlanes = s->D * s->streams;
+  ALLOC(s->busy_until, s->nlanes);
+  s->waiting_q = calloc((size_t)s->nlanes, sizeof(Heap));
+  s->ready_q = calloc((size_t)s->nlanes, sizeof(Heap));
+  if (!s->waiting_q || !s->ready_q) { PyErr_NoMemory(); goto fail; }
+  if (priority_o != Py_None) {
+    ALLOC(s->priority, n);
+    if (read_doubles(priority_o, s->priority, n, "priority") < 0) goto fail;
+  }
+  ok = 0;
+fail:
+  free(owner); free(value);
+  return ok;
+}
+
 static PyObject *simulate(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *device_o, *w_o, *stream_o, *orders_o, *need_off_o, *prod_o, *keyid_o, *bytes_o;
   PyObject *intercept_o, *slope_o, *knee_o, *extra_o, *least_knee_o, *send_o, *recv_o, *call_o;
-  Py_ssize_t transfer_stream, concurrency;
+  PyObject *priority_o;
+  Py_ssize_t transfer_stream, concurrency, D;
   double small_bytes;
-  if (!PyArg_ParseTuple(args, "OOOOOOOOOOOOOOOOnnd", &device_o, &w_o, &stream_o, &orders_o,
-                        &need_off_o, &prod_o, &keyid_o, &bytes_o, &intercept_o, &slope_o,
-                        &knee_o, &extra_o, &least_knee_o, &send_o, &recv_o, &call_o,
-                        &transfer_stream, &concurrency, &small_bytes))
+  if (!PyArg_ParseTuple(args, "nOOOOOOOOOOOOOOOOnndO", &D, &device_o, &w_o, &stream_o,
+                        &orders_o, &need_off_o, &prod_o, &keyid_o, &bytes_o, &intercept_o,
+                        &slope_o, &knee_o, &extra_o, &least_knee_o, &send_o, &recv_o, &call_o,
+                        &transfer_stream, &concurrency, &small_bytes, &priority_o))
     return NULL;
+  int ordered = orders_o != Py_None;
   Sim sim, *s = &sim;
   memset(s, 0, sizeof(sim));
   Map map = {0};
   Py_ssize_t placed = 0, nl = 0;
   Py_ssize_t *owner = NULL, *value = NULL;
   PyObject *result = NULL;
-  Py_ssize_t n = PySequence_Size(device_o), D = PySequence_Size(orders_o);
-  if (n < 0 || D < 0) return NULL;
+  Py_ssize_t n = PySequence_Size(device_o);
+  if (n < 0) return NULL;
+  if (D < 1 || (ordered && PySequence_Size(orders_o) != D)) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "one order per device");
+    return NULL;
+  }
   Py_ssize_t E = PySequence_Size(prod_o);
   if (E < 0) return NULL;
   s->n = n; s->D = D; s->concurrency = concurrency; s->small_bytes = small_bytes;
@@ -379,7 +468,7 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
   }
   /* lanes: each device's order, per stream, without the unordered ops */
   ALLOC(owner, n); ALLOC(value, n);
-  for (Py_ssize_t d = 0; d < D; d++) {
+  for (Py_ssize_t d = 0; d < D && ordered; d++) {
     PyObject *fast = PySequence_Fast(PySequence_Fast_GET_ITEM(orders_o, d), "order");
     if (!fast) goto fail;
     Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
@@ -395,7 +484,8 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
     }
     Py_DECREF(fast);
   }
-  if (csr(D * s->streams, placed, owner, value, &s->lane_off, &s->lane) < 0) goto fail;
+  if (ordered && csr(D * s->streams, placed, owner, value, &s->lane_off, &s->lane) < 0)
+    goto fail;
   ALLOC(s->pos, D * s->streams); ALLOC(s->stream_free, D * s->streams);
 
   /* per need: local or remote consumers, transfer slots, gates */
@@ -442,7 +532,7 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
   }
   ALLOC(s->arrival, s->slots);
   /* consumers: on the producer's device, and on others (once per need) */
-  {
+  if (ordered) {
     Py_ssize_t nr = 0;
     Py_ssize_t *r_owner = NULL, *r_value = NULL;
     ALLOC(r_owner, E); ALLOC(r_value, E);
@@ -458,7 +548,7 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
     if (ok < 0) goto fail;
   }
   /* gates: producer -> the unordered ops it feeds, once per distinct producer */
-  {
+  if (ordered) {
     Py_ssize_t ng = 0;
     for (Py_ssize_t j = 0; j < n; j++) {
       if (!s->unordered[j]) continue;
@@ -483,6 +573,10 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
   if (concurrency == 0) { PyErr_SetString(PyExc_ValueError, "link concurrency 0"); goto fail; }
 
   for (Py_ssize_t i = 0; i < n; i++) s->finish[i] = -1.0;
+  if (!ordered) {
+    if (fifo_setup(s, priority_o) < 0 || run_fifo(s) < 0) goto fail;
+    goto done;
+  }
   ALLOC(s->snapshot, D);
   char *snapshot = s->snapshot;
   for (Py_ssize_t j = 0; j < n; j++)
@@ -493,7 +587,7 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
   while (s->events.n) {
     Item ev = heap_pop(&s->events);
     Py_ssize_t m = ev.j;
-    if (send(s, m, s->device[m], ev.t) < 0) { PyErr_NoMemory(); goto fail; }
+    if (send(s, m, s->device[m], ev.t) < 0) goto fail;
     known(s, s->remote + s->remote_off[m], s->remote_off[m + 1] - s->remote_off[m]);
     for (Py_ssize_t g = s->gate_off[m]; g < s->gate_off[m + 1]; g++) {
       Py_ssize_t j = s->gate[g];
@@ -504,6 +598,7 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
     for (Py_ssize_t d = 0; d < D; d++)
       if (snapshot[d] && try_start(s, d) < 0) goto fail;
   }
+done:
   {
     PyObject *start = double_list(s->start, n), *finish = double_list(s->finish, n);
     PyObject *slot = int_list(s->t_slot, s->nt), *src = int_list(s->t_src, s->nt);
@@ -543,14 +638,22 @@ fail:
   free(s->charges); free(s->until); free(s->moving); free(s->armed);
   free(s->t_slot); free(s->t_src); free(s->t_begin); free(s->t_end);
   free(s->events.a);
+  free(s->need_op); free(s->cons_off); free(s->cons); free(s->lane_id); free(s->ready_at);
+  free(s->busy_until); free(s->priority);
+  for (Py_ssize_t x = 0; x < s->nlanes; x++) {
+    if (s->waiting_q) free(s->waiting_q[x].a);
+    if (s->ready_q) free(s->ready_q[x].a);
+  }
+  free(s->waiting_q); free(s->ready_q);
   return result;
 }
 
 static PyMethodDef methods[] = {
   {"simulate", simulate, METH_VARARGS,
-   "simulate(device, w, stream, orders, need_off, producers, keys, bytes, intercept, slope, "
-   "knee, extra, least_knee, send_cpu, recv_cpu, call_cpu, transfer_stream, concurrency, "
-   "small_bytes) -> (start, finish, (key, src, dst, bytes, begin, end))"},
+   "simulate(D, device, w, stream, orders or None (first come, first served), need_off, "
+   "producers, keys, bytes, intercept, slope, knee, extra, least_knee, send_cpu, recv_cpu, "
+   "call_cpu, transfer_stream, concurrency, small_bytes, priority or None) -> "
+   "(start, finish, (key, src, dst, bytes, begin, end))"},
   {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_simcore",

@@ -128,17 +128,18 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
     return _result(p, device, start, finish, transfers, needs)
 
 
-def _compiled(core: ModuleType, p: Problem, device: list[int], orders: list[list[int]],
-              link_concurrency: int | None) -> tuple[list[float], list[float], list[Transfer]]:
-    """``simulate``'s loop in ``core`` (``_simcore``: the same events, the same
-    arithmetic)."""
+def _compiled(core: ModuleType, p: Problem, device: list[int], orders: list[list[int]] | None,
+              link_concurrency: int | None, priority: Sequence[float] | None = None
+              ) -> tuple[list[float], list[float], list[Transfer]]:
+    """``simulate``'s loop (``orders`` None: ``simulate_fifo``'s) in ``core`` (``_simcore``:
+    the same events, the same arithmetic)."""
     flat = _flat_needs(p)
     w = p.w
     start, finish, (key, src, dst, nbytes, begin, end) = core.simulate(
-        device, [w[j][d] for j, d in enumerate(device)], p.stream, orders, *flat[:4],
-        p.intercept, p.slope, p.knee, p.extra, p.least_knee, p.send_cpu, p.recv_cpu,
-        [x for row in p.call_cpu for calls in row for x in calls], TRANSFER_STREAM,
-        -1 if link_concurrency is None else link_concurrency, SMALL_BYTES)
+        p.num_devices, device, [w[j][d] for j, d in enumerate(device)], p.stream, orders,
+        *flat[:4], p.intercept, p.slope, p.knee, p.extra, p.least_knee, p.send_cpu,
+        p.recv_cpu, [x for row in p.call_cpu for calls in row for x in calls], TRANSFER_STREAM,
+        -1 if link_concurrency is None else link_concurrency, SMALL_BYTES, priority)
     keys = flat[4]
     return start, finish, [Transfer(keys[k], a, b, x, t0, t1) for k, a, b, x, t0, t1
                            in zip(key, src, dst, nbytes, begin, end)]
@@ -245,11 +246,15 @@ def _simulate(p: Problem, device: list[int], orders: list[list[int]],
 
 
 def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 1,
-                  priority: Sequence[float] | None = None) -> SimResult:
+                  priority: Sequence[float] | None = None, compiled: bool = True) -> SimResult:
     """Simulate ``p`` with op ``i`` on ``device[i]`` and no enforced order: like TensorFlow's
     own executor, each device runs its ready ops first come, first served (ties by op
     index: graph order); with ``priority``, the ready op of highest priority first (a
-    priority executor). O((n + e) log n) for n ops and e edges."""
+    priority executor). O((n + e) log n) for n ops and e edges. Compiled as ``simulate``."""
+    if _simcore is not None and compiled:
+        start, finish, transfers = _compiled(_simcore, p, device, None, link_concurrency,
+                                             priority)
+        return _result(p, device, start, finish, transfers, _needs(p))
     n, D = p.n, p.num_devices
     needs, wanted = _tensors(p, device)
     # per producer, its consumers and the tensor each needs (None: on the producer's device)
