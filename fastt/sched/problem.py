@@ -241,20 +241,33 @@ class Problem:
         index = {n: i for i, n in enumerate(names)}
         back = {op.name for op in graph if graph.is_back_edge_source(op.name)}
         dag = _Dag(len(names))  # build's merging, an op's edges at a time
-        for j, name in enumerate(names):
-            op = graph[name]
+        preds, succs, edge_bytes, edge_tensors = dag.preds, dag.succs, dag.bytes, dag.tensors
+        ops = [graph[name] for name in names]
+        for j, op in enumerate(ops):  # _Dag.add inlined: compiling is a hot loop of OS-DPOS
             into: dict[int, dict[object, float]] = {}  # producer -> the tensors it sends
             for ref in op.inputs:
                 if ref.op not in back:
-                    tensors = into.get(index[ref.op])
+                    a = index[ref.op]
+                    tensors = into.get(a)
                     if tensors is None:
-                        tensors = into[index[ref.op]] = {}
-                    tensors[ref] = float(graph.tensor(ref).nbytes or 0)
+                        tensors = into[a] = {}
+                    tensors[ref] = float(ops[a].outputs[ref.index].nbytes or 0)
             for c in op.control_inputs:
-                if c not in back and index[c] not in into:
-                    into[index[c]] = {}
+                if c not in back:
+                    into.setdefault(index[c], {})
+            pj = preds[j]
             for a, tensors in into.items():
-                dag.add(a, j, tensors)
+                if a == j:
+                    raise FasttError(f"edge from op {a} to itself")
+                e = len(edge_bytes)
+                pj.append((a, e))
+                succs[a].append((j, e))
+                if tensors:
+                    edge_bytes.append(float(sum(tensors.values())))
+                    edge_tensors.append(list(tensors.items()))
+                else:
+                    edge_bytes.append(0.0)
+                    edge_tensors.append([])
         devs = [d.name for d in devices]
         row = getattr(costs, "compute_row", None)
         w = [row(n, devs) for n in names] if row else \
