@@ -78,27 +78,36 @@ class DerivedCosts:
                o.outputs[0].nbytes if o.outputs else None, tuple(devices))
         row = self.memo.get(key)
         if row is None:
-            row = self.memo[key] = [self._compute(o, d) for d in devices]
+            row = self.memo[key] = self._row(o, devices)
         return row
 
-    def _compute(self, o: Op, device: str) -> float:
-        op = o.name
+    def _base_row(self, op: str, devices: Sequence[str]) -> list[float]:
+        row = getattr(self.base, "compute_row", None)
+        return list(row(op, devices)) if row else [self.base.compute(op, d) for d in devices]
+
+    def _row(self, o: Op, devices: Sequence[str]) -> list[float]:
         origin = o.meta.origin
         if origin is not None:
-            measured = self.base.compute(op, device)  # profiled under its own name already?
-            if measured > 0:
+            measured = self._base_row(o.name, devices)  # profiled under its own name already?
+            if all(t > 0 for t in measured):
                 return measured
-            whole = self.base.compute(origin, device)
-            fixed = min(self.overheads.get(o.type, device), whole)
-            return fixed + (whole - fixed) * o.meta.fraction
+            whole, fraction = self._base_row(origin, devices), o.meta.fraction
+            out = []
+            for d, t, w in zip(devices, measured, whole):
+                if t <= 0:
+                    fixed = min(self.overheads.get(o.type, d), w)
+                    t = fixed + (w - fixed) * fraction
+                out.append(t)
+            return out
         if o.meta.split_of or o.meta.join is not None:
             # Never priced by name: a join carries the name of the op it replaced; views
             # (a reshape, an identity) move no bytes.
             if o.type in ALIASING_TYPES:
-                return 0.0
+                return [0.0] * len(devices)
             if o.type in COPY_TYPES:
-                return sum(t.nbytes or 0 for t in o.outputs) / self.copy_bytes_per_s
-        return self.base.compute(op, device)
+                return [sum(t.nbytes or 0 for t in o.outputs) / self.copy_bytes_per_s] * \
+                    len(devices)
+        return self._base_row(o.name, devices)
 
     def link(self, src: str, dst: str) -> tuple[float, float]:
         return self.base.link(src, dst)

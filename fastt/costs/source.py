@@ -10,7 +10,7 @@ simulator read (they depend on it only). The sources:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Mapping, Protocol
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:
     from fastt.costs import CostModels
@@ -77,6 +77,10 @@ class StaticCosts:
 
     def compute(self, op: str, device: str) -> float:
         return self.seconds.get(op, 0.0)
+
+    def compute_row(self, op: str, devices: Sequence[str]) -> list[float]:
+        """``compute`` on each of ``devices`` (one value for all)."""
+        return [self.seconds.get(op, 0.0)] * len(devices)
 
     def link(self, src: str, dst: str) -> tuple[float, float]:
         return self.device_set.link(src, dst)

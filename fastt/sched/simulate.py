@@ -119,7 +119,7 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
                                  f"device {device[i]}")
     if _simcore is not None and compiled:
         start, finish, transfers = _compiled(_simcore, p, device, orders, link_concurrency)
-        needs = _needs(p)
+        needs = None  # built when the peaks of memory are read
     else:
         start, finish, transfers, needs = _simulate(p, device, orders, link_concurrency)
     if any(f < 0 for f in finish):
@@ -254,7 +254,7 @@ def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 
     if _simcore is not None and compiled:
         start, finish, transfers = _compiled(_simcore, p, device, None, link_concurrency,
                                              priority)
-        return _result(p, device, start, finish, transfers, _needs(p))
+        return _result(p, device, start, finish, transfers)
     n, D = p.n, p.num_devices
     needs, wanted = _tensors(p, device)
     # per producer, its consumers and the tensor each needs (None: on the producer's device)
@@ -360,14 +360,22 @@ def _flat_needs(p: Problem) -> Flat:
     """``_needs`` as ``_simcore`` reads them: each op's first need's offset (and the end),
     the needs' producers, key numbers and bytes; and the keys by number. Once per problem."""
     flat: Flat | None = getattr(p, "_flat", None)
-    if flat is None:
+    if flat is None:  # read from the edges as _needs does, without building its tuples
         offsets, producers, numbers, sizes = [0], [], [], []
         ids: dict[object, int] = {}
-        for nd in _needs(p):
-            for m, key, nbytes in nd:
-                producers.append(m)
-                numbers.append(ids.setdefault(key, len(ids)))
-                sizes.append(nbytes)
+        edge_tensors = p.edge_tensors
+        for pred in p.preds:
+            for m, e in pred:
+                tensors = edge_tensors[e]
+                if not tensors:
+                    tensors = [(("control", m), 0.0)]
+                for key, nbytes in tensors:
+                    producers.append(m)
+                    k = ids.get(key)
+                    if k is None:
+                        k = ids[key] = len(ids)
+                    numbers.append(k)
+                    sizes.append(nbytes)
             offsets.append(len(producers))
         flat = p._flat = (offsets, producers, numbers, sizes,  # type: ignore[attr-defined]
                           list(ids))
@@ -458,7 +466,7 @@ class _Links:
 
 
 def _result(p: Problem, device: list[int], start: list[float], finish: list[float],
-            transfers: list[Transfer], needs: Needs) -> SimResult:
+            transfers: list[Transfer], needs: Needs | None = None) -> SimResult:
     busy = [0.0] * p.num_devices  # the compute streams' (a collective mostly waits on links)
     for i in range(p.n):
         if not p.stream[i]:
@@ -469,7 +477,7 @@ def _result(p: Problem, device: list[int], start: list[float], finish: list[floa
     result = SimResult(start, finish, list(device), transfers, busy=busy,
                        reach=max((p.reach[d] for d in set(device)), default=0.0),
                        shared_work=max(work.values(), default=0.0))
-    result._peaks = lambda: _peak_memory(p, result, needs)
+    result._peaks = lambda: _peak_memory(p, result, needs or _needs(p))
     return result
 
 
