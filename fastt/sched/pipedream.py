@@ -61,9 +61,12 @@ def layers(p: Problem, g: Graph, count: int = LAYERS) -> list[int]:
     unit: dict[int, int] = {}  # forward op -> its unit (a colocation group id, or an op)
     parent: dict[int, int] = {}
 
-    def find(x: int) -> int:
-        while parent.get(x, x) != x:
-            x = parent[x]
+    def find(x: int) -> int:  # with path halving: the same roots, short chains
+        up = parent.get(x, x)
+        while up != x:
+            grand = parent.get(up, up)
+            parent[x] = grand
+            x, up = up, grand
         return x
 
     for i in forward:  # a weight with the forward ops reading it
