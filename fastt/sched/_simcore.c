@@ -1,9 +1,9 @@
-/* The event loop of fastt.sched.simulate.simulate, compiled.
+/* The event loops of fastt.sched.simulate (simulate and simulate_fifo), compiled.
  *
- * The same simulation as the Python loop (which stays the reference and the fallback): the
- * same events in the same order, the same floating-point operations, so both give identical
- * start and finish times. Python prepares the inputs (the tensors each op needs, flattened
- * once per problem) and builds the result; this file only runs the loop.
+ * The same simulation as the Python loops of fastt.sched.sim_loops (which stay the reference
+ * and the fallback): the same events in the same order, the same floating-point operations,
+ * so both give identical start and finish times. Python prepares the inputs (the tensors each
+ * op needs, flattened once per problem) and builds the result; this file only runs the loop.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -52,8 +52,10 @@ static Item heap_pop(Heap *h) {
   return top;
 }
 
-/* Python sequences read into C arrays (exceptions set on failure). */
-static int read_doubles(PyObject *seq, double *out, Py_ssize_t n, const char *what) {
+/* A Python sequence of n numbers read into doubles (d) or integers (i); exception set on
+   failure. */
+static int read_numbers(PyObject *seq, double *d, Py_ssize_t *i, Py_ssize_t n,
+                        const char *what) {
   PyObject *fast = PySequence_Fast(seq, what);
   if (!fast) return -1;
   if (PySequence_Fast_GET_SIZE(fast) != n) {
@@ -61,28 +63,21 @@ static int read_doubles(PyObject *seq, double *out, Py_ssize_t n, const char *wh
     Py_DECREF(fast); return -1;
   }
   PyObject **items = PySequence_Fast_ITEMS(fast);
-  for (Py_ssize_t i = 0; i < n; i++) {
-    out[i] = PyFloat_AsDouble(items[i]);
-    if (out[i] == -1.0 && PyErr_Occurred()) { Py_DECREF(fast); return -1; }
+  for (Py_ssize_t k = 0; k < n; k++) {
+    if (d) d[k] = PyFloat_AsDouble(items[k]);
+    else i[k] = PyLong_AsSsize_t(items[k]);
+    if (PyErr_Occurred()) { Py_DECREF(fast); return -1; }
   }
   Py_DECREF(fast);
   return 0;
 }
 
+static int read_doubles(PyObject *seq, double *out, Py_ssize_t n, const char *what) {
+  return read_numbers(seq, out, NULL, n, what);
+}
+
 static int read_ints(PyObject *seq, Py_ssize_t *out, Py_ssize_t n, const char *what) {
-  PyObject *fast = PySequence_Fast(seq, what);
-  if (!fast) return -1;
-  if (PySequence_Fast_GET_SIZE(fast) != n) {
-    PyErr_Format(PyExc_ValueError, "%s: expected %zd values", what, n);
-    Py_DECREF(fast); return -1;
-  }
-  PyObject **items = PySequence_Fast_ITEMS(fast);
-  for (Py_ssize_t i = 0; i < n; i++) {
-    out[i] = PyLong_AsSsize_t(items[i]);
-    if (out[i] == -1 && PyErr_Occurred()) { Py_DECREF(fast); return -1; }
-  }
-  Py_DECREF(fast);
-  return 0;
+  return read_numbers(seq, NULL, out, n, what);
 }
 
 /* A D x D matrix (a list of rows) read row-major. */

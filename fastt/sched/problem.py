@@ -57,8 +57,9 @@ class Problem:
     send_cpu: list[list[float]] = field(default_factory=list)
     recv_cpu: list[list[float]] = field(default_factory=list)
     # [d1][d2]: the seconds a d1 -> d2 transfer takes from (sender, receiver) whatever its size
-    # (gRPC's call), when the end moves other transfers and then when alone (``simulate._InFlight``;
-    # from measured costs: the burst probed, alone the share of the latency).
+    # (gRPC's call), when the end moves other transfers and then when alone
+    # (``sim_loops._InFlight``; from measured costs: the burst probed, alone the share of the
+    # latency).
     call_cpu: list[list[tuple[float, float, float, float]]] = field(default_factory=list)
     # Per device: seconds a step pays to run anything there (a remote worker's call).
     reach: list[float] = field(default_factory=list)
