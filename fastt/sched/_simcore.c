@@ -654,4 +654,9 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_simcore",
                                     "fastt's compiled simulation loop", -1, methods};
 
-PyMODINIT_FUNC PyInit__simcore(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__simcore(void) {
+  PyObject *m = PyModule_Create(&module);
+  /* the arguments simulate() takes: fastt.sched.simulate.SIMCORE_ABI */
+  if (m && PyModule_AddIntConstant(m, "ABI", 1) < 0) { Py_DECREF(m); return NULL; }
+  return m;
+}

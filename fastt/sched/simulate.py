@@ -41,15 +41,19 @@ from fastt.sched.sim_loops import (SMALL_BYTES, Needs, Transfer, fifo_loop, need
                                    ordered_loop)
 
 
+SIMCORE_ABI = 1  # the arguments _simcore.c takes: a library built for others is not used
+
+
 def _load_simcore() -> ModuleType | None:
-    """The compiled loop (``_simcore.c``, built by ``pip install``), from this package or,
-    when it runs from a checkout, from where it was installed; None where it was not built
-    (no C compiler at install): the Python loop then runs."""
+    """The compiled loops (``_simcore.c``, built by ``pip install``), from this package or,
+    when it runs from a checkout, from where it was installed; None where they were not
+    built (no C compiler at install) or were built from another version: the Python loops
+    then run."""
     try:
         from fastt.sched import _simcore  # type: ignore[attr-defined]
-        return _simcore
+        candidates: list[ModuleType] = [_simcore]
     except ImportError:
-        pass
+        candidates = []
     for d in sys.path:
         for path in sorted(glob.glob(os.path.join(d or os.curdir, "fastt", "sched",
                                                   "_simcore*.so"))):
@@ -57,11 +61,12 @@ def _load_simcore() -> ModuleType | None:
             if spec and spec.loader:
                 module = importlib.util.module_from_spec(spec)
                 spec.loader.exec_module(module)
-                return module
-    return None
+                candidates.append(module)
+    return next((m for m in candidates if getattr(m, "ABI", None) == SIMCORE_ABI), None)
 
 
 _simcore = _load_simcore()
+
 
 @dataclass
 class SimResult:
