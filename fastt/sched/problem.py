@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from fastt import devices as devnames
 from fastt.costs.comm import transfer_seconds
@@ -188,8 +188,7 @@ class Problem:
             if key is not None:
                 tensors[key] = edge[2]
         dag = _Dag(n)
-        for (a, b), tensors in merged.items():
-            dag.add(a, b, tensors)
+        dag.add((b, {a: tensors}) for (a, b), tensors in merged.items())
         return cls._assemble(dag, w, devices, intercept, slope, mem, group, names, persistent,
                              topo, send_cpu, recv_cpu, call_cpu, reach, cores, stream, knee,
                              extra)
@@ -242,9 +241,9 @@ class Problem:
         index = {n: i for i, n in enumerate(names)}
         back = {op.name for op in graph if graph.is_back_edge_source(op.name)}
         dag = _Dag(len(names))  # build's merging, an op's edges at a time
-        preds, succs, edge_bytes, edge_tensors = dag.preds, dag.succs, dag.bytes, dag.tensors
         ops = [graph[name] for name in names]
-        for j, op in enumerate(ops):  # _Dag.add inlined: compiling is a hot loop of OS-DPOS
+        intos = []
+        for j, op in enumerate(ops):
             into: dict[int, dict[object, float]] = {}  # producer -> the tensors it sends
             for ref in op.inputs:
                 if ref.op not in back:
@@ -256,19 +255,8 @@ class Problem:
             for c in op.control_inputs:
                 if c not in back:
                     into.setdefault(index[c], {})
-            pj = preds[j]
-            for a, tensors in into.items():
-                if a == j:
-                    raise FasttError(f"edge from op {a} to itself")
-                e = len(edge_bytes)
-                pj.append((a, e))
-                succs[a].append((j, e))
-                if tensors:
-                    edge_bytes.append(float(sum(tensors.values())))
-                    edge_tensors.append(list(tensors.items()))
-                else:
-                    edge_bytes.append(0.0)
-                    edge_tensors.append([])
+            intos.append((j, into))
+        dag.add(intos)
         devs = [d.name for d in devices]
         row = getattr(costs, "compute_row", None)
         w = [row(n, devs) for n in names] if row else \
@@ -328,14 +316,22 @@ class _Dag:
         self.bytes: list[float] = []
         self.tensors: list[list[tuple[object, float]]] = []
 
-    def add(self, a: int, b: int, tensors: dict[object, float]) -> None:
-        if a == b:
-            raise FasttError(f"edge from op {a} to itself")
-        e = len(self.bytes)
-        self.preds[b].append((a, e))
-        self.succs[a].append((b, e))
-        self.bytes.append(float(sum(tensors.values())))
-        self.tensors.append(list(tensors.items()))
+    def add(self, intos: Iterable[tuple[int, dict[int, dict[object, float]]]]) -> None:
+        """Each consumer's edges, as (consumer, producer -> the tensors it sends); one call
+        for all (compiling is a hot loop of OS-DPOS)."""
+        preds, succs, edge_bytes, edge_tensors = self.preds, self.succs, self.bytes, \
+            self.tensors
+        e = len(edge_bytes)
+        for b, into in intos:
+            if b in into:
+                raise FasttError(f"edge from op {b} to itself")
+            pb = preds[b]
+            for a, tensors in into.items():
+                pb.append((a, e))
+                succs[a].append((b, e))
+                edge_bytes.append(float(sum(tensors.values())) if tensors else 0.0)
+                edge_tensors.append(list(tensors.items()))
+                e += 1
 
 
 def _four(call_cpu: Sequence[Any] | None, a: int, b: int) -> tuple[float, float, float, float]:
