@@ -90,7 +90,9 @@ setup(
     # their servers listen on every interface, and the simulator runs its loop in Python.
     ext_modules=[Extension("tf_patches._bind_loopback", ["tf_patches/native/bind_loopback.c"],
                            libraries=["dl"], optional=True),
-                 Extension("fastt.sched._simcore", ["fastt/sched/_simcore.c"],
-                           extra_compile_args=["-O2"], optional=True)] + priority_executor(),
+                 Extension("fastt.sched._simcore",
+                           ["fastt/sched/_simcore.c", "fastt/sched/_simpeaks.c"],
+                           depends=["fastt/sched/_simcore.h"], extra_compile_args=["-O2"],
+                           optional=True)] + priority_executor(),
     cmdclass={"build_py": build_py_with_hook},
 )

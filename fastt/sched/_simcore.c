@@ -3,13 +3,10 @@
  * The same simulation as the Python loops of fastt.sched.sim_loops (which stay the reference
  * and the fallback): the same events in the same order, the same floating-point operations,
  * so both give identical start and finish times. Python prepares the inputs (the tensors each
- * op needs, flattened once per problem) and builds the result; this file only runs the loop.
+ * op needs, flattened once per problem) and builds the result; this file only runs the loop
+ * (and _simpeaks.c sums the memory a replay holds).
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-#include <stdint.h>
-#include <stdlib.h>
-#include <string.h>
+#include "_simcore.h"
 
 typedef struct { double t; double u; Py_ssize_t j; } Item;  /* heap entry, ordered (t, u, j) */
 typedef struct { Item *a; Py_ssize_t n, cap; } Heap;
@@ -50,95 +47,6 @@ static Item heap_pop(Heap *h) {
   }
   if (n) h->a[i] = last;
   return top;
-}
-
-/* A Python sequence of n numbers read into doubles (d) or integers (i); exception set on
-   failure. */
-static int read_numbers(PyObject *seq, double *d, Py_ssize_t *i, Py_ssize_t n,
-                        const char *what) {
-  PyObject *fast = PySequence_Fast(seq, what);
-  if (!fast) return -1;
-  if (PySequence_Fast_GET_SIZE(fast) != n) {
-    PyErr_Format(PyExc_ValueError, "%s: expected %zd values", what, n);
-    Py_DECREF(fast); return -1;
-  }
-  PyObject **items = PySequence_Fast_ITEMS(fast);
-  for (Py_ssize_t k = 0; k < n; k++) {
-    if (d) d[k] = PyFloat_AsDouble(items[k]);
-    else i[k] = PyLong_AsSsize_t(items[k]);
-    if (PyErr_Occurred()) { Py_DECREF(fast); return -1; }
-  }
-  Py_DECREF(fast);
-  return 0;
-}
-
-static int read_doubles(PyObject *seq, double *out, Py_ssize_t n, const char *what) {
-  return read_numbers(seq, out, NULL, n, what);
-}
-
-static int read_ints(PyObject *seq, Py_ssize_t *out, Py_ssize_t n, const char *what) {
-  return read_numbers(seq, NULL, out, n, what);
-}
-
-/* A D x D matrix (a list of rows) read row-major. */
-static int read_matrix(PyObject *rows, double *out, Py_ssize_t D, const char *what) {
-  PyObject *fast = PySequence_Fast(rows, what);
-  if (!fast) return -1;
-  if (PySequence_Fast_GET_SIZE(fast) != D) {
-    PyErr_Format(PyExc_ValueError, "%s: expected %zd rows", what, D);
-    Py_DECREF(fast); return -1;
-  }
-  for (Py_ssize_t a = 0; a < D; a++)
-    if (read_doubles(PySequence_Fast_GET_ITEM(fast, a), out + a * D, D, what) < 0) {
-      Py_DECREF(fast); return -1;
-    }
-  Py_DECREF(fast);
-  return 0;
-}
-
-static PyObject *double_list(const double *x, Py_ssize_t n) {
-  PyObject *out = PyList_New(n);
-  if (!out) return NULL;
-  for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *v = PyFloat_FromDouble(x[i]);
-    if (!v) { Py_DECREF(out); return NULL; }
-    PyList_SET_ITEM(out, i, v);
-  }
-  return out;
-}
-
-static PyObject *int_list(const Py_ssize_t *x, Py_ssize_t n) {
-  PyObject *out = PyList_New(n);
-  if (!out) return NULL;
-  for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *v = PyLong_FromSsize_t(x[i]);
-    if (!v) { Py_DECREF(out); return NULL; }
-    PyList_SET_ITEM(out, i, v);
-  }
-  return out;
-}
-
-/* An open-addressing map from (key, device) to a transfer's slot. */
-typedef struct { int64_t *keys; Py_ssize_t *vals; size_t mask; } Map;
-
-static int map_init(Map *m, Py_ssize_t entries) {
-  size_t size = 16;
-  while (size < 2 * (size_t)entries + 1) size <<= 1;
-  m->keys = malloc(size * sizeof(int64_t));
-  m->vals = malloc(size * sizeof(Py_ssize_t));
-  if (!m->keys || !m->vals) return -1;
-  memset(m->keys, 0xff, size * sizeof(int64_t));  /* -1: empty */
-  m->mask = size - 1;
-  return 0;
-}
-
-static Py_ssize_t *map_slot(Map *m, int64_t key, int *fresh) {
-  size_t h = ((uint64_t)key * 0x9E3779B97F4A7C15ull) >> 20;
-  for (;; h++) {
-    size_t i = h & m->mask;
-    if (m->keys[i] == key) { *fresh = 0; return &m->vals[i]; }
-    if (m->keys[i] == -1) { m->keys[i] = key; *fresh = 1; return &m->vals[i]; }
-  }
 }
 
 typedef struct {
@@ -649,6 +557,9 @@ static PyMethodDef methods[] = {
    "producers, keys, bytes, intercept, slope, knee, extra, least_knee, send_cpu, recv_cpu, "
    "call_cpu, transfer_stream, concurrency, small_bytes, priority or None) -> "
    "(start, finish, (key, src, dst, bytes, begin, end))"},
+  {"peaks", simcore_peaks, METH_VARARGS,
+   "peaks(D, device, start, finish, need_off, producers, keys, bytes, transfer keys, "
+   "sources, destinations, bytes, begins, ends, persistent) -> each device's peak bytes"},
   {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_simcore",
@@ -657,6 +568,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_simcore",
 PyMODINIT_FUNC PyInit__simcore(void) {
   PyObject *m = PyModule_Create(&module);
   /* the arguments simulate() takes: fastt.sched.simulate.SIMCORE_ABI */
-  if (m && PyModule_AddIntConstant(m, "ABI", 1) < 0) { Py_DECREF(m); return NULL; }
+  if (m && PyModule_AddIntConstant(m, "ABI", 2) < 0) { Py_DECREF(m); return NULL; }
   return m;
 }

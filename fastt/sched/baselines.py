@@ -212,15 +212,20 @@ def place_replicas(p: Problem, g: Graph, where: Callable[[int, int | None], int]
     return device
 
 
-def data_parallel(p: Problem, g: Graph) -> Schedule:
-    """The data-parallel graph ``g``'s replica k on device k (mod D), the ops shared by the
-    replicas (updates, whole-batch ops) on device 0 (the ops reading a tensor's shape next
-    to it), colocation groups with their first member. Each device runs its ready ops by
-    decreasing upward rank, the all-reduce's ops first (as soon as a bucket's gradients are
-    there: the ring overlaps the backward pass, as Horovod's and NCCL's streams do), links
-    carrying one bulk transfer at a time."""
+def replica_devices(p: Problem, g: Graph) -> list[int]:
+    """The device of each op of the data-parallel graph ``g``: replica k on device k (mod D),
+    the ops shared by the replicas (updates, whole-batch ops) on device 0 (the ops reading a
+    tensor's shape next to it), colocation groups with their first member."""
     D = p.num_devices
-    device = place_replicas(p, g, lambda i, k: 0 if k is None else k % D)
+    return place_replicas(p, g, lambda i, k: 0 if k is None else k % D)
+
+
+def data_parallel(p: Problem, g: Graph) -> Schedule:
+    """The data-parallel graph ``g``'s ops on their ``replica_devices``. Each device runs its
+    ready ops by decreasing upward rank, the all-reduce's ops first (as soon as a bucket's
+    gradients are there: the ring overlaps the backward pass, as Horovod's and NCCL's streams
+    do), links carrying one bulk transfer at a time."""
+    device = replica_devices(p, g)
     rank = rank_u(p)
     top = max(rank, default=0.0) + 1.0
     priority = [rank[i] + (top if (g[name].meta.split_of or "").startswith(RING) else 0.0)

@@ -90,7 +90,7 @@ def data_parallel_fitting(graph: Graph, devices: Sequence[Device], ring: bool = 
     else:
         mem = MemoryModel.from_graph(dp)
         p = Problem.from_graph(dp, devices, _UnitCosts(), persistent=mem.persistent)
-    device = baselines.data_parallel(p, dp).device
+    device = baselines.replica_devices(p, dp)
     orders: list[list[int]] = [[] for _ in range(D)]
     for i in p.topo:  # as peak_memory_one_device: each device in topological order
         orders[device[i]].append(i)

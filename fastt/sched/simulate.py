@@ -37,11 +37,10 @@ from typing import Callable, Sequence
 
 from fastt.errors import FasttError
 from fastt.sched.problem import TRANSFER_STREAM, Problem
-from fastt.sched.sim_loops import (SMALL_BYTES, Needs, Transfer, fifo_loop, needs_of,
-                                   ordered_loop)
+from fastt.sched.sim_loops import SMALL_BYTES, Needs, Transfer, fifo_loop, ordered_loop
 
 
-SIMCORE_ABI = 1  # the arguments _simcore.c takes: a library built for others is not used
+SIMCORE_ABI = 2  # the functions and arguments of _simcore: a library built for others is not used
 
 
 def _load_simcore() -> ModuleType | None:
@@ -78,14 +77,14 @@ class SimResult:
     reach: float = 0.0  # what the step pays to run on the devices it uses (Problem.reach)
     shared_work: float = 0.0  # the busiest cores' work over the devices sharing them
     # the per-device peaks of live bytes, worked out when first read (most replays never do)
-    _peaks: Callable[[], list[float]] | None = field(default=None, repr=False)
+    _peaks: "Peaks | None" = field(default=None, repr=False)
     _peak_memory: list[float] | None = field(default=None, repr=False)
 
     @property
     def peak_memory(self) -> list[float]:
         """Per device, the peak bytes held: variables plus live tensors."""
         if self._peak_memory is None:
-            self._peak_memory = self._peaks() if self._peaks else []
+            self._peak_memory = self._peaks(self) if self._peaks else []
             self._peaks = None
         return self._peak_memory
 
@@ -109,31 +108,34 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
                 raise FasttError(f"op {p.names[i]!r} is in device {d}'s order but placed on "
                                  f"device {device[i]}")
     if _simcore is not None and compiled:
-        start, finish, transfers = _compiled(_simcore, p, device, orders, link_concurrency)
-        needs = None  # built when the peaks of memory are read
+        start, finish, transfers, peaks = _compiled(_simcore, p, device, orders,
+                                                    link_concurrency)
     else:
         start, finish, transfers, needs = ordered_loop(p, device, orders, link_concurrency)
+        peaks = _peaks_of(p, needs)
     if any(f < 0 for f in finish):
         stuck = [p.names[i] for i in range(n) if finish[i] < 0][:5]
         raise FasttError(f"the orders deadlock (an op waits for one ordered after it): {stuck}")
-    return _result(p, device, start, finish, transfers, needs)
+    return _result(p, device, start, finish, transfers, peaks)
 
 
 def _compiled(core: ModuleType, p: Problem, device: list[int], orders: list[list[int]] | None,
               link_concurrency: int | None, priority: Sequence[float] | None = None
-              ) -> tuple[list[float], list[float], list[Transfer]]:
+              ) -> tuple[list[float], list[float], list[Transfer], Peaks]:
     """``simulate``'s loop (``orders`` None: ``simulate_fifo``'s) in ``core`` (``_simcore``:
-    the same events, the same arithmetic)."""
+    the same events, the same arithmetic), and its peaks of memory (``_peak_memory`` in
+    ``core``), to work out when read."""
     flat = _flat_needs(p)
-    w = p.w
-    start, finish, (key, src, dst, nbytes, begin, end) = core.simulate(
-        p.num_devices, device, [w[j][d] for j, d in enumerate(device)], p.stream, orders,
+    w, D = p.w, p.num_devices
+    start, finish, sent = core.simulate(
+        D, device, [w[j][d] for j, d in enumerate(device)], p.stream, orders,
         *flat[:4], p.intercept, p.slope, p.knee, p.extra, p.least_knee, p.send_cpu,
         p.recv_cpu, [x for row in p.call_cpu for calls in row for x in calls], TRANSFER_STREAM,
         -1 if link_concurrency is None else link_concurrency, SMALL_BYTES, priority)
     keys = flat[4]
     return start, finish, [Transfer(keys[k], a, b, x, t0, t1) for k, a, b, x, t0, t1
-                           in zip(key, src, dst, nbytes, begin, end)]
+                           in zip(*sent)], \
+        lambda _: core.peaks(D, device, start, finish, *flat[:4], *sent, p.persistent)
 
 
 def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 1,
@@ -143,11 +145,11 @@ def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 
     index: graph order); with ``priority``, the ready op of highest priority first (a
     priority executor). O((n + e) log n) for n ops and e edges. Compiled as ``simulate``."""
     if _simcore is not None and compiled:
-        start, finish, transfers = _compiled(_simcore, p, device, None, link_concurrency,
-                                             priority)
-        return _result(p, device, start, finish, transfers)
+        start, finish, transfers, peaks = _compiled(_simcore, p, device, None,
+                                                    link_concurrency, priority)
+        return _result(p, device, start, finish, transfers, peaks)
     start, finish, transfers, needs = fifo_loop(p, device, link_concurrency, priority)
-    return _result(p, device, start, finish, transfers, needs)
+    return _result(p, device, start, finish, transfers, _peaks_of(p, needs))
 
 
 def replay_run(p: Problem, device: list[int], order: list[int] | None,
@@ -175,6 +177,7 @@ def replay_placement(p: Problem, device: list[int], order: list[int] | None
 
 
 Flat = tuple[list[int], list[int], list[int], list[float], list[object]]
+Peaks = Callable[[SimResult], list[float]]  # a replay's peaks of memory, from its result
 
 
 def _flat_needs(p: Problem) -> Flat:
@@ -204,7 +207,7 @@ def _flat_needs(p: Problem) -> Flat:
 
 
 def _result(p: Problem, device: list[int], start: list[float], finish: list[float],
-            transfers: list[Transfer], needs: Needs | None = None) -> SimResult:
+            transfers: list[Transfer], peaks: Peaks) -> SimResult:
     busy = [0.0] * p.num_devices  # the compute streams' (a collective mostly waits on links)
     for i in range(p.n):
         if not p.stream[i]:
@@ -215,8 +218,13 @@ def _result(p: Problem, device: list[int], start: list[float], finish: list[floa
     result = SimResult(start, finish, list(device), transfers, busy=busy,
                        reach=max((p.reach[d] for d in set(device)), default=0.0),
                        shared_work=max(work.values(), default=0.0))
-    result._peaks = lambda: _peak_memory(p, result, needs or needs_of(p))
+    result._peaks = peaks
     return result
+
+
+def _peaks_of(p: Problem, needs: Needs) -> Peaks:
+    """The peaks of memory of a replay of ``p`` by the Python loops (``_peak_memory``)."""
+    return lambda r: _peak_memory(p, r, needs)
 
 
 def _peak_memory(p: Problem, r: SimResult, needs: Needs) -> list[float]:
