@@ -138,3 +138,76 @@ def test_timeline_keeps_order_under_rounding():
     tl.insert(7.215777469962173, 10.9)  # a start computed as finish - w, 1 ulp early
     assert tl.intervals() == [(0.0, 7.215777469962174), (7.215777469962173, 10.9)]
     assert tl.earliest(0.0, 1.0) == 10.9
+
+
+def _large_problem(rnd):
+    """Up to 600 ops with edges to the next few (long schedules: timelines of several
+    blocks), whole-number costs (ties), zero-time ops, bent links, and with memory a
+    capacity that may run out, colocated runs of ops."""
+    n, D = rnd.randint(1, 600), rnd.randint(1, 4)
+    edges = [(i, j, float(rnd.choice([0, 1, 4, 9]) * 1e5)) for i in range(n)
+             for j in range(i + 1, min(n, i + 12)) if rnd.random() < 0.25]
+    w = [[float(rnd.choice([0, 1, 2, 3, 5, 8])) for _ in range(D)] for _ in range(n)]
+    memory = rnd.random() < 0.5
+    mem = [float(rnd.randint(1, 9)) for _ in range(n)] if memory else None
+    cap = sum(mem) / D * rnd.choice([0.9, 1.2, 2.0]) if mem else float("inf")
+    group = list(range(n))
+    for i in range(1, n):
+        if rnd.random() < 0.1:
+            group[i] = group[i - 1]
+    return Problem.build(
+        n, edges, w, devs(D, cap), intercept=[[float(rnd.randint(0, 2))] * D] * D,
+        slope=[[rnd.choice([0.0, 1e-6, 3e-6]) for _ in range(D)] for _ in range(D)],
+        knee=[[rnd.choice([0.0, 2e5, 5e5, float("inf")]) for _ in range(D)] for _ in range(D)],
+        extra=[[rnd.choice([0.0, 2e-6]) for _ in range(D)] for _ in range(D)], mem=mem,
+        group=group)
+
+
+def test_the_compiled_list_scheduling_places_as_the_python_one():
+    """``_simcore``'s ``eft_list_schedule`` (built by ``pip install``) gives the Python
+    function's devices, starts, finishes and memory reservations exactly, or the same
+    misfit: by DPOS's visit order and by random topological ones, with pinned ops, on 300
+    problems."""
+    from fastt.errors import DoesNotFit
+    from fastt.sched._native import simcore
+    from fastt.sched.dpos import eft_list_schedule, group_memory
+    if simcore is None:
+        pytest.fail("the compiled list scheduling was not built (fastt/sched/_simeft.c)")
+    rnd = random.Random(11)
+    tried = misfits = 0
+    for case in range(300):
+        p = _large_problem(rnd)
+        if case % 2:
+            rank = rank_u(p)
+            pos = {op: k for k, op in enumerate(p.topo)}
+            visit = sorted(range(p.n), key=lambda i: (-rank[i], pos[i]))
+        else:
+            visit = _random_topological(p, rnd)
+        pinned = {i: rnd.randrange(p.num_devices) for i in range(p.n) if rnd.random() < 0.05}
+        gmem = group_memory(p)
+        runs = []
+        for compiled in (True, False):
+            used, group_dev = [0.0] * p.num_devices, {}
+            try:
+                out = eft_list_schedule(p, visit, gmem, used, group_dev, pinned,
+                                        compiled=compiled)
+                runs.append((out, used, group_dev))
+            except DoesNotFit as e:
+                runs.append(str(e))
+        assert runs[0] == runs[1], case
+        misfits += isinstance(runs[0], str)
+        tried += 1
+    assert misfits and misfits < tried
+
+
+def _random_topological(p, rnd):
+    indeg = [len(x) for x in p.preds]
+    ready, out = [i for i in range(p.n) if not indeg[i]], []
+    while ready:
+        i = ready.pop(rnd.randrange(len(ready)))
+        out.append(i)
+        for j, _ in p.succs[i]:
+            indeg[j] -= 1
+            if not indeg[j]:
+                ready.append(j)
+    return out

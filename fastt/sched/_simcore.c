@@ -4,7 +4,7 @@
  * and the fallback): the same events in the same order, the same floating-point operations,
  * so both give identical start and finish times. Python prepares the inputs (the tensors each
  * op needs, flattened once per problem) and builds the result; this file only runs the loop
- * (and _simpeaks.c sums the memory a replay holds).
+ * (_simpeaks.c sums the memory a replay holds; _simeft.c is DPOS's list scheduling).
  */
 #include "_simcore.h"
 
@@ -560,6 +560,10 @@ static PyMethodDef methods[] = {
   {"peaks", simcore_peaks, METH_VARARGS,
    "peaks(D, device, start, finish, need_off, producers, keys, bytes, transfer keys, "
    "sources, destinations, bytes, begins, ends, persistent) -> each device's peak bytes"},
+  {"eft", simcore_eft, METH_VARARGS,
+   "eft(D, visit, w, preds, edge_bytes, intercept, slope, knee, extra, least_knee, group, "
+   "group memory, capacity, used, group devices, pinned) -> (device, start, finish, used, "
+   "group devices), or the op that fits no device"},
   {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_simcore",
@@ -567,7 +571,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_simcore",
 
 PyMODINIT_FUNC PyInit__simcore(void) {
   PyObject *m = PyModule_Create(&module);
-  /* the arguments simulate() takes: fastt.sched.simulate.SIMCORE_ABI */
-  if (m && PyModule_AddIntConstant(m, "ABI", 2) < 0) { Py_DECREF(m); return NULL; }
+  /* the functions and their arguments: fastt.sched._native.SIMCORE_ABI */
+  if (m && PyModule_AddIntConstant(m, "ABI", 3) < 0) { Py_DECREF(m); return NULL; }
   return m;
 }

@@ -53,7 +53,8 @@ PyObject *simcore_peaks(PyObject *self, PyObject *args) {
                         &tbegin_o, &tend_o, &persistent_o))
     return NULL;
   PyObject *result = NULL;
-  Slots s = {{0}};
+  Slots s;
+  memset(&s, 0, sizeof(s));
   Py_ssize_t *device = NULL, *off = NULL, *prod = NULL, *key = NULL, *tkey = NULL;
   Py_ssize_t *tsrc = NULL, *tdst = NULL, *fill = NULL, *first = NULL;
   double *start = NULL, *finish = NULL, *bytes = NULL, *tbytes = NULL, *tbegin = NULL;

@@ -18,6 +18,7 @@ import math
 
 from fastt.errors import DoesNotFit
 from fastt.sched._gc import without_gc
+from fastt.sched._native import simcore
 from fastt.sched.problem import Problem
 from fastt.sched.schedule import Schedule, Timeline, ready_times
 
@@ -118,14 +119,33 @@ def dpos(p: Problem) -> Schedule:
 
 def eft_list_schedule(p: Problem, visit: list[int], gmem: dict[int, float],
                       used: list[float], group_dev: dict[int, int],
-                      pinned: dict[int, int] | None = None
+                      pinned: dict[int, int] | None = None, compiled: bool = True
                       ) -> tuple[list[int], list[float], list[float]]:
-    """Each op, in ``visit`` order, to the device where it finishes first, found
-    insertion-based (the earliest idle gap that fits); ``pinned`` ops to their device, a
-    colocation group following its first member; a group's memory (``gmem``) reserved where
-    it lands (``used``, ``group_dev``: updated). Device, start and finish per op. O((V + E) * D)
-    plus the gap searches."""
-    D, cap, pinned = p.num_devices, p.capacity, pinned or {}
+    """Each op, in ``visit`` order (each after its predecessors), to the device where it
+    finishes first, found insertion-based (the earliest idle gap that fits); ``pinned`` ops to
+    their device, a colocation group following its first member; a group's memory (``gmem``)
+    reserved where it lands (``used``, ``group_dev``: updated). Device, start and finish per
+    op. O((V + E) * D) plus the gap searches. Runs compiled (``_simcore``) where it was built
+    and ``compiled``, else in Python; both give the same schedule."""
+    if simcore is None or not compiled:
+        return _eft_list_schedule(p, visit, gmem, used, group_dev, pinned or {})
+    n, pinned = p.n, pinned or {}
+    out = simcore.eft(
+        p.num_devices, visit, p.w, p.preds, p.edge_bytes, p.intercept, p.slope, p.knee,
+        p.extra, p.least_knee, p.group, [gmem.get(g, 0.0) for g in range(n)], p.capacity,
+        used, [group_dev.get(g, -1) for g in range(n)], [pinned.get(i, -1) for i in range(n)])
+    if isinstance(out, int):
+        raise _fits_nowhere(p, out, gmem)
+    device, start, finish, used[:], placed = out
+    group_dev.update((g, d) for g, d in enumerate(placed) if d >= 0)
+    return device, start, finish
+
+
+def _eft_list_schedule(p: Problem, visit: list[int], gmem: dict[int, float],
+                       used: list[float], group_dev: dict[int, int], pinned: dict[int, int]
+                       ) -> tuple[list[int], list[float], list[float]]:
+    """``eft_list_schedule`` in Python: the reference of ``_simcore``'s."""
+    D, cap = p.num_devices, p.capacity
     device, start, finish = [-1] * p.n, [0.0] * p.n, [0.0] * p.n
     timelines = [Timeline() for _ in range(D)]
     for i in visit:
@@ -138,9 +158,7 @@ def eft_list_schedule(p: Problem, visit: list[int], gmem: dict[int, float],
         else:
             candidates = [d for d in range(D) if used[d] + gmem[g] <= cap[d]]
             if not candidates:
-                raise DoesNotFit(
-                    f"op {p.names[i]!r} (with its colocation group, {gmem[g]:.0f} bytes) fits "
-                    f"in no device's remaining memory")
+                raise _fits_nowhere(p, i, gmem)
         ready = ready_times(p, i, device, finish)
         best_d, best_st, best_ft = -1, 0.0, math.inf
         wi = p.w[i]
@@ -155,3 +173,8 @@ def eft_list_schedule(p: Problem, visit: list[int], gmem: dict[int, float],
         device[i], start[i], finish[i] = best_d, best_st, best_ft
         timelines[best_d].insert(best_st, best_ft)
     return device, start, finish
+
+
+def _fits_nowhere(p: Problem, i: int, gmem: dict[int, float]) -> DoesNotFit:
+    return DoesNotFit(f"op {p.names[i]!r} (with its colocation group, "
+                      f"{gmem[p.group[i]]:.0f} bytes) fits in no device's remaining memory")

@@ -26,45 +26,15 @@ from its transfer's start until its last consumer there has finished.
 """
 from __future__ import annotations
 
-import glob
-import importlib.util
-import os
-import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Callable, Sequence
 
 from fastt.errors import FasttError
+from fastt.sched._native import simcore as _simcore
 from fastt.sched.problem import TRANSFER_STREAM, Problem
 from fastt.sched.sim_loops import SMALL_BYTES, Needs, Transfer, fifo_loop, ordered_loop
-
-
-SIMCORE_ABI = 2  # the functions and arguments of _simcore: a library built for others is not used
-
-
-def _load_simcore() -> ModuleType | None:
-    """The compiled loops (``_simcore.c``, built by ``pip install``), from this package or,
-    when it runs from a checkout, from where it was installed; None where they were not
-    built (no C compiler at install) or were built from another version: the Python loops
-    then run."""
-    try:
-        from fastt.sched import _simcore  # type: ignore[attr-defined]
-        candidates: list[ModuleType] = [_simcore]
-    except ImportError:
-        candidates = []
-    for d in sys.path:
-        for path in sorted(glob.glob(os.path.join(d or os.curdir, "fastt", "sched",
-                                                  "_simcore*.so"))):
-            spec = importlib.util.spec_from_file_location("fastt.sched._simcore", path)
-            if spec and spec.loader:
-                module = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(module)
-                candidates.append(module)
-    return next((m for m in candidates if getattr(m, "ABI", None) == SIMCORE_ABI), None)
-
-
-_simcore = _load_simcore()
 
 
 @dataclass
