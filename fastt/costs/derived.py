@@ -21,16 +21,18 @@ from fastt.ir import Graph, Op
 from fastt.op_types import ALIASING_TYPES, COPY_TYPES
 
 
-def fit_overheads(graph: Graph, base: CostSource, device: str) -> dict[str, float]:
+def fit_overheads(graph: Graph, base: CostSource, device: str,
+                  work: dict[str, float] | None = None) -> dict[str, float]:
     """Op type -> fixed per-op time on ``device`` (regression intercept, clamped to
-    [0, the type's fastest measured op]); types with fewer than 3 measured ops get 0."""
+    [0, the type's fastest measured op]); types with fewer than 3 measured ops get 0.
+    ``work``: each original op's analytical work (``flops``), when the caller has it."""
     samples: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for op in graph:
         if op.meta.origin is not None:
             continue
         t = base.compute(op.name, device)
         if t > 0:
-            samples[op.type].append((flops(op, graph), t))
+            samples[op.type].append((work[op.name] if work else flops(op, graph), t))
     out = {}
     for typ, pts in samples.items():
         if len(pts) < 3 or len({x for x, _ in pts}) < 2:
@@ -44,15 +46,20 @@ def fit_overheads(graph: Graph, base: CostSource, device: str) -> dict[str, floa
 
 
 class Overheads:
-    """``fit_overheads`` of one original graph, per device, fitted once and shared."""
+    """``fit_overheads`` of one original graph, per device, fitted once and shared (the
+    ops' work counted once for all devices)."""
 
     def __init__(self, original: Graph, base: CostSource) -> None:
         self.original, self.base = original, base
         self._fits: dict[str, dict[str, float]] = {}
+        self._work: dict[str, float] | None = None
 
     def get(self, typ: str, device: str) -> float:
         if device not in self._fits:
-            self._fits[device] = fit_overheads(self.original, self.base, device)
+            if self._work is None:
+                self._work = {op.name: flops(op, self.original) for op in self.original
+                              if op.meta.origin is None}
+            self._fits[device] = fit_overheads(self.original, self.base, device, self._work)
         return self._fits[device].get(typ, 0.0)
 
 
@@ -91,13 +98,11 @@ class DerivedCosts:
             measured = self._base_row(o.name, devices)  # profiled under its own name already?
             if all(t > 0 for t in measured):
                 return measured
-            whole, fraction = self._base_row(origin, devices), o.meta.fraction
-            out = []
-            for d, t, w in zip(devices, measured, whole):
-                if t <= 0:
-                    fixed = min(self.overheads.get(o.type, d), w)
-                    t = fixed + (w - fixed) * fraction
-                out.append(t)
+            # the same share of the same op, as the replicas of one op are: priced once
+            key = ("share", origin, o.type, o.meta.fraction, tuple(measured), tuple(devices))
+            out = self.memo.get(key)
+            if out is None:
+                out = self.memo[key] = self._share(o, origin, measured, devices)
             return out
         if o.meta.split_of or o.meta.join is not None:
             # Never priced by name: a join carries the name of the op it replaced; views
@@ -108,6 +113,18 @@ class DerivedCosts:
                 return [sum(t.nbytes or 0 for t in o.outputs) / self.copy_bytes_per_s] * \
                     len(devices)
         return self._base_row(o.name, devices)
+
+    def _share(self, o: Op, origin: str, measured: list[float], devices: Sequence[str]
+               ) -> list[float]:
+        """Seconds of ``o``, a share of ``origin``'s work, where it was not measured."""
+        whole, fraction = self._base_row(origin, devices), o.meta.fraction
+        out = []
+        for d, t, w in zip(devices, measured, whole):
+            if t <= 0:
+                fixed = min(self.overheads.get(o.type, d), w)
+                t = fixed + (w - fixed) * fraction
+            out.append(t)
+        return out
 
     def link(self, src: str, dst: str) -> tuple[float, float]:
         return self.base.link(src, dst)
