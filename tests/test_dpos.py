@@ -164,10 +164,10 @@ def _large_problem(rnd):
 
 
 def test_the_compiled_list_scheduling_places_as_the_python_one():
-    """``_simcore``'s ``eft_list_schedule`` (built by ``pip install``) gives the Python
-    function's devices, starts, finishes and memory reservations exactly, or the same
-    misfit: by DPOS's visit order and by random topological ones, with pinned ops, on 300
-    problems."""
+    """``_simcore``'s ``rank_u`` and ``eft_list_schedule`` (built by ``pip install``) give
+    the Python functions' ranks, and devices, starts, finishes and memory reservations
+    exactly, or the same misfit: by DPOS's visit order and by random topological ones, with
+    pinned ops, on 300 problems."""
     from fastt.errors import DoesNotFit
     from fastt.sched._native import simcore
     from fastt.sched.dpos import eft_list_schedule, group_memory
@@ -177,6 +177,7 @@ def test_the_compiled_list_scheduling_places_as_the_python_one():
     tried = misfits = 0
     for case in range(300):
         p = _large_problem(rnd)
+        assert rank_u(p) == rank_u(p, compiled=False), case
         if case % 2:
             rank = rank_u(p)
             pos = {op: k for k, op in enumerate(p.topo)}

@@ -4,7 +4,8 @@
  * and the fallback): the same events in the same order, the same floating-point operations,
  * so both give identical start and finish times. Python prepares the inputs (the tensors each
  * op needs, flattened once per problem) and builds the result; this file only runs the loop
- * (_simpeaks.c sums the memory a replay holds; _simeft.c is DPOS's list scheduling).
+ * (_simpeaks.c sums the memory a replay holds; _simeft.c is DPOS's ranks and list
+ * scheduling).
  */
 #include "_simcore.h"
 
@@ -564,6 +565,8 @@ static PyMethodDef methods[] = {
    "eft(D, visit, w, preds, edge_bytes, intercept, slope, knee, extra, least_knee, group, "
    "group memory, capacity, used, group devices, pinned) -> (device, start, finish, used, "
    "group devices), or the op that fits no device"},
+  {"rank_u", simcore_rank_u, METH_VARARGS,
+   "rank_u(topo, succs, c, w max) -> each op's upward rank"},
   {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_simcore",
@@ -572,6 +575,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_simcore",
 PyMODINIT_FUNC PyInit__simcore(void) {
   PyObject *m = PyModule_Create(&module);
   /* the functions and their arguments: fastt.sched._native.SIMCORE_ABI */
-  if (m && PyModule_AddIntConstant(m, "ABI", 3) < 0) { Py_DECREF(m); return NULL; }
+  if (m && PyModule_AddIntConstant(m, "ABI", 4) < 0) { Py_DECREF(m); return NULL; }
   return m;
 }

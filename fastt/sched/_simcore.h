@@ -101,5 +101,6 @@ static inline Py_ssize_t *map_slot(Map *m, int64_t key, int *fresh) {
 PyObject *simcore_peaks(PyObject *self, PyObject *args);
 /* _simeft.c */
 PyObject *simcore_eft(PyObject *self, PyObject *args);
+PyObject *simcore_rank_u(PyObject *self, PyObject *args);
 
 #endif

@@ -1,6 +1,7 @@
-/* DPOS's list scheduling (fastt.sched.dpos.eft_list_schedule), compiled.
+/* DPOS's upward ranks and list scheduling (fastt.sched.dpos.rank_u, eft_list_schedule),
+ * compiled.
  *
- * The same placement as the Python function, which stays the reference: ops in the visit
+ * The same ranks and placement as the Python functions, which stay the reference: ops in the visit
  * order, each to the candidate device where it finishes first, found insertion-based in the
  * device's timeline (fastt.sched.schedule.Timeline: the same blocks, the same comparisons),
  * its data-ready times priced as Problem.transfer prices them, with the same floating-point
@@ -132,8 +133,8 @@ static void free_timeline(Timeline *tl) {
 #define NEW(p, k) do { if (!((p) = malloc(((size_t)(k) + 1) * sizeof(*(p))))) { \
   PyErr_NoMemory(); goto done; } } while (0)
 
-/* Each op's predecessors as (op, edge) pairs, CSR. */
-static int read_preds(PyObject *preds_o, Py_ssize_t n, Py_ssize_t **off, Py_ssize_t **op,
+/* Each op's predecessors (or successors) as (op, edge) pairs, CSR. */
+static int read_pairs(PyObject *preds_o, Py_ssize_t n, Py_ssize_t **off, Py_ssize_t **op,
                       Py_ssize_t **edge) {
   PyObject *fast = PySequence_Fast(preds_o, "preds");
   if (!fast) return -1;
@@ -221,7 +222,7 @@ PyObject *simcore_eft(PyObject *self, PyObject *args) {
     Py_DECREF(rows);
     if (bad) goto done;
   }
-  if (read_preds(preds_o, n, &poff, &pop, &pedge) < 0) goto done;
+  if (read_pairs(preds_o, n, &poff, &pop, &pedge) < 0) goto done;
   for (Py_ssize_t k = 0; k < poff[n]; k++)
     if (pop[k] < 0 || pop[k] >= n || pedge[k] < 0 || pedge[k] >= E) {
       PyErr_SetString(PyExc_ValueError, "a predecessor names no op or no edge");
@@ -299,5 +300,47 @@ done:
   free(poff); free(pop); free(pedge); free(cands); free(w); free(nbytes); free(intercept);
   free(slope); free(knee); free(extra); free(least_knee); free(gmem); free(cap); free(used);
   free(start); free(finish); free(ready);
+  return result;
+}
+
+/* rank_u: each op's largest compute time (w_max) plus the largest c[e] + rank[j] over its
+   successors (j, e), visited in reverse topological order. */
+PyObject *simcore_rank_u(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *topo_o, *succs_o, *c_o, *wmax_o, *result = NULL;
+  if (!PyArg_ParseTuple(args, "OOOO", &topo_o, &succs_o, &c_o, &wmax_o)) return NULL;
+  Py_ssize_t n = PySequence_Size(wmax_o), E = PySequence_Size(c_o);
+  if (n < 0 || E < 0) return NULL;
+  Py_ssize_t *topo = NULL, *off = NULL, *op = NULL, *edge = NULL;
+  double *c = NULL, *wmax = NULL, *rank = NULL;
+  NEW(topo, n); NEW(c, E); NEW(wmax, n); NEW(rank, n);
+  if (read_ints(topo_o, topo, n, "topo") < 0 || read_doubles(c_o, c, E, "c") < 0 ||
+      read_doubles(wmax_o, wmax, n, "w max") < 0 ||
+      read_pairs(succs_o, n, &off, &op, &edge) < 0)
+    goto done;
+  for (Py_ssize_t k = 0; k < off[n]; k++)
+    if (op[k] < 0 || op[k] >= n || edge[k] < 0 || edge[k] >= E) {
+      PyErr_SetString(PyExc_ValueError, "a successor names no op or no edge");
+      goto done;
+    }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (topo[i] < 0 || topo[i] >= n) {
+      PyErr_SetString(PyExc_ValueError, "topo names no op");
+      goto done;
+    }
+    rank[i] = 0.0;
+  }
+  for (Py_ssize_t k = n - 1; k >= 0; k--) {
+    Py_ssize_t i = topo[k];
+    double best = 0.0;
+    for (Py_ssize_t s = off[i]; s < off[i + 1]; s++) {
+      double v = c[edge[s]] + rank[op[s]];
+      if (v > best) best = v;
+    }
+    rank[i] = wmax[i] + best;
+  }
+  result = double_list(rank, n);
+done:
+  free(topo); free(off); free(op); free(edge); free(c); free(wmax); free(rank);
   return result;
 }

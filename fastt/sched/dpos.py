@@ -23,9 +23,12 @@ from fastt.sched.problem import Problem
 from fastt.sched.schedule import Schedule, Timeline, ready_times
 
 
-def rank_u(p: Problem, c: list[float] | None = None) -> list[float]:
-    """Upward rank of every op, with max-over-devices compute and transfer costs."""
+def rank_u(p: Problem, c: list[float] | None = None, compiled: bool = True) -> list[float]:
+    """Upward rank of every op, with max-over-devices compute and transfer costs. Runs
+    compiled (``_simcore``) where it was built and ``compiled``; the same ranks."""
     c = p.max_comm() if c is None else c
+    if simcore is not None and compiled:
+        return simcore.rank_u(p.topo, p.succs, c, [max(r) for r in p.w])
     rank = [0.0] * p.n
     for i in reversed(p.topo):
         best = 0.0
