@@ -235,13 +235,14 @@ def _tangled_problem(rnd):
 def test_the_compiled_loops_replay_as_the_python_ones():
     """``_simcore`` (built by ``pip install``) gives the Python loops' times exactly, in the
     planned order and first come, first served (by priority too): every op's start and
-    finish, every transfer, the peaks of memory."""
+    finish, every transfer, the peaks of memory; and the same needs flattened."""
     from fastt.sched import simulate as sim
     if sim._simcore is None:
         pytest.fail("the compiled simulation loop was not built (fastt/sched/_simcore.c)")
     rnd = random.Random(3)
     for case in range(600):
         p = _tangled_problem(rnd)
+        assert sim._flat_needs(p) == sim._flat_needs(p, compiled=False), case
         device = [rnd.randrange(p.num_devices) for _ in range(p.n)]
         orders = [[i for i in p.topo if device[i] == d] for d in range(p.num_devices)]
         concurrency = rnd.choice([None, 1, 1, 2])

@@ -4,8 +4,8 @@
  * and the fallback): the same events in the same order, the same floating-point operations,
  * so both give identical start and finish times. Python prepares the inputs (the tensors each
  * op needs, flattened once per problem) and builds the result; this file only runs the loop
- * (_simpeaks.c sums the memory a replay holds; _simeft.c is DPOS's ranks and list
- * scheduling).
+ * (_simpeaks.c flattens the needs and sums the memory a replay holds; _simeft.c is DPOS's
+ * ranks and list scheduling).
  */
 #include "_simcore.h"
 
@@ -561,6 +561,8 @@ static PyMethodDef methods[] = {
   {"peaks", simcore_peaks, METH_VARARGS,
    "peaks(D, device, start, finish, need_off, producers, keys, bytes, transfer keys, "
    "sources, destinations, bytes, begins, ends, persistent) -> each device's peak bytes"},
+  {"flat_needs", simcore_flat_needs, METH_VARARGS,
+   "flat_needs(preds, edge tensors) -> (need offsets, producers, key numbers, bytes, keys)"},
   {"eft", simcore_eft, METH_VARARGS,
    "eft(D, visit, w, preds, edge_bytes, intercept, slope, knee, extra, least_knee, group, "
    "group memory, capacity, used, group devices, pinned) -> (device, start, finish, used, "
@@ -575,6 +577,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_simcore",
 PyMODINIT_FUNC PyInit__simcore(void) {
   PyObject *m = PyModule_Create(&module);
   /* the functions and their arguments: fastt.sched._native.SIMCORE_ABI */
-  if (m && PyModule_AddIntConstant(m, "ABI", 4) < 0) { Py_DECREF(m); return NULL; }
+  if (m && PyModule_AddIntConstant(m, "ABI", 5) < 0) { Py_DECREF(m); return NULL; }
   return m;
 }

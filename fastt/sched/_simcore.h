@@ -99,6 +99,7 @@ static inline Py_ssize_t *map_slot(Map *m, int64_t key, int *fresh) {
 
 /* _simpeaks.c */
 PyObject *simcore_peaks(PyObject *self, PyObject *args);
+PyObject *simcore_flat_needs(PyObject *self, PyObject *args);
 /* _simeft.c */
 PyObject *simcore_eft(PyObject *self, PyObject *args);
 PyObject *simcore_rank_u(PyObject *self, PyObject *args);

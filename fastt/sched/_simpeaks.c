@@ -1,6 +1,7 @@
-/* The peaks of memory of a replay (fastt.sched.simulate._peak_memory), compiled.
+/* The tensors each op needs (fastt.sched.simulate._flat_needs), and the peaks of memory of a
+ * replay (fastt.sched.simulate._peak_memory), compiled.
  *
- * The same bytes as the Python function, which stays the reference: a tensor is live on a
+ * The same needs and bytes as the Python functions, which stay the reference: a tensor is live on a
  * device from its producer's start (a received one from its transfer's start) until its last
  * consumer there has finished and its sends are done; per device the allocations and frees
  * are summed in time order (frees first at equal times) and the peak is added to the
@@ -156,5 +157,78 @@ done:
   free(bytes); free(tkey); free(tsrc); free(tdst); free(tbytes); free(tbegin); free(tend);
   free(s.map.keys); free(s.map.vals); free(s.dev); free(s.from); free(s.until); free(s.bytes);
   free(first); free(fill); free(events); free(base);
+  return result;
+}
+
+/* simulate._flat_needs: per op, the tensors it needs as (producer, key number, bytes), read
+   from its edges in order (an edge of no tensor: the key ("control", producer), 0 bytes);
+   keys numbered in order of first appearance. */
+PyObject *simcore_flat_needs(PyObject *self, PyObject *args) {
+  (void)self;
+  PyObject *preds_o, *tensors_o;
+  if (!PyArg_ParseTuple(args, "OO", &preds_o, &tensors_o)) return NULL;
+  PyObject *preds = PySequence_Fast(preds_o, "preds");
+  if (!preds) return NULL;
+  PyObject *tensors = PySequence_Fast(tensors_o, "edge tensors");
+  if (!tensors) { Py_DECREF(preds); return NULL; }
+  PyObject *offsets = PyList_New(0), *producers = PyList_New(0), *numbers = PyList_New(0);
+  PyObject *sizes = PyList_New(0), *keys = PyList_New(0), *ids = PyDict_New();
+  PyObject *control = PyUnicode_FromString("control"), *zero = PyFloat_FromDouble(0.0);
+  PyObject *result = NULL, *count = NULL;
+  if (!offsets || !producers || !numbers || !sizes || !keys || !ids || !control || !zero)
+    goto done;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(preds), E = PySequence_Fast_GET_SIZE(tensors);
+  if (!(count = PyLong_FromSsize_t(0)) || PyList_Append(offsets, count) < 0) goto done;
+  Py_CLEAR(count);
+  for (Py_ssize_t j = 0; j < n; j++) {
+    PyObject *row = PySequence_Fast(PySequence_Fast_GET_ITEM(preds, j), "preds");
+    if (!row) goto done;
+    for (Py_ssize_t r = 0; r < PySequence_Fast_GET_SIZE(row); r++) {
+      PyObject *pair = PySequence_Fast_GET_ITEM(row, r);
+      Py_ssize_t e = -1;
+      if (PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2)
+        e = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 1));
+      if (e < 0 || e >= E) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "preds: (op, edge) pairs");
+        Py_DECREF(row); goto done;
+      }
+      PyObject *m = PyTuple_GET_ITEM(pair, 0);
+      PyObject *sent = PySequence_Fast(PySequence_Fast_GET_ITEM(tensors, e), "tensors");
+      if (!sent) { Py_DECREF(row); goto done; }
+      Py_ssize_t k = PySequence_Fast_GET_SIZE(sent);
+      PyObject *made = NULL;
+      if (!k) made = Py_BuildValue("((OO)O)", control, m, zero);  /* a control edge */
+      for (Py_ssize_t t = 0; t < (k ? k : 1); t++) {
+        PyObject *item = k ? PySequence_Fast_GET_ITEM(sent, t) : made;
+        int bad = !item || !PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2;
+        PyObject *key = bad ? NULL : PyTuple_GET_ITEM(item, 0);
+        PyObject *number = bad ? NULL : PyDict_GetItemWithError(ids, key);
+        if (!bad && !number && !PyErr_Occurred()) {
+          number = PyLong_FromSsize_t(PyList_GET_SIZE(keys));
+          bad = !number || PyDict_SetItem(ids, key, number) < 0 || PyList_Append(keys, key) < 0;
+          Py_XDECREF(number);  /* the dict holds it */
+        }
+        bad = bad || !number || PyList_Append(producers, m) < 0 ||
+              PyList_Append(numbers, number) < 0 ||
+              PyList_Append(sizes, PyTuple_GET_ITEM(item, 1)) < 0;
+        if (bad) {
+          if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "tensors: (key, bytes)");
+          Py_XDECREF(made); Py_DECREF(sent); Py_DECREF(row); goto done;
+        }
+      }
+      Py_XDECREF(made);
+      Py_DECREF(sent);
+    }
+    Py_DECREF(row);
+    if (!(count = PyLong_FromSsize_t(PyList_GET_SIZE(producers))) ||
+        PyList_Append(offsets, count) < 0)
+      goto done;
+    Py_CLEAR(count);
+  }
+  result = PyTuple_Pack(5, offsets, producers, numbers, sizes, keys);
+done:
+  Py_XDECREF(count); Py_DECREF(preds); Py_DECREF(tensors); Py_XDECREF(offsets);
+  Py_XDECREF(producers); Py_XDECREF(numbers); Py_XDECREF(sizes); Py_XDECREF(keys);
+  Py_XDECREF(ids); Py_XDECREF(control); Py_XDECREF(zero);
   return result;
 }

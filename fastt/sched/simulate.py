@@ -150,30 +150,38 @@ Flat = tuple[list[int], list[int], list[int], list[float], list[object]]
 Peaks = Callable[[SimResult], list[float]]  # a replay's peaks of memory, from its result
 
 
-def _flat_needs(p: Problem) -> Flat:
+def _flat_needs(p: Problem, compiled: bool = True) -> Flat:
     """``needs_of`` as ``_simcore`` reads them: each op's first need's offset (and the end),
-    the needs' producers, key numbers and bytes; and the keys by number. Once per problem."""
+    the needs' producers, key numbers and bytes; and the keys by number. Once per problem,
+    by ``_simcore`` where it was built and ``compiled``, else in Python (not kept)."""
+    if _simcore is None or not compiled:
+        return _python_flat_needs(p)
     flat: Flat | None = getattr(p, "_flat", None)
-    if flat is None:  # read from the edges as needs_of does, without building its tuples
-        offsets, producers, numbers, sizes = [0], [], [], []
-        ids: dict[object, int] = {}
-        edge_tensors = p.edge_tensors
-        for pred in p.preds:
-            for m, e in pred:
-                tensors = edge_tensors[e]
-                if not tensors:
-                    tensors = [(("control", m), 0.0)]
-                for key, nbytes in tensors:
-                    producers.append(m)
-                    k = ids.get(key)
-                    if k is None:
-                        k = ids[key] = len(ids)
-                    numbers.append(k)
-                    sizes.append(nbytes)
-            offsets.append(len(producers))
-        flat = p._flat = (offsets, producers, numbers, sizes,  # type: ignore[attr-defined]
-                          list(ids))
+    if flat is None:
+        flat = p._flat = _simcore.flat_needs(p.preds, p.edge_tensors)  # type: ignore[attr-defined]
     return flat
+
+
+def _python_flat_needs(p: Problem) -> Flat:
+    """``_flat_needs`` in Python, read from the edges as ``needs_of`` reads them without
+    building its tuples: the reference of ``_simcore``'s."""
+    offsets, producers, numbers, sizes = [0], [], [], []
+    ids: dict[object, int] = {}
+    edge_tensors = p.edge_tensors
+    for pred in p.preds:
+        for m, e in pred:
+            tensors = edge_tensors[e]
+            if not tensors:
+                tensors = [(("control", m), 0.0)]
+            for key, nbytes in tensors:
+                producers.append(m)
+                k = ids.get(key)
+                if k is None:
+                    k = ids[key] = len(ids)
+                numbers.append(k)
+                sizes.append(nbytes)
+        offsets.append(len(producers))
+    return offsets, producers, numbers, sizes, list(ids)
 
 
 def _result(p: Problem, device: list[int], start: list[float], finish: list[float],
