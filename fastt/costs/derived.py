@@ -25,14 +25,19 @@ def fit_overheads(graph: Graph, base: CostSource, device: str,
                   work: dict[str, float] | None = None) -> dict[str, float]:
     """Op type -> fixed per-op time on ``device`` (regression intercept, clamped to
     [0, the type's fastest measured op]); types with fewer than 3 measured ops get 0.
-    ``work``: each original op's analytical work (``flops``), when the caller has it."""
+    ``work``: a cache of the ops' analytical work (``flops``), shared by the devices' fits."""
     samples: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for op in graph:
         if op.meta.origin is not None:
             continue
         t = base.compute(op.name, device)
         if t > 0:
-            samples[op.type].append((work[op.name] if work else flops(op, graph), t))
+            f = work.get(op.name) if work is not None else None
+            if f is None:
+                f = flops(op, graph)
+                if work is not None:
+                    work[op.name] = f
+            samples[op.type].append((f, t))
     out = {}
     for typ, pts in samples.items():
         if len(pts) < 3 or len({x for x, _ in pts}) < 2:
@@ -52,13 +57,10 @@ class Overheads:
     def __init__(self, original: Graph, base: CostSource) -> None:
         self.original, self.base = original, base
         self._fits: dict[str, dict[str, float]] = {}
-        self._work: dict[str, float] | None = None
+        self._work: dict[str, float] = {}
 
     def get(self, typ: str, device: str) -> float:
         if device not in self._fits:
-            if self._work is None:
-                self._work = {op.name: flops(op, self.original) for op in self.original
-                              if op.meta.origin is None}
             self._fits[device] = fit_overheads(self.original, self.base, device, self._work)
         return self._fits[device].get(typ, 0.0)
 

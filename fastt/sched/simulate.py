@@ -105,7 +105,7 @@ def _compiled(core: ModuleType, p: Problem, device: list[int], orders: list[list
     keys = flat[4]
     return start, finish, [Transfer(keys[k], a, b, x, t0, t1) for k, a, b, x, t0, t1
                            in zip(*sent)], \
-        lambda _: core.peaks(D, device, start, finish, *flat[:4], *sent, p.persistent)
+        lambda r: core.peaks(D, r.device, r.start, r.finish, *flat[:4], *sent, p.persistent)
 
 
 def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 1,
