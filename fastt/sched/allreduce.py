@@ -235,10 +235,9 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES,
         rep = replica_of(op)
         if rep is not None:  # a replica's op reading mirrored weights reads its own copy
             gates = tuple(c for c in op.control_inputs if c not in after_sums)
-            new = op.with_(inputs=remap(op.inputs, rep),
-                           control_inputs=remap_names(gates, rep))
-            if new != op:
-                changed[name] = new
+            inputs, controls = remap(op.inputs, rep), remap_names(gates, rep)
+            if inputs != op.inputs or controls != op.control_inputs:
+                changed[name] = op.with_(inputs=inputs, control_inputs=controls)
             continue
         after = sorted(a.updates & {*op.control_inputs, *(r.op for r in op.inputs)})
         if after:  # what waits for an update waits for every copy of it: for replica k's

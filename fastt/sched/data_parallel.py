@@ -330,7 +330,9 @@ def _constants_per_replica(graph: Graph) -> Graph:
     for op in graph:
         k = replica_of(op)
         if k is not None:
-            op = op.with_(inputs=tuple(own(r, k) for r in op.inputs))
+            inputs = tuple(own(r, k) for r in op.inputs)
+            if inputs != op.inputs:
+                op = op.with_(inputs=inputs)
         ops.append(op)
     return Graph(ops + made, name=graph.name, meta=graph.meta)
 
