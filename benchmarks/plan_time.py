@@ -55,6 +55,13 @@ def row(name: str, spec: str, scaling: str, budget_s: float | None = TARGET_S) -
             "os_dpos_step_s": chosen.simulated_step_time_s}
 
 
+def kept_rows(path: str, cpu: str) -> list[dict]:
+    """The rows of the run at ``path`` (none yet: none), when they were timed on processor
+    ``cpu``: a new run keeps them unless it times them again."""
+    old = json.load(open(path)) if os.path.exists(path) else {"rows": []}
+    return old["rows"] if not old["rows"] or measured_on(old, cpu, path) else []
+
+
 def markdown(doc: dict, heading: str = "#") -> str:
     """The table of ``plan_time.json`` (also a section of the benchmark report)."""
     rows = doc["rows"]
@@ -101,12 +108,9 @@ def main() -> None:
         return
     specs = args.devices or (STRONG if args.scaling == "strong" else WEAK)
     path = os.path.join(args.out, "plan_time.json")
-    old = json.load(open(path)) if os.path.exists(path) else {"rows": []}
     cpu = cpu_model()
-    if old["rows"] and not measured_on(old.get("meta", {}), cpu, path):
-        old = {"rows": []}
     done: dict[tuple[str, str, str], dict] = {
-        (r["model"], r["devices"], r["scaling"]): r for r in old["rows"]}
+        (r["model"], r["devices"], r["scaling"]): r for r in kept_rows(path, cpu)}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     for name in args.models:
         for spec in specs:

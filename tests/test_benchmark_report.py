@@ -83,6 +83,19 @@ def test_a_run_of_measured_times_is_not_updated_on_another_processor(tmp_path, c
         assert previous_full_run(path)["rows"] == [{"model": "a"}]  # simulated: any machine
 
 
+def test_plan_times_of_this_processor_are_kept_and_of_another_dropped(tmp_path, capsys):
+    from benchmarks.common import cpu_model, write_json
+    from benchmarks.plan_time import kept_rows
+    path, here = str(tmp_path / "plan_time.json"), cpu_model()
+    assert kept_rows(path, here) == []
+    write_json(path, {"machine": "m", "cpu": here, "rows": [{"model": "a"}]})
+    assert kept_rows(path, here) == [{"model": "a"}]
+    for doc in ({"cpu": here + " (another)"}, {}):
+        write_json(path, {"machine": "m", **doc, "rows": [{"model": "a"}]})
+        assert kept_rows(path, here) == []
+        assert "a new run starts" in capsys.readouterr().out
+
+
 def test_the_ranking_is_kendalls_tau_of_predicted_against_measured():
     measured = {"a": 1.0, "b": 2.0, "c": 3.0}
     rows = [{"model": "same", "step_s": measured, "predicted_s": {"a": 1, "b": 5, "c": 9},
