@@ -349,6 +349,14 @@ def _shared_control_gates(graph: Graph) -> Graph:
     # per list of control inputs (ops share them: tf.gradients gives each gradient op the
     # same ~400 updates on ResNet-200), its new list, or None when it keeps its own
     rewired: dict[tuple[str, ...], tuple[str, ...] | None] = {}
+    is_shared: dict[str, bool] = {}  # op -> shared by the replicas (asked of each once)
+
+    def shared_op(name: str) -> bool:
+        known = is_shared.get(name)
+        if known is None:
+            known = is_shared[name] = replica_of(graph[name]) is None
+        return known
+
     ops = []
     for op in graph:
         if len(op.control_inputs) < 2 or replica_of(op) is None:
@@ -356,11 +364,11 @@ def _shared_control_gates(graph: Graph) -> Graph:
             continue
         controls = op.control_inputs
         if controls not in rewired:
-            shared = tuple(sorted(c for c in controls if replica_of(graph[c]) is None))
+            shared = tuple(sorted(c for c in controls if shared_op(c)))
             if len(shared) > 1:
                 if shared not in gates:
                     gates[shared] = f"fastt_control_gate{len(gates)}"
-                own = tuple(c for c in controls if replica_of(graph[c]) is not None)
+                own = tuple(c for c in controls if not shared_op(c))
                 rewired[controls] = own + (gates[shared],)
             else:
                 rewired[controls] = None
