@@ -97,6 +97,10 @@ static inline Py_ssize_t *map_slot(Map *m, int64_t key, int *fresh) {
   }
 }
 
+/* p: k (+1, never 0) elements, or MemoryError and a jump to the caller's "done" label */
+#define NEW(p, k) do { if (!((p) = malloc(((size_t)(k) + 1) * sizeof(*(p))))) { \
+  PyErr_NoMemory(); goto done; } } while (0)
+
 /* _simpeaks.c */
 PyObject *simcore_peaks(PyObject *self, PyObject *args);
 PyObject *simcore_flat_needs(PyObject *self, PyObject *args);

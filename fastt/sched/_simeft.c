@@ -130,9 +130,6 @@ static void free_timeline(Timeline *tl) {
   free(tl->b); free(tl->gmax); free(tl->last);
 }
 
-#define NEW(p, k) do { if (!((p) = malloc(((size_t)(k) + 1) * sizeof(*(p))))) { \
-  PyErr_NoMemory(); goto done; } } while (0)
-
 /* Each op's predecessors (or successors) as (op, edge) pairs, CSR. */
 static int read_pairs(PyObject *preds_o, Py_ssize_t n, Py_ssize_t **off, Py_ssize_t **op,
                       Py_ssize_t **edge) {

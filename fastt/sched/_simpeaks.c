@@ -41,9 +41,6 @@ static Py_ssize_t record(Slots *s, Py_ssize_t key, Py_ssize_t d, Py_ssize_t D, d
   return *v;
 }
 
-#define NEW(p, k) do { if (!((p) = malloc(((size_t)(k) + 1) * sizeof(*(p))))) { \
-  PyErr_NoMemory(); goto done; } } while (0)
-
 PyObject *simcore_peaks(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *device_o, *start_o, *finish_o, *off_o, *prod_o, *key_o, *bytes_o;
