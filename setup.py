@@ -92,7 +92,7 @@ setup(
                            libraries=["dl"], optional=True),
                  Extension("fastt.sched._simcore",
                            ["fastt/sched/_simcore.c", "fastt/sched/_simpeaks.c",
-                            "fastt/sched/_simeft.c"],
+                            "fastt/sched/_simeft.c", "fastt/sched/_simedges.c"],
                            depends=["fastt/sched/_simcore.h"], extra_compile_args=["-O2"],
                            optional=True)] + priority_executor(),
     cmdclass={"build_py": build_py_with_hook},

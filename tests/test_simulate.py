@@ -3,6 +3,7 @@ import random
 import pytest
 
 from fastt.errors import FasttError
+from fastt.ir import Graph, Op, TensorRef, TensorSpec
 from fastt.sched import Device, Problem, dpos
 from fastt.sched.problem import TRANSFER_STREAM, shared_cores
 from fastt.sched.simulate import simulate, simulate_fifo
@@ -255,3 +256,45 @@ def test_the_compiled_loops_replay_as_the_python_ones():
         c = simulate_fifo(p, device, concurrency, priority)
         py = simulate_fifo(p, device, concurrency, priority, compiled=False)
         assert (c.start, c.finish, c.transfers) == (py.start, py.finish, py.transfers), case
+
+
+def _random_graph(rnd: random.Random) -> Graph:
+    """Ops reading earlier ops' outputs, some twice, some both as data and as control
+    inputs, some tensors of unknown size, and a while loop's back edge."""
+    ops = [Op("x", "Placeholder", outputs=(TensorSpec("float32", (4,)),))]
+    for k in range(1, rnd.randint(2, 60)):
+        earlier = [o.name for o in ops]
+        inputs = tuple(TensorRef(rnd.choice(earlier), 0) for _ in range(rnd.randint(0, 4)))
+        control = tuple(rnd.sample(earlier, rnd.randint(0, min(3, len(earlier)))))
+        shape = rnd.choice([(rnd.randint(1, 9),), (None,)])
+        ops.append(Op(f"op{k}", rnd.choice(["Add", "Mul", "NoOp"]), inputs=inputs,
+                      control_inputs=control, outputs=(TensorSpec("float32", shape),)))
+    ops.append(Op("loop/next", "NextIteration", inputs=(TensorRef(ops[-1].name, 0),),
+                  outputs=(TensorSpec("float32", (4,)),)))
+    ops.append(Op("after", "Identity", inputs=(TensorRef("loop/next", 0),),
+                  control_inputs=("loop/next", ops[1].name),
+                  outputs=(TensorSpec("float32", (4,)),)))
+    return Graph(ops)
+
+
+def test_the_compiled_edges_merge_as_the_python_ones():
+    """``_simcore.graph_edges`` (``Problem.from_graph``'s edges) gives the Python
+    reference's preds, succs, edge bytes and tensors exactly, edge numbers included."""
+    from fastt.sched.problem import _graph_edges
+    from fastt.sched._native import simcore
+    if simcore is None:
+        pytest.fail("the compiled simulation loop was not built (fastt/sched/_simcore.c)")
+    rnd = random.Random(5)
+    for case in range(300):
+        g = _random_graph(rnd)
+        names = g.topological_order()
+        index = {n: i for i, n in enumerate(names)}
+        back = {op.name for op in g if g.is_back_edge_source(op.name)}
+        ops = [g[n] for n in names]
+        c, py = _graph_edges(ops, index, back), _graph_edges(ops, index, back, compiled=False)
+        assert (c.preds, c.succs, c.bytes, c.tensors) == \
+            (py.preds, py.succs, py.bytes, py.tensors), case
+        assert all(type(b) is float for b in c.bytes), case
+    with pytest.raises(KeyError):
+        simcore.graph_edges([Op("y", "Identity", inputs=(TensorRef("z", 0),))], {"y": 0},
+                            set())

@@ -1,7 +1,8 @@
-"""The scheduling core's compiled parts (``_simcore``: ``_simcore.c`` with ``_simpeaks.c``
-and ``_simeft.c``), built by ``pip install``; where they were not built, their Python
-references run (``fastt.sched.sim_loops``, ``simulate._flat_needs`` and ``_peak_memory``,
-``dpos.rank_u`` and ``eft_list_schedule``), giving the same results."""
+"""The scheduling core's compiled parts (``_simcore``: ``_simcore.c`` with ``_simpeaks.c``,
+``_simeft.c`` and ``_simedges.c``), built by ``pip install``; where they were not built, their
+Python references run (``fastt.sched.sim_loops``, ``simulate._flat_needs`` and
+``_peak_memory``, ``dpos.rank_u`` and ``eft_list_schedule``, ``problem._graph_edges``),
+giving the same results."""
 from __future__ import annotations
 
 import glob
@@ -10,7 +11,7 @@ import os
 import sys
 from types import ModuleType
 
-SIMCORE_ABI = 5  # the functions and arguments of _simcore: one built for others is not used
+SIMCORE_ABI = 6  # the functions and arguments of _simcore: one built for others is not used
 
 
 def _load() -> ModuleType | None:

@@ -569,6 +569,8 @@ static PyMethodDef methods[] = {
    "group devices), or the op that fits no device"},
   {"rank_u", simcore_rank_u, METH_VARARGS,
    "rank_u(topo, succs, c, w max) -> each op's upward rank"},
+  {"graph_edges", simcore_graph_edges, METH_VARARGS,
+   "graph_edges(ops, index, back) -> (preds, succs, edge bytes, edge tensors)"},
   {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_simcore",
@@ -577,6 +579,6 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_simcore",
 PyMODINIT_FUNC PyInit__simcore(void) {
   PyObject *m = PyModule_Create(&module);
   /* the functions and their arguments: fastt.sched._native.SIMCORE_ABI */
-  if (m && PyModule_AddIntConstant(m, "ABI", 5) < 0) { Py_DECREF(m); return NULL; }
+  if (m && PyModule_AddIntConstant(m, "ABI", 6) < 0) { Py_DECREF(m); return NULL; }
   return m;
 }

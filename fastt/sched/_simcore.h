@@ -107,5 +107,7 @@ PyObject *simcore_flat_needs(PyObject *self, PyObject *args);
 /* _simeft.c */
 PyObject *simcore_eft(PyObject *self, PyObject *args);
 PyObject *simcore_rank_u(PyObject *self, PyObject *args);
+/* _simedges.c */
+PyObject *simcore_graph_edges(PyObject *self, PyObject *args);
 
 #endif

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from fastt import devices as devnames
 from fastt.costs.comm import transfer_seconds
@@ -19,6 +19,7 @@ from fastt.costs.source import CostSource
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op
 from fastt.op_types import COLLECTIVE_TYPES
+from fastt.sched._native import simcore
 
 TRANSFER_SCOPE = "fastt_transfers"  # the gates of ordered weight transfers (transfer_order)
 TRANSFER_STREAM = 2  # the stream they run on
@@ -240,23 +241,8 @@ class Problem:
         names = graph.topological_order()
         index = {n: i for i, n in enumerate(names)}
         back = {op.name for op in graph if graph.is_back_edge_source(op.name)}
-        dag = _Dag(len(names))  # build's merging, an op's edges at a time
         ops = [graph[name] for name in names]
-        intos = []
-        for j, op in enumerate(ops):
-            into: dict[int, dict[object, float]] = {}  # producer -> the tensors it sends
-            for ref in op.inputs:
-                if ref.op not in back:
-                    a = index[ref.op]
-                    tensors = into.get(a)
-                    if tensors is None:
-                        tensors = into[a] = {}
-                    tensors[ref] = float(ops[a].outputs[ref.index].nbytes or 0)
-            for c in op.control_inputs:
-                if c not in back:
-                    into.setdefault(index[c], {})
-            intos.append((j, into))
-        dag.add(intos)
+        dag = _graph_edges(ops, index, back)
         devs = [d.name for d in devices]
         row = getattr(costs, "compute_row", None)
         w = [row(n, devs) for n in names] if row else \
@@ -306,6 +292,40 @@ class Problem:
             extra=[[lk[3] for lk in row] for row in links])
 
 
+def _graph_edges(ops: Sequence[Op], index: Mapping[str, int], back: set[str],
+                 compiled: bool = True) -> "_Dag":
+    """The merged edges of ``ops`` (in their problem's order; ``index``: name -> position)
+    as ``build`` merges them, the inputs out of the ops named in ``back`` (loop back edges)
+    left out: each data input's tensor with its output's bytes, each control input an edge
+    of no tensor. Compiled (``_simedges.c``) unless ``compiled`` is False or it was not
+    built."""
+    dag = _Dag(len(ops))
+    if compiled and simcore is not None:
+        dag.preds, dag.succs, dag.bytes, dag.tensors = simcore.graph_edges(ops, index, back)
+        return dag
+    dag.add((j, _into(op, index, back, ops.__getitem__)) for j, op in enumerate(ops))
+    return dag
+
+
+def _into(op: Op, index: Mapping[str, int], back: set[str], op_at: Callable[[int], Op]
+          ) -> dict[int, dict[object, float]]:
+    """``op``'s producers (by ``index``; ``op_at``: the op at an index), each with the
+    tensors it sends ``op`` and their bytes, in the order first named: data inputs, then
+    control inputs (no tensor); inputs out of the ops named in ``back`` left out."""
+    into: dict[int, dict[object, float]] = {}
+    for ref in op.inputs:
+        if ref.op not in back:
+            a = index[ref.op]
+            tensors = into.get(a)
+            if tensors is None:
+                tensors = into[a] = {}
+            tensors[ref] = float(op_at(a).outputs[ref.index].nbytes or 0)
+    for c in op.control_inputs:
+        if c not in back:
+            into.setdefault(index[c], {})
+    return into
+
+
 class _Dag:
     """The merged edges of a ``Problem`` as they are added: one edge per (producer,
     consumer) pair, carrying its distinct tensors, numbered in the order added."""
@@ -329,7 +349,10 @@ class _Dag:
             for a, tensors in into.items():
                 pb.append((a, e))
                 succs[a].append((b, e))
-                edge_bytes.append(float(sum(tensors.values())) if tensors else 0.0)
+                total = 0.0  # in order, as the compiled edges add (not ``sum``'s way)
+                for nbytes in tensors.values():
+                    total += nbytes
+                edge_bytes.append(float(total))
                 edge_tensors.append(list(tensors.items()))
                 e += 1
 
