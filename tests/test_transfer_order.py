@@ -165,3 +165,81 @@ def test_ordered_weight_transfers_train_like_the_original():
     and the priority executor) and over two gRPC workers (control dependencies), in a
     process of its own (``tests/equivalence.py --priorities``)."""
     assert equivalence("--priorities").count("ordered weight transfers train as the original") == 3
+
+
+def _layers(k: int = 6) -> tuple[Graph, dict[str, str]]:
+    """k weights on device 0 read by a chain of layers on device 1 (one layer reads its
+    weight twice, one reads two weights), the last layer on device 0; a NoOp waits for
+    every layer (a ``tf.group``)."""
+    ops = [op for i in range(k) for op in _var(f"w{i}", (i + 1) * 100_000)]
+    ops.append(Op("x", "Placeholder", outputs=(TensorSpec("float32", (1000,)),)))
+    prev = "x"
+    for i in range(k):
+        reads = [TensorRef(f"w{i}/read", 0)] * (2 if i == 1 else 1) + \
+            [TensorRef(f"w{i - 1}/read", 0)] * (i == 3)
+        ops.append(Op(f"layer{i}", "Mul", inputs=(TensorRef(prev, 0), *reads),
+                      control_inputs=("x",) * (i == 2), outputs=(TensorSpec("float32", (1000,)),)))
+        prev = f"layer{i}"
+    ops.append(Op("group_deps", "NoOp", control_inputs=tuple(f"layer{i}" for i in range(k))))
+    g = Graph(ops)
+    placement = {n: DEVS[0].name if n.startswith("w") or n == f"layer{k - 1}" else DEVS[1].name
+                 for n in g.names}
+    return g, placement
+
+
+def _by_name(p: Problem) -> dict[str, tuple]:
+    """``p`` with its ops and edges named rather than numbered."""
+    return {n: (tuple(p.w[i]), p.mem[i], p.persistent[i], p.stream[i], p.names[p.group[i]],
+                sorted((p.names[a], sorted(map(str, dict(p.edge_tensors[e]))), p.edge_bytes[e])
+                       for a, e in p.preds[i]),
+                sorted(p.names[b] for b, _ in p.succs[i]))
+            for i, n in enumerate(p.names)}
+
+
+def test_the_extended_problem_is_the_one_compiled_from_scratch(every_weight_a_group):
+    """The ordered graph's problem, derived from the plan's (``fastt.sched.extend``), has the
+    ops, costs, memory, groups, streams and edges of the ordered graph compiled anew, a valid
+    topological order, and replays the same."""
+    from fastt.sched.extend import extended
+    g, placement = _layers()
+    p = Problem.from_graph(g, DEVS, costs())
+    need = {n: float(i) for i, n in enumerate(p.names)}
+    g2, placed, chains = order_transfers(g, placement, need)
+    assert chains and len(g2) > len(g)
+    compiled: list[Graph] = []
+
+    def compile_graph(x: Graph) -> Problem:
+        compiled.append(x)
+        return Problem.from_graph(x, DEVS, costs())
+    got, fresh = extended(p, g, g2, compile_graph), Problem.from_graph(g2, DEVS, costs())
+    assert compiled and all(len(x) < len(g2) for x in compiled)  # only the gates' graph
+    assert _by_name(got) == _by_name(fresh)
+    assert got.names[:p.n] == p.names and sorted(got.topo) == list(range(got.n))
+    at = {i: k for k, i in enumerate(got.topo)}
+    assert all(at[a] < at[j] for j in range(got.n) for a, _ in got.preds[j])
+    replays = []
+    for q in (got, fresh):
+        device = [DEVS.index(next(d for d in DEVS if d.name == placed[n])) for n in q.names]
+        order = [q.index[n] for n in g2.topological_order()]
+        replays.append(replay_placement(q, device, None) + replay_placement(q, device, order))
+    assert replays[0] == pytest.approx(replays[1], rel=1e-12)
+
+
+def test_a_graph_that_changes_more_than_inputs_is_compiled_anew(every_weight_a_group):
+    from fastt.sched.extend import extended
+    g, placement = _layers()
+    p = Problem.from_graph(g, DEVS, costs())
+    g2 = order_transfers(g, placement, {n: float(i) for i, n in enumerate(p.names)})[0]
+    cases = {
+        "an op gone": Graph([op for op in g2 if op.name != "group_deps"]),
+        "an op's type changed": g2.replace_ops({"layer0": g2["layer0"].with_(type="Add")}),
+        "an added op colocated": g2.replace_ops({
+            n: g2[n].with_(colocate_with=("w0",)) for n in g2.names if n.endswith("/gate")}),
+    }
+    for why, new in cases.items():
+        compiled: list[Graph] = []
+        got = extended(p, g, new, lambda x: compiled.append(x) or Problem.from_graph(
+            x, DEVS, costs()))
+        assert compiled == [new], why
+        assert got.n == len(new), why
+    assert extended(p, g, g, lambda x: pytest.fail("compiled")) is p

@@ -32,6 +32,7 @@ from fastt import dtypes
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, OpMeta, TensorRef
 from fastt.op_types import READS
+from fastt.sched.extend import extended
 from fastt.sched.problem import TRANSFER_SCOPE as SCOPE
 from fastt.sched.problem import Problem
 from fastt.sched.simulate import replay_placement, replay_run
@@ -196,7 +197,7 @@ def prioritize(graph: Graph, p: Problem, device: list[int], order: list[int], or
     g2, placed, chains = order_transfers(graph, placement, need)
     if not chains:
         return None
-    p2 = compile_graph(g2)
+    p2 = extended(p, graph, g2, compile_graph)  # its ops but the gates compiled already
     index = {n: d for d, n in enumerate(names)}
     device2 = [index[placed[n]] for n in p2.names]
     pos = {n: i for i, n in enumerate(p2.names)}
