@@ -66,41 +66,49 @@ def weight_transfers(graph: Graph, placement: Mapping[str, str],
     while loop are left alone."""
     in_loop = {n for ops in graph.while_frames().values() for n in ops}
     firsts: dict[tuple[TensorRef, str], float] = {}
+    weight: dict[TensorRef, bool] = {}  # whether a tensor read across devices is a weight
     for op in graph:
         if op.name in in_loop:
             continue
+        dst = placement[op.name]
         for ref in op.inputs:
-            src, dst = placement[ref.op], placement[op.name]
-            producer = graph[ref.op]
-            if src == dst or not _at_step_start(graph, producer) or \
-                    dtypes.is_ref_or_resource(graph.tensor(ref).dtype):
+            if placement[ref.op] == dst:
                 continue
-            key = (ref, dst)
-            firsts[key] = min(firsts.get(key, float("inf")), need.get(op.name, 0.0))
+            known = weight.get(ref)
+            if known is None:
+                known = weight[ref] = _at_step_start(graph, graph[ref.op]) and \
+                    not dtypes.is_ref_or_resource(graph.tensor(ref).dtype)
+            if known:
+                key = (ref, dst)
+                firsts[key] = min(firsts.get(key, float("inf")), need.get(op.name, 0.0))
     return [WeightTransfer(ref, placement[ref.op], dst, graph.tensor(ref).nbytes or 0, t)
             for (ref, dst), t in firsts.items()]
 
 
 def order_transfers(graph: Graph, placement: Mapping[str, str], need: Mapping[str, float],
-                    group_bytes: float | None = None, window: int = WINDOW
+                    group_bytes: float | None = None, window: int = WINDOW,
+                    transfers: list[WeightTransfer] | None = None
                     ) -> tuple[Graph, dict[str, str], list[list[WeightTransfer]]]:
     """``graph`` with its weight transfers sent in the order of ``need`` (see the module
     docstring; the ops it makes come last, by when they open), the placement of its ops,
     and the transfers per link direction in their order (none: nothing to order).
-    ``group_bytes``: by default ``GROUP_BYTES``, read at each call."""
+    ``group_bytes``: by default ``GROUP_BYTES``, read at each call; ``transfers``: its
+    ``weight_transfers`` when the caller has them."""
     group_bytes = GROUP_BYTES if group_bytes is None else group_bytes
     per_link: dict[tuple[str, str], list[WeightTransfer]] = defaultdict(list)
-    for t in weight_transfers(graph, placement, need):
+    if transfers is None:
+        transfers = weight_transfers(graph, placement, need)
+    for t in transfers:
         per_link[(t.src, t.dst)].append(t)
     made: list[tuple[tuple[float, int, int, int], Op]] = []  # (when it opens, op)
     placed = dict(placement)
     copy_of: dict[tuple[TensorRef, str], TensorRef] = {}
     chains: list[list[WeightTransfer]] = []
-    for link, (pair, transfers) in enumerate(sorted(per_link.items())):
-        transfers.sort(key=lambda t: (t.need, str(t.tensor)))
+    for link, (pair, sent) in enumerate(sorted(per_link.items())):
+        sent.sort(key=lambda t: (t.need, str(t.tensor)))
         groups: list[list[WeightTransfer]] = [[]]
         filled = 0
-        for t in transfers:
+        for t in sent:
             groups[-1].append(t)
             filled += t.nbytes
             if filled >= group_bytes:
@@ -187,14 +195,17 @@ def prioritize(graph: Graph, p: Problem, device: list[int], order: list[int], or
         return None
     names = [d.name for d in p.devices]
     placement = {n: names[device[i]] for i, n in enumerate(p.names)}
-    if not _may_group(weight_transfers(graph, placement, {})):
-        return None  # the replays below would find nothing to order
-    # when each consumer would start were the links free: a replay where the links queue
-    # would make a weight sent late look needed late
     if planned is None:
+        if not _may_group(weight_transfers(graph, placement, {})):
+            return None  # the replay below would find nothing to order
+        # when each consumer would start were the links free: a replay where the links
+        # queue would make a weight sent late look needed late
         planned = replay_run(p, device, order if ordered else None, None).start
     need = dict(zip(p.names, planned))
-    g2, placed, chains = order_transfers(graph, placement, need)
+    transfers = weight_transfers(graph, placement, need)
+    if not _may_group(transfers):
+        return None  # the replays below would find nothing to order
+    g2, placed, chains = order_transfers(graph, placement, need, transfers=transfers)
     if not chains:
         return None
     p2 = extended(p, graph, g2, compile_graph)  # its ops but the gates compiled already
