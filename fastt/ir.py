@@ -131,7 +131,10 @@ class Graph:
     """An ordered, validated set of ops. Build a new one to change it."""
 
     def __init__(self, ops: Iterable[Op], name: str = "",
-                 meta: GraphMeta | None = None) -> None:
+                 meta: GraphMeta | None = None, like: "Graph | None" = None) -> None:
+        """``like``: a graph these ops were derived from (a pass's input), whose ops that
+        are here unchanged need no check again when no op they could read is gone or has
+        fewer outputs."""
         self.name = name
         self.meta = meta or GraphMeta()
         self._ops: dict[str, Op] = {}
@@ -139,13 +142,25 @@ class Graph:
             if op.name in self._ops:
                 raise GraphStructureError(f"duplicate op name {op.name!r}")
             self._ops[op.name] = op
-        self._validate()
+        self._validate(self._unchecked(like) if like is not None else self._ops.values())
         self._consumers: dict[str, list[Edge]] | None = None
         self._control_succ: dict[str, list[str]] | None = None
         self._topo: list[str] | None = None
+        self._frames: dict[str, list[str]] | None = None
 
-    def _validate(self) -> None:
-        for op in self._ops.values():
+    def _unchecked(self, like: "Graph") -> Iterable[Op]:
+        """The ops to check when the graph derives from ``like``: all when an op of ``like``
+        is gone or has fewer outputs here, else those that are not ``like``'s own."""
+        base = like._ops
+        fresh = [op for op in self._ops.values() if base.get(op.name) is not op]
+        if base.keys() - self._ops.keys() or any(
+                len(op.outputs) < len(base[op.name].outputs) for op in fresh
+                if op.name in base):
+            return self._ops.values()
+        return fresh
+
+    def _validate(self, ops: Iterable[Op]) -> None:
+        for op in ops:
             for i, ref in enumerate(op.inputs):
                 src = self._ops.get(ref.op)
                 if src is None:
@@ -310,7 +325,13 @@ class Graph:
         return out
 
     def while_frames(self) -> dict[str, list[str]]:
-        """Innermost while-loop frame name -> ops inside it (empty when the graph has no loop)."""
+        """Innermost while-loop frame name -> ops inside it (empty when the graph has no loop);
+        found once per graph (each caller gets lists of its own)."""
+        if self._frames is None:
+            self._frames = self._while_frames()
+        return {frame: list(ops) for frame, ops in self._frames.items()}
+
+    def _while_frames(self) -> dict[str, list[str]]:
         if not any(op.type in LOOP_TYPES for op in self._ops.values()):
             return {}
         stack: dict[str, tuple[str, ...]] = {}
@@ -339,7 +360,7 @@ class Graph:
         if missing:
             raise KeyError(f"replace_ops: no such ops {sorted(missing)[:5]}")
         return Graph((changed.get(n, op) for n, op in self._ops.items()), name=self.name,
-                     meta=self.meta)
+                     meta=self.meta, like=self)
 
     def with_output_shapes(self, shapes: dict[TensorRef, tuple[int, ...]],
                            nbytes: dict[TensorRef, int] | None = None) -> "Graph":

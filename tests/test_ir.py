@@ -46,6 +46,32 @@ def test_invalid_graphs_are_named():
         Graph([op("a", inputs=["b"]), op("b", inputs=["a"])]).topological_order()
 
 
+def test_a_graph_derived_from_another_checks_what_could_have_broken(monkeypatch):
+    """``like``: the ops of the base graph left as they were are not checked again, unless an
+    op they could read is gone or has fewer outputs; every new or changed op is."""
+    base = Graph([op("a", out=((4,), (4,))), op("b", inputs=["a:1"]), op("c", inputs=["b"])])
+    ops = list(base)
+    checked: list[str] = []
+    real = Graph._validate
+
+    def spy(self, todo):
+        todo = list(todo)
+        checked.extend(o.name for o in todo)
+        real(self, todo)
+    monkeypatch.setattr(Graph, "_validate", spy)
+    Graph(ops + [op("d", inputs=["c"])], like=base)
+    assert checked == ["d"]
+    with pytest.raises(GraphStructureError, match="missing op 'zz'"):
+        Graph(ops + [op("d", inputs=["zz"])], like=base)
+    with pytest.raises(GraphStructureError, match="missing op 'a'"):
+        Graph(ops[1:], like=base)  # b is base's own, but what it reads is gone
+    with pytest.raises(GraphStructureError, match="output 1"):
+        Graph([op("a")] + ops[1:], like=base)  # a has one output now
+    checked.clear()
+    Graph([op("a", out=((4,), (4,), (4,)))] + ops[1:], like=base)
+    assert checked == ["a"]
+
+
 def test_while_frame_is_detected_and_back_edge_ignored():
     g = Graph([
         op("x", "Const"),

@@ -257,7 +257,7 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES,
         ops[op.name] = op
     for op in copies:
         ops[op.name] = op
-    out = Graph(ops.values(), name=g.name, meta=g.meta)
+    out = Graph(ops.values(), name=g.name, meta=g.meta, like=g)
     # A gate every replica now waits for through its own copy waits for nothing the step
     # runs: kept aside (not scheduled), so that it can still be fetched by name.
     dead = {x for x in per_replica if x is not None and not out.consumers(x)
@@ -309,7 +309,7 @@ def sync_writes(graph: Graph) -> Graph:
     for op in graph:
         extra = [s for c in op.control_inputs for s in follow.get(c, ())]
         ops.append(op.with_(control_inputs=op.control_inputs + tuple(extra)) if extra else op)
-    return Graph(ops + made, name=graph.name, meta=graph.meta)
+    return Graph(ops + made, name=graph.name, meta=graph.meta, like=graph)
 
 
 def followers(names: Iterable[str]) -> dict[str, list[str]]:

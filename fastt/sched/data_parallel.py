@@ -142,7 +142,7 @@ def fold_static_shapes(graph: Graph, batch: dict[str, tuple[TensorRef, int, int]
             ops.append(Op(name=op.name, type="IdentityN", outputs=op.outputs, device=op.device,
                           inputs=tuple(TensorRef(c.name, 0) for c in made),
                           meta=OpMeta(folded=op.type)))
-    return Graph(ops, name=graph.name, meta=graph.meta) if folded else graph
+    return Graph(ops, name=graph.name, meta=graph.meta, like=graph) if folded else graph
 
 
 def _batch_descent(graph: Graph, inputs: list[TensorRef], axis: dict[str, int], B: int
@@ -289,7 +289,7 @@ def _gates_per_replica(graph: Graph, n: int) -> Graph:
                 op = op.with_(control_inputs=tuple(f"{c}/part{k}" if c in gates else c
                                                    for c in controls))
         ops.append(op)
-    return Graph(ops + made, name=graph.name, meta=graph.meta)
+    return Graph(ops + made, name=graph.name, meta=graph.meta, like=graph)
 
 
 def _constants_per_replica(graph: Graph) -> Graph:
@@ -334,7 +334,7 @@ def _constants_per_replica(graph: Graph) -> Graph:
             if inputs != op.inputs:
                 op = op.with_(inputs=inputs)
         ops.append(op)
-    return Graph(ops + made, name=graph.name, meta=graph.meta)
+    return Graph(ops + made, name=graph.name, meta=graph.meta, like=graph)
 
 
 def _shared_control_gates(graph: Graph) -> Graph:
@@ -378,7 +378,7 @@ def _shared_control_gates(graph: Graph) -> Graph:
         return graph
     made = [Op(name=name, type="NoOp", control_inputs=deps, device=graph[deps[0]].device)
             for deps, name in gates.items()]
-    return Graph(ops + made, name=graph.name, meta=graph.meta)
+    return Graph(ops + made, name=graph.name, meta=graph.meta, like=graph)
 
 
 def _sum_of_partials(op: Op, decisions: dict[str, tuple[SplitRule, list[int]]],

@@ -27,14 +27,20 @@ def extendable(old: Graph, new: Graph) -> tuple[list[str], list[str]] | None:
     gone or changed but in its inputs, and no edge added or removed joins or parts colocation
     groups or while frames (the added ops name no colocation, carry no reference or resource
     handle, and none of them or their neighbours is in a loop). None otherwise."""
-    ops = dict(zip(new.names, new))
-    if len(ops) < len(old) or any(n not in ops for n in old.names):
-        return None
-    made = [n for n in ops if n not in old]
-    rewired = [op.name for op in old if ops[op.name] is not op]
+    names, before = new.names, old.names
+    if names[:len(before)] == before:  # the usual case: the ops added come last
+        made = names[len(before):]
+        rewired = [a.name for a, b in zip(old, new) if a is not b]
+    else:
+        if not set(names).issuperset(before):
+            return None
+        known = set(before)
+        made = [n for n in names if n not in known]
+        rewired = [n for n in before if new[n] is not old[n]]
+    ops = {n: new[n] for n in rewired + made}
     for n in rewired:
-        before = old[n]
-        if ops[n].with_(inputs=before.inputs, control_inputs=before.control_inputs) != before:
+        was = old[n]
+        if ops[n].with_(inputs=was.inputs, control_inputs=was.control_inputs) != was:
             return None
     touched = [ops[n] for n in rewired + made]
     if any(ops[n].colocate_with or ops[n].type in LOOP_TYPES for n in made):
@@ -49,7 +55,7 @@ def extendable(old: Graph, new: Graph) -> tuple[list[str], list[str]] | None:
                 return None
     frames = old.while_frames()
     if frames:
-        inside = {n for ops in frames.values() for n in ops}
+        inside = {n for members in frames.values() for n in members}
         near = {op.name for op in touched} | {r.op for op in touched for r in op.inputs} | \
             {c for op in touched for c in op.control_inputs}
         if near & inside:

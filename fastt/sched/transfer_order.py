@@ -137,13 +137,18 @@ def order_transfers(graph: Graph, placement: Mapping[str, str], need: Mapping[st
         chains.append([t for g in groups for t in g])
     if not made:
         return graph, placed, []
+    copied = {ref for ref, _ in copy_of}
     ops = []
     for op in graph:
+        if copied.isdisjoint(op.inputs):
+            ops.append(op)
+            continue
         dst = placement[op.name]
         inputs = tuple(copy_of.get((r, dst), r) for r in op.inputs)
         ops.append(op if inputs == op.inputs else op.with_(inputs=inputs))
     made.sort(key=lambda m: m[0])  # by when they open: each device's gates in chain order
-    return Graph(ops + [op for _, op in made], name=graph.name, meta=graph.meta), placed, \
+    return Graph(ops + [op for _, op in made], name=graph.name, meta=graph.meta,
+                 like=graph), placed, \
         chains
 
 
