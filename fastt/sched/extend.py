@@ -18,7 +18,7 @@ from fastt import dtypes
 from fastt.errors import FasttError
 from fastt.ir import Graph
 from fastt.op_types import LOOP_TYPES
-from fastt.sched.problem import Problem, _into
+from fastt.sched.problem import Problem, _Dag, _into
 
 
 def extendable(old: Graph, new: Graph) -> tuple[list[str], list[str]] | None:
@@ -86,38 +86,24 @@ def extended(p: Problem, old: Graph, new: Graph,
     index.update((n, n0 + k) for k, n in enumerate(made))
     rows = [part.index[n] for n in made]
     rewired = [p.index[n] for n in rewired_names]
-    preds, succs = list(p.preds), list(p.succs)
-    preds += [[] for _ in made]
-    succs += [[] for _ in made]
-    fresh: set[int] = set()  # producers whose successor list is a copy of this problem's
-
-    def own_succs(a: int) -> list[tuple[int, int]]:
-        if a not in fresh and a < n0:
-            succs[a] = list(succs[a])
-            fresh.add(a)
-        return succs[a]
-
+    touched = sorted(rewired) + list(range(n0, len(names)))
+    back: set[str] = set()  # no loop near the ops touched (``extendable``)
+    intos = [(j, _into(new[names[j]], index, back, lambda a: new[names[a]])) for j in touched]
+    dag = _Dag(0)  # this problem's edges, those into the touched ops made anew
+    dag.preds, dag.succs = list(p.preds) + [[] for _ in made], list(p.succs) + [[] for _ in made]
+    dag.bytes, dag.tensors = list(p.edge_bytes), list(p.edge_tensors)
     gone: dict[int, set[int]] = {}  # producer -> the rewired ops its edges no longer reach
     for j in rewired:
-        for a, _ in preds[j]:
+        for a, _ in dag.preds[j]:
             gone.setdefault(a, set()).add(j)
-    for a, js in gone.items():
-        out = own_succs(a)
-        out[:] = [(b, e) for b, e in out if b not in js]
-    edge_bytes, edge_tensors = list(p.edge_bytes), list(p.edge_tensors)
-    back: set[str] = set()  # no loop near the ops touched (``extendable``)
-    for j in sorted(rewired) + list(range(n0, len(names))):
-        into = _into(new[names[j]], index, back, lambda a: new[names[a]])
-        preds[j] = []
-        for a, tensors in into.items():
-            e = len(edge_bytes)
-            preds[j].append((a, e))
-            own_succs(a).append((j, e))
-            total = 0.0
-            for nbytes in tensors.values():
-                total += nbytes
-            edge_bytes.append(total)
-            edge_tensors.append(list(tensors.items()))
+    for a in gone.keys() | {a for _, into in intos for a in into}:
+        if a < n0:  # this problem's list is left as it was
+            dag.succs[a] = [(b, e) for b, e in dag.succs[a] if b not in gone.get(a, ())]
+    for j in touched:
+        dag.preds[j] = []
+    dag.add(intos)
+    preds, succs = dag.preds, dag.succs
+    edge_bytes, edge_tensors = dag.bytes, dag.tensors
     return Problem(
         names=names, devices=p.devices, w=p.w + [part.w[r] for r in rows], preds=preds,
         succs=succs, edge_bytes=edge_bytes, intercept=p.intercept, slope=p.slope,
