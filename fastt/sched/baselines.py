@@ -191,21 +191,33 @@ def _blocked(p: Problem, i: int, d: int, used: list[float], gmem: dict[int, floa
 SHAPE_READERS = SHAPE_OPS | {BATCH_SHAPE, PART_SHAPE}
 
 
-def place_replicas(p: Problem, g: Graph, where: Callable[[int, int | None], int]
-                   ) -> list[int]:
+def replica_layout(p: Problem, g: Graph) -> tuple[list[int | None], list[int]]:
+    """Per op of the data-parallel (or micro-batched) graph ``g`` compiled as ``p``: its
+    replica (None: shared by the replicas), and the op whose device it takes (an op reading a
+    shared tensor's shape: the tensor's producer; -1: none). What ``place_replicas`` reads,
+    found once for the placements of one graph."""
+    part: list[int | None] = [None] * p.n
+    follows = [-1] * p.n
+    index = p.index
+    for i, name in enumerate(p.names):
+        op = g[name]
+        k = part[i] = replica_of(op)
+        if k is None and op.type in SHAPE_READERS and op.inputs and op.inputs[0].op in index:
+            follows[i] = index[op.inputs[0].op]  # a shape is read where its tensor is
+    return part, follows
+
+
+def place_replicas(p: Problem, g: Graph, where: Callable[[int, int | None], int],
+                   layout: tuple[list[int | None], list[int]] | None = None) -> list[int]:
     """The device of each op of the data-parallel (or micro-batched) graph ``g``:
     ``where(i, k)`` for op i of replica k (None: shared by the replicas), but an op reading
     a shared tensor's shape goes where that tensor is, and a colocation group with its first
-    member."""
+    member. ``layout``: ``replica_layout(p, g)``, when the caller has it."""
+    part, follows = layout or replica_layout(p, g)
     device = [0] * p.n
-    index = {name: i for i, name in enumerate(p.names)}
     for i in p.topo:
-        op = g[p.names[i]]
-        k = replica_of(op)
-        if k is None and op.type in SHAPE_READERS and op.inputs and op.inputs[0].op in index:
-            device[i] = device[index[op.inputs[0].op]]  # a shape is read where its tensor is
-        else:
-            device[i] = where(i, k)
+        f = follows[i]
+        device[i] = device[f] if f >= 0 else where(i, part[i])
     groups: dict[int, int] = {}
     for i, grp in enumerate(p.group):  # colocation wins: a group follows its first member
         device[i] = groups.setdefault(grp, device[i])

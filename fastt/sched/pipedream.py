@@ -15,7 +15,7 @@ from typing import Mapping
 
 from fastt.errors import DoesNotFit
 from fastt.ir import Graph
-from fastt.sched.baselines import place_replicas
+from fastt.sched.baselines import place_replicas, replica_layout
 from fastt.sched.data_parallel import replica_of
 from fastt.sched.dpos import rank_u
 from fastt.sched.pipeline import Stage, balanced, partition
@@ -140,13 +140,17 @@ def pipedream(p: Problem, g: Graph) -> Schedule:
              if D % S == 0]
     best: Schedule | None = None
     misfits: list[DoesNotFit] = []
+    layout = replica_layout(p, g)  # the same for every candidate, as are the priorities
+    priorities = _priorities(p, layout[0])
     for stages in dict.fromkeys(tuple(c) for c in cuts):
         try:
-            s = fastest_order(p, g, place_stages(p, g, layer, list(stages)), "stages: " +
-                              ", ".join(f"layers {st.first}-{st.last} on {st.replicas} device"
-                                        f"{'s' * (st.replicas > 1)}" for st in stages) +
+            s = fastest_order(p, g, place_stages(p, g, layer, list(stages), layout),
+                              "stages: " + ", ".join(
+                                  f"layers {st.first}-{st.last} on {st.replicas} device"
+                                  f"{'s' * (st.replicas > 1)}" for st in stages) +
                               f" (of {len(T)} layers)",
-                              beat=math.inf if best is None else best.makespan)
+                              beat=math.inf if best is None else best.makespan,
+                              priorities=priorities)
         except DoesNotFit as e:
             misfits.append(e)
             continue
@@ -157,8 +161,19 @@ def pipedream(p: Problem, g: Graph) -> Schedule:
     return best
 
 
+def _priorities(p: Problem, part: list[int | None]) -> tuple[list[float], list[float]]:
+    """``fastest_order``'s two orders as priorities of the ops of ``p`` (``part``: each op's
+    micro-batch, None for shared): GPipe's (the upward rank), and the earliest micro-batch
+    first."""
+    rank = rank_u(p)
+    top = max(rank, default=0.0) + 1.0
+    return rank, [rank[i] - top * (part[i] or 0) for i in range(p.n)]
+
+
 def fastest_order(p: Problem, g: Graph, device: list[int], note: str,
-                  beat: float = math.inf) -> Schedule | None:
+                  beat: float = math.inf,
+                  priorities: tuple[list[float], list[float]] | None = None
+                  ) -> Schedule | None:
     """The micro-batched graph ``g`` placed on ``device`` run in GPipe's order (each device's
     ready ops by decreasing upward rank: every micro-batch's forward pass before the backward
     passes) and earliest micro-batch first (its backward pass before the next forward
@@ -166,14 +181,12 @@ def fastest_order(p: Problem, g: Graph, device: list[int], note: str,
     simulated peak of live tensors each device holds (``DoesNotFit`` when neither), its
     order added to ``note``; None when it is no faster than ``beat`` (the caller's best so
     far). A peak is worked out only where it can change the answer: it takes about what a
-    replay takes."""
-    rank = rank_u(p)
-    top = max(rank, default=0.0) + 1.0
-    part = [replica_of(g[n]) or 0 for n in p.names]
+    replay takes. ``priorities``: ``_priorities`` of ``p``, when the caller has them."""
+    gpipe, earliest = priorities or _priorities(p, [replica_of(g[n]) for n in p.names])
     bounded = any(c != math.inf for c in p.capacity)
     orders = [(order, simulate_fifo(p, device, link_concurrency=1, priority=priority))
-              for order, priority in (("GPipe", rank), ("earliest micro-batch first",
-                                      [rank[i] - top * part[i] for i in range(p.n)]))]
+              for order, priority in (("GPipe", gpipe), ("earliest micro-batch first",
+                                                         earliest))]
     ends = [max(r.finish, default=0.0) for _, r in orders]  # each one's Schedule.makespan
     if min(ends) >= beat:
         return None  # whichever fits, the caller keeps its own
@@ -216,11 +229,13 @@ def micro_batch(p: Problem, g: Graph, placed: Mapping[str, int], note: str) -> S
     return s
 
 
-def place_stages(p: Problem, g: Graph, layer: list[int], stages: list[Stage]) -> list[int]:
+def place_stages(p: Problem, g: Graph, layer: list[int], stages: list[Stage],
+                 layout: tuple[list[int | None], list[int]] | None = None) -> list[int]:
     """The device of each op of ``g`` (compiled as ``p``, op i in ``layer[i]``): stage s on
     its own consecutive devices, micro-batch k of a stage on r replicas on its (k mod r)-th
     device, the ops the micro-batches share (the sums of their gradients, the updates,
-    whole-batch ops) on the stage's first device (``place_replicas``)."""
+    whole-batch ops) on the stage's first device (``place_replicas``; ``layout``: its
+    ``replica_layout``, when the caller has it)."""
     first_device, stage_of = [], [0] * (max(layer, default=0) + 1)
     for s_index, st in enumerate(stages):
         first_device.append(sum(x.replicas for x in stages[:s_index]))
@@ -230,7 +245,7 @@ def place_stages(p: Problem, g: Graph, layer: list[int], stages: list[Stage]) ->
     def where(i: int, part: int | None) -> int:
         st = stage_of[layer[i]]
         return first_device[st] + (part or 0) % stages[st].replicas
-    return place_replicas(p, g, where)
+    return place_replicas(p, g, where, layout)
 
 
 def _layer_costs(p: Problem, layer: list[int]
