@@ -265,10 +265,16 @@ def _gates_per_replica(graph: Graph, n: int) -> Graph:
     for op in graph:
         if op.type != "NoOp" or op.inputs or replica_of(op) is not None:
             continue
-        per = [[c for c in op.control_inputs if replica_of(graph[c]) == k] for k in range(n)]
+        per: list[list[str]] = [[] for _ in range(n)]
+        shared = []
+        for c in op.control_inputs:
+            k = replica_of(graph[c])
+            if k is None:
+                shared.append(c)
+            elif k < n:
+                per[k].append(c)
         if not all(per):
             continue
-        shared = [c for c in op.control_inputs if replica_of(graph[c]) is None]
         gates.add(op.name)
         made += [op.with_(name=f"{op.name}/part{k}", control_inputs=tuple(per[k] + shared),
                           meta=OpMeta(origin=op.name, fraction=0.0, replica=k))
@@ -350,13 +356,6 @@ def _shared_control_gates(graph: Graph) -> Graph:
     # same ~400 updates on ResNet-200), its new list, or None when it keeps its own
     rewired: dict[tuple[str, ...], tuple[str, ...] | None] = {}
     is_shared: dict[str, bool] = {}  # op -> shared by the replicas (asked of each once)
-
-    def shared_op(name: str) -> bool:
-        known = is_shared.get(name)
-        if known is None:
-            known = is_shared[name] = replica_of(graph[name]) is None
-        return known
-
     ops = []
     for op in graph:
         if len(op.control_inputs) < 2 or replica_of(op) is None:
@@ -364,11 +363,14 @@ def _shared_control_gates(graph: Graph) -> Graph:
             continue
         controls = op.control_inputs
         if controls not in rewired:
-            shared = tuple(sorted(c for c in controls if shared_op(c)))
+            for c in controls:
+                if c not in is_shared:
+                    is_shared[c] = replica_of(graph[c]) is None
+            shared = tuple(sorted(c for c in controls if is_shared[c]))
             if len(shared) > 1:
                 if shared not in gates:
                     gates[shared] = f"fastt_control_gate{len(gates)}"
-                own = tuple(c for c in controls if not shared_op(c))
+                own = tuple(c for c in controls if not is_shared[c])
                 rewired[controls] = own + (gates[shared],)
             else:
                 rewired[controls] = None
