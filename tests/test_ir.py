@@ -140,3 +140,15 @@ def test_topological_order_is_networkx_generations_flattened():
         g = Graph(ops)
         expected = [name for gen in nx.topological_generations(g.dag()) for name in gen]
         assert g.topological_order() == expected
+
+
+def test_an_op_copied_with_changes_is_dataclasses_replace():
+    import dataclasses
+    o = op("a", "Conv2D", inputs=["x"], control=["y"], attrs={"k": 1}, device="/cpu:0")
+    for f in dataclasses.fields(o):
+        value = getattr(dataclasses.replace(o, name="other"), f.name)
+        assert o.with_(**{f.name: value}) == dataclasses.replace(o, **{f.name: value})
+    assert o.with_(inputs=(), name="b") == dataclasses.replace(o, inputs=(), name="b")
+    assert o.with_() == o and o.with_() is not o
+    with pytest.raises(TypeError, match="no field 'input'"):
+        o.with_(input=())
