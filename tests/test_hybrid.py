@@ -185,6 +185,25 @@ def test_past_its_deadline_os_dpos_finishes_its_plans_with_what_is_known(monkeyp
         assert chosen.simulated_step_time_s <= s.simulated_step_time_s, name
 
 
+def test_a_finish_expected_to_end_past_the_deadline_is_not_begun(monkeypatch):
+    """Before the deadline, OS-DPOS still begins no weight-transfer ordering or first-come
+    replay for a plan whose finish (about what compiling and placing its graph took) would
+    end past it, its first plan included."""
+    from fastt.sched.osdpos import clock
+    g = two_layers()
+    devices, ds = _devices(1e9)
+    seconds = {"h1": 0.020, "dw1": 0.020, "da1": 0.001, "h2": 0.001, "dw2": 0.001}
+    shared = Planning(g, devices, StaticCosts(seconds, ds), copy_bytes_per_s=ds.copy_bytes_per_s,
+                      deadline=clock() + 600.0)
+    for name in ("data-parallel", "data-parallel-ps", "single", "dpos"):
+        plan(g, devices, None, name, shared=shared)
+    monkeypatch.setattr(Planning, "candidate_s", lambda self, g: 1e6)  # a huge graph's
+    before = set(shared._built)
+    plan(g, devices, None, "os-dpos", shared=shared, split=False)
+    begun = {k[0] for k in set(shared._built) - before}
+    assert not begun & {"prioritized", "fifo"}, begun
+
+
 def test_late_means_work_of_the_expected_length_would_end_past_the_deadline():
     from fastt.sched.osdpos import clock
     devices, ds = _devices(1e9)
