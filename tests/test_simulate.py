@@ -280,7 +280,7 @@ def _random_graph(rnd: random.Random) -> Graph:
 def test_the_compiled_edges_merge_as_the_python_ones():
     """``_simcore.graph_edges`` (``Problem.from_graph``'s edges) gives the Python
     reference's preds, succs, edge bytes and tensors exactly, edge numbers included."""
-    from fastt.sched.problem import _graph_edges
+    from fastt.sched.edges import graph_edges
     from fastt.sched._native import simcore
     if simcore is None:
         pytest.fail("the compiled simulation loop was not built (fastt/sched/_simcore.c)")
@@ -291,7 +291,7 @@ def test_the_compiled_edges_merge_as_the_python_ones():
         index = {n: i for i, n in enumerate(names)}
         back = {op.name for op in g if g.is_back_edge_source(op.name)}
         ops = [g[n] for n in names]
-        c, py = _graph_edges(ops, index, back), _graph_edges(ops, index, back, compiled=False)
+        c, py = graph_edges(ops, index, back), graph_edges(ops, index, back, compiled=False)
         assert (c.preds, c.succs, c.bytes, c.tensors) == \
             (py.preds, py.succs, py.bytes, py.tensors), case
         assert all(type(b) is float for b in c.bytes), case

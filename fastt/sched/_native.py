@@ -1,7 +1,7 @@
 """The scheduling core's compiled parts (``_simcore``: ``_simcore.c`` with ``_simpeaks.c``,
 ``_simeft.c`` and ``_simedges.c``), built by ``pip install``; where they were not built, their
 Python references run (``fastt.sched.sim_loops``, ``simulate._flat_needs`` and
-``_peak_memory``, ``dpos.rank_u`` and ``eft_list_schedule``, ``problem._graph_edges``),
+``_peak_memory``, ``dpos.rank_u`` and ``eft_list_schedule``, ``edges.graph_edges``),
 giving the same results."""
 from __future__ import annotations
 

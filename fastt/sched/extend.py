@@ -18,7 +18,8 @@ from fastt import dtypes
 from fastt.errors import FasttError
 from fastt.ir import Graph
 from fastt.op_types import LOOP_TYPES
-from fastt.sched.problem import Problem, _Dag, _into
+from fastt.sched.edges import Dag, inputs_by_producer
+from fastt.sched.problem import Problem
 
 
 def extendable(old: Graph, new: Graph) -> tuple[list[str], list[str]] | None:
@@ -88,8 +89,9 @@ def extended(p: Problem, old: Graph, new: Graph,
     rewired = [p.index[n] for n in rewired_names]
     touched = sorted(rewired) + list(range(n0, len(names)))
     back: set[str] = set()  # no loop near the ops touched (``extendable``)
-    intos = [(j, _into(new[names[j]], index, back, lambda a: new[names[a]])) for j in touched]
-    dag = _Dag(0)  # this problem's edges, those into the touched ops made anew
+    intos = [(j, inputs_by_producer(new[names[j]], index, back, lambda a: new[names[a]]))
+             for j in touched]
+    dag = Dag(0)  # this problem's edges, those into the touched ops made anew
     dag.preds, dag.succs = list(p.preds) + [[] for _ in made], list(p.succs) + [[] for _ in made]
     dag.bytes, dag.tensors = list(p.edge_bytes), list(p.edge_tensors)
     gone: dict[int, set[int]] = {}  # producer -> the rewired ops its edges no longer reach

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from fastt import devices as devnames
 from fastt.costs.comm import transfer_seconds
@@ -19,7 +19,7 @@ from fastt.costs.source import CostSource
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op
 from fastt.op_types import COLLECTIVE_TYPES
-from fastt.sched._native import simcore
+from fastt.sched.edges import Dag, graph_edges
 
 TRANSFER_SCOPE = "fastt_transfers"  # the gates of ordered weight transfers (transfer_order)
 TRANSFER_STREAM = 2  # the stream they run on
@@ -188,14 +188,14 @@ class Problem:
                 tensors = merged[pair] = {}
             if key is not None:
                 tensors[key] = edge[2]
-        dag = _Dag(n)
+        dag = Dag(n)
         dag.add((b, {a: tensors}) for (a, b), tensors in merged.items())
         return cls._assemble(dag, w, devices, intercept, slope, mem, group, names, persistent,
                              topo, send_cpu, recv_cpu, call_cpu, reach, cores, stream, knee,
                              extra)
 
     @classmethod
-    def _assemble(cls, dag: "_Dag", w: Sequence[Sequence[float]], devices: Sequence[Device],
+    def _assemble(cls, dag: "Dag", w: Sequence[Sequence[float]], devices: Sequence[Device],
                   intercept: Sequence[Sequence[float]] | float,
                   slope: Sequence[Sequence[float]] | float, mem: Sequence[float] | None,
                   group: Sequence[int] | None, names: Sequence[str] | None,
@@ -242,7 +242,7 @@ class Problem:
         index = {n: i for i, n in enumerate(names)}
         back = {op.name for op in graph if graph.is_back_edge_source(op.name)}
         ops = [graph[name] for name in names]
-        dag = _graph_edges(ops, index, back)
+        dag = graph_edges(ops, index, back)
         devs = [d.name for d in devices]
         row = getattr(costs, "compute_row", None)
         w = [row(n, devs) for n in names] if row else \
@@ -290,71 +290,6 @@ class Problem:
             reach=[reach(d) if reach else 0.0 for d in devs], cores=shared_cores(devs),
             stream=stream, knee=[[lk[2] for lk in row] for row in links],
             extra=[[lk[3] for lk in row] for row in links])
-
-
-def _graph_edges(ops: Sequence[Op], index: Mapping[str, int], back: set[str],
-                 compiled: bool = True) -> "_Dag":
-    """The merged edges of ``ops`` (in their problem's order; ``index``: name -> position)
-    as ``build`` merges them, the inputs out of the ops named in ``back`` (loop back edges)
-    left out: each data input's tensor with its output's bytes, each control input an edge
-    of no tensor. Compiled (``_simedges.c``) unless ``compiled`` is False or it was not
-    built."""
-    dag = _Dag(len(ops))
-    if compiled and simcore is not None:
-        dag.preds, dag.succs, dag.bytes, dag.tensors = simcore.graph_edges(ops, index, back)
-        return dag
-    dag.add((j, _into(op, index, back, ops.__getitem__)) for j, op in enumerate(ops))
-    return dag
-
-
-def _into(op: Op, index: Mapping[str, int], back: set[str], op_at: Callable[[int], Op]
-          ) -> dict[int, dict[object, float]]:
-    """``op``'s producers (by ``index``; ``op_at``: the op at an index), each with the
-    tensors it sends ``op`` and their bytes, in the order first named: data inputs, then
-    control inputs (no tensor); inputs out of the ops named in ``back`` left out."""
-    into: dict[int, dict[object, float]] = {}
-    for ref in op.inputs:
-        if ref.op not in back:
-            a = index[ref.op]
-            tensors = into.get(a)
-            if tensors is None:
-                tensors = into[a] = {}
-            tensors[ref] = float(op_at(a).outputs[ref.index].nbytes or 0)
-    for c in op.control_inputs:
-        if c not in back:
-            into.setdefault(index[c], {})
-    return into
-
-
-class _Dag:
-    """The merged edges of a ``Problem`` as they are added: one edge per (producer,
-    consumer) pair, carrying its distinct tensors, numbered in the order added."""
-
-    def __init__(self, n: int) -> None:
-        self.preds: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        self.succs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-        self.bytes: list[float] = []
-        self.tensors: list[list[tuple[object, float]]] = []
-
-    def add(self, intos: Iterable[tuple[int, dict[int, dict[object, float]]]]) -> None:
-        """Each consumer's edges, as (consumer, producer -> the tensors it sends); one call
-        for all (compiling is a hot loop of OS-DPOS)."""
-        preds, succs, edge_bytes, edge_tensors = self.preds, self.succs, self.bytes, \
-            self.tensors
-        e = len(edge_bytes)
-        for b, into in intos:
-            if b in into:
-                raise FasttError(f"edge from op {b} to itself")
-            pb = preds[b]
-            for a, tensors in into.items():
-                pb.append((a, e))
-                succs[a].append((b, e))
-                total = 0.0  # in order, as the compiled edges add (not ``sum``'s way)
-                for nbytes in tensors.values():
-                    total += nbytes
-                edge_bytes.append(float(total))
-                edge_tensors.append(list(tensors.items()))
-                e += 1
 
 
 def _four(call_cpu: Sequence[Any] | None, a: int, b: int) -> tuple[float, float, float, float]:
