@@ -211,6 +211,14 @@ class Planning:
         return sum(self._built[k][1] for k in (("compile", id(g)), ("place", "dpos", id(g)))
                    if k in self._built)
 
+    def finish_s(self, p: Problem) -> float:
+        """About what finishing a plan of ``p`` takes (its replays, its weight transfers
+        ordered): what compiling a graph of its size takes, at the slowest rate per op of the
+        compiles so far."""
+        rates = [seconds / v.n for k, (v, seconds, _) in self._built.items()
+                 if k[0] == "compile" and isinstance(v, Problem) and v.n]
+        return max(rates, default=0.0) * p.n
+
     def compile(self, g: Graph) -> Problem:
         """``g`` compiled."""
         return self._get(("compile", id(g)), lambda: self.compile_graph(g), (g,))

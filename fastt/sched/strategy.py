@@ -142,9 +142,9 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
     finished, finish_s = [], 0.0  # the longest finish so far
     for pl, reps in near:
         t = time.perf_counter()
-        # a finish takes about what compiling and placing its graph took (the largest
-        # plans' ordered transfers are several seconds), at least what the longest took
-        expected = max(finish_s, shared.candidate_s(pl.graph))
+        # a finish takes about what compiling its graph takes (the largest plans' ordered
+        # transfers are several seconds), at least what the longest so far took
+        expected = max(finish_s, shared.finish_s(pl.problem))
         finished.append((_finish(shared, pl, k.search, expected), pl, reps))
         finish_s = max(finish_s, time.perf_counter() - t)
     fin, best, replicas = min(finished, key=lambda f: f[0].times[::-1])
