@@ -36,6 +36,12 @@ SIMULATED = [
     Model("rnnlm", "lstm_lm", {"layers": 2, "hidden": 1024, "seq_len": 20, "vocab": 10000},
           64, 32),
 ]
+# Graphs of about 40k ops, larger than any of the paper's, timed by ``plan_time.py`` as a user's
+# own graph is planned: saved as a MetaGraphDef, then ``fastt plan FILE`` (issue [search]).
+HELD_OUT = [
+    Model("bert_50", "bert", {"layers": 50, "seq_len": 64}, 16, 8),
+]
+HELD_OUT_DEVICES = ("2x8xV100", "16xV100")
 SIMULATED_QUICK = [
     Model("lenet", "lenet", {}, 256, 128),
     Model("alexnet", "alexnet_v2", {"image_size": 224}, 128, 64),

@@ -1,12 +1,17 @@
 """``fastt plan`` end to end on the simulated testbed: graph build, analytical costs, every
 strategy (OS-DPOS and the baselines), as ``fastt plan`` runs them; one process per row.
 
-    python benchmarks/plan_time.py [--models NAME ...] [--devices SPEC ...] [--scaling strong]
+    python benchmarks/plan_time.py [--models NAME ...] [--devices SPEC ...]
+                                   [--scaling strong|weak|held-out]
                                    [--out benchmarks/results] [--profile DIR]
 
 Target (issue [search], item 6): 60 s or less per row on a 2-core machine. Writes
 plan_time.json and plan_time.md (rows of earlier runs kept unless re-run); with ``--profile``
 each row's cProfile statistics go to DIR/<model>-<spec>.prof.
+
+``--scaling held-out``: the graphs of about 40k ops of ``models.HELD_OUT`` on 16 devices,
+planned as a user's own graph is: saved as a MetaGraphDef first (not timed), then loaded from
+that file, costed and planned as ``fastt plan FILE --devices SPEC`` does.
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -27,22 +33,41 @@ from benchmarks.simulated import STRONG, WEAK, gpus  # noqa: E402
 TARGET_S = 60.0
 
 
-def row(name: str, spec: str, scaling: str, budget_s: float | None = TARGET_S) -> dict:
+def export(name: str, path: str) -> None:
+    """Save held-out model ``name`` at its batch as a MetaGraphDef with its train op in the
+    ``train_op`` collection (what ``fastt plan FILE`` reads)."""
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    model = next(m for m in zoo_models.HELD_OUT if m.name == name)
+    built = model.build()
+    with built.graph.as_default():
+        tf.compat.v1.add_to_collection("train_op", built.train_op)
+        tf.compat.v1.train.export_meta_graph(filename=path, graph=built.graph)
+
+
+def row(name: str, spec: str, scaling: str, budget_s: float | None = TARGET_S,
+        path: str | None = None) -> dict:
     """One ``fastt plan`` of model ``name`` on ``spec`` with its ``--budget``, timed by
-    phase."""
+    phase; held out: of the MetaGraphDef at ``path``."""
     from benchmarks.simulated import training_graph
     from fastt.costs.source import StaticCosts
-    from fastt.plan_cmd import Setup, plan_all
+    from fastt.plan_cmd import Setup, load, plan_all, prepare
     from fastt.sched.device_spec import parse
     clock = time.perf_counter  # fastt.sched.osdpos.clock, which deadlines are read on
-    model = next(m for m in zoo_models.SIMULATED if m.name == name)
-    batch = model.batch if scaling == "strong" else model.per_device_batch * gpus(spec)
+    deadline = {} if budget_s is None else {"deadline": clock() + budget_s}
     t0 = clock()
     gc.disable()  # as `fastt plan` runs (fastt.cli)
-    graph, fetch, seconds = training_graph(model, batch)
-    ds = parse(spec)
-    setup = Setup(graph, spec, ds, fetch, StaticCosts(seconds, ds),
-                  **({} if budget_s is None else {"deadline": t0 + budget_s}))
+    if scaling == "held-out":
+        assert path is not None
+        graph = load(path, None, None)
+        setup = prepare(graph, spec, **deadline)
+        batch = next(m for m in zoo_models.HELD_OUT if m.name == name).batch
+    else:
+        model = next(m for m in zoo_models.SIMULATED if m.name == name)
+        batch = model.batch if scaling == "strong" else model.per_device_batch * gpus(spec)
+        graph, fetch, seconds = training_graph(model, batch)
+        ds = parse(spec)
+        setup = Setup(graph, spec, ds, fetch, StaticCosts(seconds, ds), **deadline)
     t1 = clock()
     chosen, others = plan_all(setup)
     t2 = clock()
@@ -70,7 +95,9 @@ def markdown(doc: dict, heading: str = "#") -> str:
              f"Machine: {doc['machine']}; {doc['when']}. `python benchmarks/plan_time.py`: "
              "graph build, analytical costs and every strategy, one process per row, with "
              f"`--budget`; target {TARGET_S:.0f} s or less per row ({within} of {len(rows)} "
-             "rows here).", "",
+             "rows here). Held-out rows (`--scaling held-out`): graphs of about 40k ops saved "
+             "as a MetaGraphDef, then loaded from that file, costed and planned as `fastt "
+             "plan FILE` does.", "",
              "| model | devices | scaling | ops | budget (s) | load + costs (s) | "
              "strategies (s) | OS-DPOS alone (s) | total (s) | within target |",
              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
@@ -85,59 +112,84 @@ def markdown(doc: dict, heading: str = "#") -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", nargs="*", default=[m.name for m in zoo_models.SIMULATED])
+    ap.add_argument("--models", nargs="*", default=None)
     ap.add_argument("--devices", nargs="*", default=None)
-    ap.add_argument("--scaling", choices=("strong", "weak"), default="strong")
+    ap.add_argument("--scaling", choices=("strong", "weak", "held-out"), default="strong")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     ap.add_argument("--profile", default=None)
     ap.add_argument("--budget", type=float, default=TARGET_S,
                     help="fastt plan's --budget (default 60; negative: none)")
     ap.add_argument("--row", nargs=3, default=None, help=argparse.SUPPRESS)  # child process
+    ap.add_argument("--file", default=None, help=argparse.SUPPRESS)  # a held-out row's graph
+    ap.add_argument("--export", nargs=2, default=None, help=argparse.SUPPRESS)  # child
     args = ap.parse_args()
+    if args.export:
+        export(*args.export)
+        return
     if args.row:
         name, spec, scaling = args.row
         budget = None if args.budget < 0 else args.budget
         if args.profile:
             import cProfile
             prof = cProfile.Profile()
-            result = prof.runcall(row, name, spec, scaling, budget)
+            result = prof.runcall(row, name, spec, scaling, budget, args.file)
             prof.dump_stats(os.path.join(args.profile, f"{name}-{spec}.prof"))
         else:
-            result = row(name, spec, scaling, budget)
+            result = row(name, spec, scaling, budget, args.file)
         print("ROW " + json.dumps(result), flush=True)
         return
-    specs = args.devices or (STRONG if args.scaling == "strong" else WEAK)
+    held_out = args.scaling == "held-out"
+    zoo = zoo_models.HELD_OUT if held_out else zoo_models.SIMULATED
+    names = [m.name for m in zoo_models.pick(zoo, args.models)]
+    specs = args.devices or (zoo_models.HELD_OUT_DEVICES if held_out else
+                             STRONG if args.scaling == "strong" else WEAK)
     path = os.path.join(args.out, "plan_time.json")
     cpu = cpu_model()
     done: dict[tuple[str, str, str], dict] = {
         (r["model"], r["devices"], r["scaling"]): r for r in kept_rows(path, cpu)}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    for name in args.models:
-        for spec in specs:
-            cmd = [sys.executable, __file__, "--row", name, spec, args.scaling,
-                   "--budget", str(args.budget)]
-            if args.profile:
-                os.makedirs(args.profile, exist_ok=True)
-                cmd += ["--profile", args.profile]
-            out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-            line = next((ln for ln in out.stdout.splitlines() if ln.startswith("ROW ")), None)
-            if line is None:
-                print(f"{name} {spec}: failed\n{out.stderr[-2000:]}", flush=True)
-                continue
-            r = json.loads(line[4:])
-            done[(name, spec, args.scaling)] = r
-            print(f"{name:>12} {spec:>9}: load {r['load_s']:5.1f} s, strategies "
-                  f"{r['strategies_s']:6.1f} s (os-dpos {r['os_dpos_s']:6.1f} s), total "
-                  f"{r['total_s']:6.1f} s", flush=True)
-            meta = {"machine": machine(), "cpu": cpu,
-                    "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-            rows = sorted(done.values(), key=lambda r: (
-                [m.name for m in zoo_models.SIMULATED].index(r["model"]), r["scaling"],
-                (STRONG + WEAK).index(r["devices"])))
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump({**meta, "rows": rows}, f, indent=1)
-            with open(os.path.join(args.out, "plan_time.md"), "w", encoding="utf-8") as f:
-                f.write(markdown({**meta, "rows": rows}))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            graph_file = os.path.join(tmp, f"{name}.meta")
+            if held_out:  # saved once, in a process of its own (not timed)
+                subprocess.run([sys.executable, __file__, "--export", name, graph_file],
+                               check=True, capture_output=True, env=env)
+            for spec in specs:
+                cmd = [sys.executable, __file__, "--row", name, spec, args.scaling,
+                       "--budget", str(args.budget)]
+                if held_out:
+                    cmd += ["--file", graph_file]
+                if args.profile:
+                    os.makedirs(args.profile, exist_ok=True)
+                    cmd += ["--profile", args.profile]
+                out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                line = next((ln for ln in out.stdout.splitlines() if ln.startswith("ROW ")),
+                            None)
+                if line is None:
+                    print(f"{name} {spec}: failed\n{out.stderr[-2000:]}", flush=True)
+                    continue
+                r = json.loads(line[4:])
+                done[(name, spec, args.scaling)] = r
+                print(f"{name:>12} {spec:>9}: load {r['load_s']:5.1f} s, strategies "
+                      f"{r['strategies_s']:6.1f} s (os-dpos {r['os_dpos_s']:6.1f} s), total "
+                      f"{r['total_s']:6.1f} s", flush=True)
+                write(path, done, cpu)
+
+
+def write(path: str, done: dict[tuple[str, str, str], dict], cpu: str) -> None:
+    """plan_time.json and plan_time.md next to it, rows in the zoo's order."""
+    meta = {"machine": machine(), "cpu": cpu,
+            "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    order = [m.name for m in zoo_models.SIMULATED + zoo_models.HELD_OUT]
+    specs = list(STRONG) + [s for s in WEAK + zoo_models.HELD_OUT_DEVICES if s not in STRONG]
+    scalings = ["strong", "weak", "held-out"]
+    rows = sorted(done.values(), key=lambda r: (
+        order.index(r["model"]), scalings.index(r["scaling"]), specs.index(r["devices"])))
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({**meta, "rows": rows}, f, indent=1)
+    with open(os.path.join(os.path.dirname(path), "plan_time.md"), "w",
+              encoding="utf-8") as f:
+        f.write(markdown({**meta, "rows": rows}))
 
 
 if __name__ == "__main__":
