@@ -225,6 +225,28 @@ def test_the_extended_problem_is_the_one_compiled_from_scratch(every_weight_a_gr
     assert replays[0] == pytest.approx(replays[1], rel=1e-12)
 
 
+def test_an_update_rewired_keeps_its_variable_and_is_extended(every_weight_a_group):
+    """An update op on device 1 reads its own variable's reference (an edge that colocates
+    them) and a weight sent from device 0: ordering rewires the weight's edge only, so the
+    problem is extended (not compiled anew) and equals the fresh compile."""
+    from fastt.sched.extend import extendable, extended
+    g, placement = _layers()
+    ops = list(g) + _var("u", 4000) + [Op(
+        "u/apply", "ApplyGradientDescent", inputs=(TensorRef("u", 0), TensorRef("x", 0),
+                                                   TensorRef("w2/read", 0)),
+        outputs=(TensorSpec("float32_ref", (1000,)),), colocate_with=("u",), stateful=True)]
+    g = Graph(ops)
+    placement.update({n: DEVS[1].name for n in ("u", "u/read", "u/apply")})
+    p = Problem.from_graph(g, DEVS, costs())
+    g2, _, chains = order_transfers(g, placement, {n: float(i) for i, n in enumerate(p.names)})
+    found = extendable(g, g2)
+    assert found is not None and "u/apply" in found[1]
+    got = extended(p, g, g2, lambda x: Problem.from_graph(x, DEVS, costs()))
+    fresh = Problem.from_graph(g2, DEVS, costs())
+    assert _by_name(got) == _by_name(fresh)
+    assert got.names[got.group[got.index["u/apply"]]] == "u"
+
+
 def test_a_graph_that_changes_more_than_inputs_is_compiled_anew(every_weight_a_group):
     from fastt.sched.extend import extended
     g, placement = _layers()

@@ -46,14 +46,16 @@ def extendable(old: Graph, new: Graph) -> tuple[list[str], list[str]] | None:
     touched = [ops[n] for n in rewired + made]
     if any(ops[n].colocate_with or ops[n].type in LOOP_TYPES for n in made):
         return None
-    for op in touched:
-        for ref in op.inputs:
-            if dtypes.is_ref_or_resource(new.tensor(ref).dtype):
-                return None
+    # an edge added or removed that carries a handle would join or part colocation groups
+    # (an update op rewired keeps the edge of its variable's handle: that one may stay)
+    for n in made:
+        if any(dtypes.is_ref_or_resource(new.tensor(ref).dtype) for ref in ops[n].inputs):
+            return None
     for n in rewired:
-        for ref in old[n].inputs:
-            if dtypes.is_ref_or_resource(old.tensor(ref).dtype):
-                return None
+        was, now = set(old[n].inputs), set(ops[n].inputs)
+        if any(dtypes.is_ref_or_resource(old.tensor(ref).dtype) for ref in was - now) or \
+                any(dtypes.is_ref_or_resource(new.tensor(ref).dtype) for ref in now - was):
+            return None
     frames = old.while_frames()
     if frames:
         inside = {n for members in frames.values() for n in members}
