@@ -18,7 +18,7 @@ from tests.helpers import equivalence, op
 B, WIDE = 8, 4096
 
 
-def two_layers() -> Graph:
+def two_layers(B: int = B) -> Graph:
     """x[B,64] -> h1 = x w1 (w1: 1 MB, much compute) -> relu -> h2 = a1 w2 (w2: 64 MB, little
     compute) -> mean; the gradients as ``tf.gradients`` makes them, SGD updates."""
     def var(name, shape):
@@ -49,6 +49,14 @@ def test_a_weight_is_the_ops_that_read_it_and_make_its_gradient():
     found = {w.variable: w for w in weights(two_layers())}
     assert set(found) == {"w1", "w2"}
     assert found["w2"].ops == {"h2", "da1", "dw2"} and found["w2"].nbytes == WIDE * WIDE * 4
+    assert found["w1"].ops == {"h1", "dw1"}
+
+
+def test_activations_of_a_weight_s_size_are_not_part_of_its_gradient():
+    """At a batch of WIDE rows the activations a1 and dh2 have w2's size: the trace back from
+    w2's update stops at the MatMul that makes its gradient."""
+    found = {w.variable: w for w in weights(two_layers(B=WIDE))}
+    assert found["w2"].ops == {"h2", "da1", "dw2"}
     assert found["w1"].ops == {"h1", "dw1"}
 
 

@@ -12,7 +12,11 @@ backward, on one device does.
 A weight here is a variable a dense optimizer update writes, with the ops of the step that
 carry the batch and read it (the forward op, the gradient with respect to its input) and the
 ops that make its gradient (traced back from the update while their output has the weight's
-size, so a bias's gradient summed over the batch with its dimensions kept is one of them).
+size, so a bias's gradient summed over the batch with its dimensions kept is one of them; only
+through element-wise ops and views: the contraction or reduction that makes the gradient is
+one of them, not its inputs, the batch's activations, which can have the weight's size by
+chance, as in BERT-large at batch 16 and length 64, where a batch of 1024 rows of 1024
+features has its query kernel's size).
 ``weights`` lists them in O(V + E). ``keep_whole`` tries them greedily, most promising
 first, keeping each that shortens the simulated step: O(K) data-parallel graphs and
 replays for K candidates.
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from fastt.ir import Graph, Op, TensorRef, writes_variable
-from fastt.op_types import READS, SHAPE_OPS
+from fastt.op_types import ALIASING_TYPES, BINARY, READS, SHAPE_OPS, UNARY
 from fastt.sched.data_parallel import batch_ops
 
 log = logging.getLogger("fastt")
@@ -34,6 +38,8 @@ log = logging.getLogger("fastt")
 #: The most weights tried, and the seconds the search may take (it finishes the one it is on).
 CANDIDATES = 8
 BUDGET_S = 20.0
+#: What a weight's gradient is traced back through: sums, scalings, views.
+_THROUGH = UNARY | BINARY | ALIASING_TYPES | {"Transpose"}
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,8 @@ def weights(graph: Graph) -> list[Weight]:
             if name in ops:
                 continue
             ops.add(name)
-            stack += [r.op for r in graph[name].inputs if sized(r)]
+            if graph[name].type in _THROUGH:
+                stack += [r.op for r in graph[name].inputs if sized(r)]
         if ops:
             out.append(Weight(var.name, reads[0].outputs[0].nbytes or 0, frozenset(ops)))
     return out
