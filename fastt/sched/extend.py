@@ -52,9 +52,9 @@ def extendable(old: Graph, new: Graph) -> tuple[list[str], list[str]] | None:
         if any(dtypes.is_ref_or_resource(new.tensor(ref).dtype) for ref in ops[n].inputs):
             return None
     for n in rewired:
-        was, now = set(old[n].inputs), set(ops[n].inputs)
-        if any(dtypes.is_ref_or_resource(old.tensor(ref).dtype) for ref in was - now) or \
-                any(dtypes.is_ref_or_resource(new.tensor(ref).dtype) for ref in now - was):
+        then, now = set(old[n].inputs), set(ops[n].inputs)
+        if any(dtypes.is_ref_or_resource(old.tensor(ref).dtype) for ref in then - now) or \
+                any(dtypes.is_ref_or_resource(new.tensor(ref).dtype) for ref in now - then):
             return None
     frames = old.while_frames()
     if frames:
