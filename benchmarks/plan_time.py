@@ -33,13 +33,16 @@ from benchmarks.simulated import STRONG, WEAK, gpus  # noqa: E402
 TARGET_S = 60.0
 
 
+def _held_out(name: str) -> zoo_models.Model:
+    return next(m for m in zoo_models.HELD_OUT if m.name == name)
+
+
 def export(name: str, path: str) -> None:
     """Save held-out model ``name`` at its batch as a MetaGraphDef with its train op in the
     ``train_op`` collection (what ``fastt plan FILE`` reads)."""
     import tensorflow as tf
     tf.compat.v1.disable_eager_execution()
-    model = next(m for m in zoo_models.HELD_OUT if m.name == name)
-    built = model.build()
+    built = _held_out(name).build()
     with built.graph.as_default():
         tf.compat.v1.add_to_collection("train_op", built.train_op)
         tf.compat.v1.train.export_meta_graph(filename=path, graph=built.graph)
@@ -54,14 +57,14 @@ def row(name: str, spec: str, scaling: str, budget_s: float | None = TARGET_S,
     from fastt.plan_cmd import Setup, load, plan_all, prepare
     from fastt.sched.device_spec import parse
     clock = time.perf_counter  # fastt.sched.osdpos.clock, which deadlines are read on
-    deadline = {} if budget_s is None else {"deadline": clock() + budget_s}
     t0 = clock()
+    deadline = {} if budget_s is None else {"deadline": t0 + budget_s}
     gc.disable()  # as `fastt plan` runs (fastt.cli)
     if scaling == "held-out":
         assert path is not None
         graph = load(path, None, None)
         setup = prepare(graph, spec, **deadline)
-        batch = next(m for m in zoo_models.HELD_OUT if m.name == name).batch
+        batch = _held_out(name).batch
     else:
         model = next(m for m in zoo_models.SIMULATED if m.name == name)
         batch = model.batch if scaling == "strong" else model.per_device_batch * gpus(spec)

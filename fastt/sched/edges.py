@@ -18,10 +18,9 @@ def graph_edges(ops: Sequence[Op], index: Mapping[str, int], back: set[str],
     left out: each data input's tensor with its output's bytes, each control input an edge
     of no tensor. Compiled (``_simedges.c``) unless ``compiled`` is False or it was not
     built."""
-    dag = Dag(len(ops))
     if compiled and simcore is not None:
-        dag.preds, dag.succs, dag.bytes, dag.tensors = simcore.graph_edges(ops, index, back)
-        return dag
+        return Dag.of(*simcore.graph_edges(ops, index, back))
+    dag = Dag(len(ops))
     dag.add((j, inputs_by_producer(op, index, back, ops.__getitem__))
             for j, op in enumerate(ops))
     return dag
@@ -55,6 +54,14 @@ class Dag:
         self.succs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         self.bytes: list[float] = []
         self.tensors: list[list[tuple[object, float]]] = []
+
+    @classmethod
+    def of(cls, preds: list[list[tuple[int, int]]], succs: list[list[tuple[int, int]]],
+           edge_bytes: list[float], tensors: list[list[tuple[object, float]]]) -> "Dag":
+        """The edges already merged into these lists (which it takes, not copies)."""
+        dag = cls(0)
+        dag.preds, dag.succs, dag.bytes, dag.tensors = preds, succs, edge_bytes, tensors
+        return dag
 
     def add(self, intos: Iterable[tuple[int, dict[int, dict[object, float]]]]) -> None:
         """Each consumer's edges, as (consumer, producer -> the tensors it sends); one call

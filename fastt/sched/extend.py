@@ -48,11 +48,8 @@ def extendable(old: Graph, new: Graph) -> tuple[list[str], list[str]] | None:
         return None
     # an edge added or removed that carries a handle would join or part colocation groups
     # (an update op rewired keeps the edge of its variable's handle: that one may stay)
-    for n in made:
-        if any(dtypes.is_ref_or_resource(new.tensor(ref).dtype) for ref in ops[n].inputs):
-            return None
-    for n in rewired:
-        then, now = set(old[n].inputs), set(ops[n].inputs)
+    for n in rewired + made:
+        then, now = set(old[n].inputs if n in old else ()), set(ops[n].inputs)
         if any(dtypes.is_ref_or_resource(old.tensor(ref).dtype) for ref in then - now) or \
                 any(dtypes.is_ref_or_resource(new.tensor(ref).dtype) for ref in now - then):
             return None
@@ -93,9 +90,9 @@ def extended(p: Problem, old: Graph, new: Graph,
     back: set[str] = set()  # no loop near the ops touched (``extendable``)
     intos = [(j, inputs_by_producer(new[names[j]], index, back, lambda a: new[names[a]]))
              for j in touched]
-    dag = Dag(0)  # this problem's edges, those into the touched ops made anew
-    dag.preds, dag.succs = list(p.preds) + [[] for _ in made], list(p.succs) + [[] for _ in made]
-    dag.bytes, dag.tensors = list(p.edge_bytes), list(p.edge_tensors)
+    # this problem's edges, those into the touched ops made anew
+    dag = Dag.of(list(p.preds) + [[] for _ in made], list(p.succs) + [[] for _ in made],
+                 list(p.edge_bytes), list(p.edge_tensors))
     gone: dict[int, set[int]] = {}  # producer -> the rewired ops its edges no longer reach
     for j in rewired:
         for a, _ in dag.preds[j]:
