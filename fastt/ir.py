@@ -234,6 +234,18 @@ class Graph:
             self._control_succ = index
         return self._control_succ[name]
 
+    def unread(self, names: Iterable[str]) -> set[str]:
+        """Those of ``names`` that no op reads, by data or control edge: one scan of the
+        references, unless the edge indexes are built already (building them costs several
+        times more, for a graph often replaced right after)."""
+        wanted = {n for n in names if n in self._ops}
+        if self._consumers is not None and self._control_succ is not None:
+            return {n for n in wanted if not self._consumers[n] and not self._control_succ[n]}
+        ops = self._ops.values()
+        read = {c for op in ops for c in op.control_inputs if c in wanted}
+        read.update(r.op for op in ops for r in op.inputs if r.op in wanted)
+        return wanted - read
+
     def predecessors(self, name: str) -> set[str]:
         op = self._ops[name]
         return {ref.op for ref in op.inputs} | set(op.control_inputs)

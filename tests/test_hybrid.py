@@ -169,8 +169,9 @@ def test_a_plan_past_its_deadline_skips_the_searches_but_not_the_baselines(caplo
 
 def test_past_its_deadline_os_dpos_finishes_its_plans_with_what_is_known(monkeypatch):
     """No weight-transfer ordering or first-come replay is begun for OS-DPOS's plans past
-    the deadline; the baselines, planned first, are finished in full, so OS-DPOS (which
-    starts from them) is still no slower than any."""
+    the deadline; the baselines, planned first, are finished (their transfers ordered where
+    that may beat the fastest plan replayed: ``Planning.may_win``), so OS-DPOS (which starts
+    from them) is still no slower than any."""
     from fastt.sched import planning
     from fastt.sched.osdpos import clock
     calls = []
@@ -184,7 +185,7 @@ def test_past_its_deadline_os_dpos_finishes_its_plans_with_what_is_known(monkeyp
                       deadline=clock() - 1.0)
     got = {name: plan(g, devices, None, name, shared=shared)
            for name in ("data-parallel", "data-parallel-ps", "single", "dpos")}
-    assert len(calls) == 4  # each baseline's own finish
+    assert len(calls) <= 4  # at most each baseline's own finish
     before = set(shared._built)
     chosen = plan(g, devices, None, "os-dpos", shared=shared)
     begun = {k[0] for k in set(shared._built) - before}

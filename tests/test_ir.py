@@ -2,7 +2,7 @@ import pytest
 
 from fastt import dtypes
 from fastt.errors import GraphStructureError, UnknownDtypeError
-from fastt.ir import Graph, TensorRef, TensorSpec
+from fastt.ir import Graph, Op, TensorRef, TensorSpec
 from tests.helpers import chain, op
 
 
@@ -152,3 +152,15 @@ def test_an_op_copied_with_changes_is_dataclasses_replace():
     assert o.with_() == o and o.with_() is not o
     with pytest.raises(TypeError, match="no field 'input'"):
         o.with_(input=())
+
+
+def test_unread_ops_by_scan_and_by_the_edge_indexes_alike():
+    """``unread``: of the names given (those in the graph), the ops no data or control
+    edge leaves; the same whether the edge indexes are built or not."""
+    f = (TensorSpec("float32", (2,)),)
+    g = Graph([Op("a", "Const", outputs=f),
+               Op("b", "Neg", inputs=(TensorRef("a", 0),), outputs=f), Op("c", "NoOp"),
+               Op("d", "NoOp", control_inputs=("c",)), Op("e", "NoOp")])
+    assert g.unread(["a", "b", "c", "d", "e", "missing"]) == {"b", "d", "e"}
+    g.consumers("a"), g.control_successors("a")  # the indexes built
+    assert g.unread(["a", "b", "c", "d", "e", "missing"]) == {"b", "d", "e"}

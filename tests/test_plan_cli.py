@@ -63,7 +63,10 @@ def test_the_budget_reaches_the_planning(monkeypatch):
 def test_the_searches_come_after_what_every_plan_needs(monkeypatch):
     """Under a deadline the searches share what is left once the baselines OS-DPOS starts
     from are planned: plan_all plans those first, then the chosen strategy, then the
-    exact program (its own time limit)."""
+    exact program (its own time limit). Under a deadline those baselines are all placed
+    before any is finished (``Planning.may_win`` then knows the fastest)."""
+    from types import SimpleNamespace
+
     from fastt import plan_cmd
     from fastt.sched.registry import STRATEGIES
     order = []
@@ -72,10 +75,17 @@ def test_the_searches_come_after_what_every_plan_needs(monkeypatch):
         order.append(name)
         return name
     monkeypatch.setattr(plan_cmd, "plan_one", plan_one)
-    chosen, others = plan_cmd.plan_all(None, "os-dpos", STRATEGIES)
-    assert chosen == "os-dpos" and list(others) == [s for s in STRATEGIES if s != "os-dpos"]
-    assert order[-2:] == ["os-dpos", "exact"]
-    assert sorted(order[:-2]) == sorted(s for s in STRATEGIES if s not in ("os-dpos", "exact"))
+    monkeypatch.setattr(plan_cmd, "placed", lambda shared, k: order.append(("placed", k.name)))
+    baselines = [s for s in STRATEGIES if s not in ("os-dpos", "exact")]
+    for deadline in (None, 60.0):
+        order.clear()
+        setup = SimpleNamespace(planning=SimpleNamespace(deadline=deadline))
+        chosen, others = plan_cmd.plan_all(setup, "os-dpos", STRATEGIES)
+        assert chosen == "os-dpos" and list(others) == [s for s in STRATEGIES if s != "os-dpos"]
+        assert order[-2:] == ["os-dpos", "exact"]
+        first = [("placed", s) for s in baselines] if deadline else []
+        assert order[:len(first)] == first
+        assert sorted(order[len(first):-2]) == sorted(baselines)
 
 
 def test_compare_shows_every_strategy_and_dumps_them(tmp_path, capsys, monkeypatch):

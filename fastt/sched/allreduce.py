@@ -260,11 +260,7 @@ def all_reduce(graph: Graph, n: int, bucket_bytes: float = BUCKET_BYTES,
     out = Graph(ops.values(), name=g.name, meta=g.meta, like=g)
     # A gate every replica now waits for through its own copy waits for nothing the step
     # runs: kept aside (not scheduled), so that it can still be fetched by name.
-    # (one scan of the references: the graph's edge indexes would be built for nothing when
-    # it is replaced just below)
-    referenced = {c for op in ops.values() for c in op.control_inputs if c in per_replica}
-    referenced.update(r.op for op in ops.values() for r in op.inputs if r.op in per_replica)
-    dead = {x for x in per_replica if x is not None and x not in referenced}
+    dead = out.unread(x for x in per_replica if x is not None)
     if not dead:
         return out
     return Graph((o for o in out if o.name not in dead), name=g.name, meta=replace(

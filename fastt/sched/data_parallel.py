@@ -304,25 +304,34 @@ def _constants_per_replica(graph: Graph) -> Graph:
     cross a link to every replica at every step (a convolution's gradient reads its filter's
     shape: 200 such messages queued at the start of ResNet-200's backward pass on each
     link)."""
+    sources: dict[TensorRef, TensorRef] = {}  # each tensor read once: 16 replicas read alike
+
     def source(ref: TensorRef) -> TensorRef:
         """The tensor ``ref`` aliases, through folded shape ops."""
-        op = graph[ref.op]
-        if op.meta.folded and op.type in ("IdentityN", "Identity"):
-            return source(op.inputs[ref.index if op.type == "IdentityN" else 0])
-        return ref
+        s = sources.get(ref)
+        if s is None:
+            op = graph[ref.op]
+            s = sources[ref] = source(op.inputs[ref.index if op.type == "IdentityN" else 0]) \
+                if op.meta.folded and op.type in ("IdentityN", "Identity") else ref
+        return s
 
     def constant(ref: TensorRef) -> bool:
         op = graph[ref.op]
         return op.type == "Const" and replica_of(op) is None
 
     wanted: dict[str, set[int]] = {}  # constant -> the replicas reading it
+    constants: dict[str, bool] = {}
     for op in graph:
         k = replica_of(op)
         if k is None:
             continue
         for r in op.inputs:
-            if constant(source(r)):
-                wanted.setdefault(source(r).op, set()).add(k)
+            s = source(r)
+            is_constant = constants.get(s.op)
+            if is_constant is None:
+                is_constant = constants[s.op] = constant(s)
+            if is_constant:
+                wanted.setdefault(s.op, set()).add(k)
     if not wanted:
         return graph
 

@@ -157,6 +157,8 @@ class Planning:
         # plans, splits) take shares of what is left; what every plan needs is never cut
         self.deadline = deadline
         self._hybrid_ends: float | None = None  # when the hybrid searches must be done
+        # the fastest plan replayed so far, one transfer at a time per link (``may_win``)
+        self.best_s = math.inf
         self.compile_graph = compiler(self.devices, costs, graph, copy_bytes_per_s)
         # key -> (what was built or the misfit found, seconds, the objects its key names)
         self._built: dict[tuple[object, ...], tuple[Any, float, tuple[object, ...]]] = {}
@@ -201,6 +203,14 @@ class Planning:
     def late(self, expected_s: float = 0.0) -> bool:
         """Whether work expected to take ``expected_s`` would end past the deadline."""
         return self.deadline is not None and clock() + expected_s >= self.deadline
+
+    def may_win(self, times: tuple[float, float]) -> bool:
+        """Whether ordering the weight transfers of a plan replayed in ``times`` (free
+        links, one transfer at a time) is worth its time: always without a deadline; under
+        one, only while its replay with free links is faster than the fastest plan replayed
+        so far. Ordering transfers adds gates and takes no wait away, so (list scheduling's
+        anomalies aside) the plan cannot then end faster than with free links."""
+        return self.deadline is None or times[0] < self.best_s
 
     def _known(self, key: tuple[object, ...]) -> bool:
         return key in self._built
@@ -272,6 +282,7 @@ class Planning:
         (when the weights are ordered by need, that is when each is needed)."""
         def run() -> tuple[tuple[float, float], list[float]]:
             free, queued = replay_runs(p, s.device, s.order() if ordered else None)
+            self.best_s = min(self.best_s, queued.makespan)  # a plan that runs so fast
             return (free.makespan, queued.makespan), free.start
         return self._get(_replay_key(p, self._plan_id(s, ordered), ordered), run, (p, s))
 
@@ -391,18 +402,20 @@ class Planning:
 
     def micro_batched_plans(self, plan: Plan) -> list[tuple[Plan, int]]:
         """``plan`` (of the model graph) over each micro-batched graph: every part of an op
-        on the op's device (``fastt.sched.pipedream.micro_batch``), and its micro-batches."""
+        on the op's device (``fastt.sched.pipedream.micro_batch``), and its micro-batches;
+        past the deadline, only those placed already."""
         p0 = plan.problem
         placed = {p0.names[i]: plan.schedule.device[i] for i in range(p0.n)}
         out = []
         for g, m, _ in self.micro_batched():
+            key = ("micro-placed", id(plan.schedule), id(g))
+            if self.late() and not self._known(key):
+                continue
             p = self.compile(g)
             note = f"a placement of the model graph over {m} micro-batches"
             try:
                 out.append((Plan(g, p, self._get(
-                    ("micro-placed", id(plan.schedule), id(g)),
-                    lambda: micro_batch(p, g, placed, note),
-                    (plan.schedule, g))), m))
+                    key, lambda: micro_batch(p, g, placed, note), (plan.schedule, g))), m))
             except DoesNotFit:
                 pass
         return out

@@ -42,13 +42,22 @@ class SimResult:
     start: list[float]
     finish: list[float]
     device: list[int]
-    transfers: list[Transfer] = field(default_factory=list)
+    # the transfers, or how to list them when first read (most replays never do)
+    _transfers: "list[Transfer] | Callable[[], list[Transfer]]" = field(
+        default_factory=list, repr=False)
     busy: list[float] = field(default_factory=list)
     reach: float = 0.0  # what the step pays to run on the devices it uses (Problem.reach)
     shared_work: float = 0.0  # the busiest cores' work over the devices sharing them
     # the per-device peaks of live bytes, worked out when first read (most replays never do)
     _peaks: "Peaks | None" = field(default=None, repr=False)
     _peak_memory: list[float] | None = field(default=None, repr=False)
+
+    @property
+    def transfers(self) -> list[Transfer]:
+        """Every transfer the replay made, in the order they were sent."""
+        if callable(self._transfers):
+            self._transfers = self._transfers()
+        return self._transfers
 
     @property
     def peak_memory(self) -> list[float]:
@@ -70,20 +79,21 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
     next op it lets start. The loop runs compiled (``_simcore``) where it was built and
     ``compiled``, else in Python; both give the same times."""
     n = p.n
-    if sorted(i for o in orders for i in o) != list(range(n)):
+    listed = [i for o in orders for i in o]
+    if len(listed) != n or len(set(listed)) != n or (n and not 0 <= min(listed) <= max(listed) < n):
         raise FasttError("the device orders must list every op exactly once")
     for d, order in enumerate(orders):
-        for i in order:
-            if device[i] != d:
-                raise FasttError(f"op {p.names[i]!r} is in device {d}'s order but placed on "
-                                 f"device {device[i]}")
+        if [device[i] for i in order] != [d] * len(order):
+            i = next(i for i in order if device[i] != d)
+            raise FasttError(f"op {p.names[i]!r} is in device {d}'s order but placed on "
+                             f"device {device[i]}")
     if _simcore is not None and compiled:
         start, finish, transfers, peaks = _compiled(_simcore, p, device, orders,
                                                     link_concurrency)
     else:
         start, finish, transfers, needs = ordered_loop(p, device, orders, link_concurrency)
         peaks = _peaks_of(p, needs)
-    if any(f < 0 for f in finish):
+    if min(finish, default=0.0) < 0:
         stuck = [p.names[i] for i in range(n) if finish[i] < 0][:5]
         raise FasttError(f"the orders deadlock (an op waits for one ordered after it): {stuck}")
     return _result(p, device, start, finish, transfers, peaks)
@@ -91,7 +101,7 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
 
 def _compiled(core: ModuleType, p: Problem, device: list[int], orders: list[list[int]] | None,
               link_concurrency: int | None, priority: Sequence[float] | None = None
-              ) -> tuple[list[float], list[float], list[Transfer], Peaks]:
+              ) -> tuple[list[float], list[float], Callable[[], list[Transfer]], Peaks]:
     """``simulate``'s loop (``orders`` None: ``simulate_fifo``'s) in ``core`` (``_simcore``:
     the same events, the same arithmetic), and its peaks of memory (``_peak_memory`` in
     ``core``), to work out when read."""
@@ -103,8 +113,8 @@ def _compiled(core: ModuleType, p: Problem, device: list[int], orders: list[list
         p.recv_cpu, [x for row in p.call_cpu for calls in row for x in calls], TRANSFER_STREAM,
         -1 if link_concurrency is None else link_concurrency, SMALL_BYTES, priority)
     keys = flat[4]
-    return start, finish, [Transfer(keys[k], a, b, x, t0, t1) for k, a, b, x, t0, t1
-                           in zip(*sent)], \
+    return start, finish, lambda: [Transfer(keys[k], a, b, x, t0, t1)
+                                   for k, a, b, x, t0, t1 in zip(*sent)], \
         lambda r: core.peaks(D, r.device, r.start, r.finish, *flat[:4], *sent, p.persistent)
 
 
@@ -185,11 +195,12 @@ def _python_flat_needs(p: Problem) -> Flat:
 
 
 def _result(p: Problem, device: list[int], start: list[float], finish: list[float],
-            transfers: list[Transfer], peaks: Peaks) -> SimResult:
+            transfers: "list[Transfer] | Callable[[], list[Transfer]]", peaks: Peaks
+            ) -> SimResult:
     busy = [0.0] * p.num_devices  # the compute streams' (a collective mostly waits on links)
-    for i in range(p.n):
-        if not p.stream[i]:
-            busy[device[i]] += p.w[i][device[i]]
+    for w, d, stream in zip(p.w, device, p.stream):
+        if not stream:
+            busy[d] += w[d]
     work: dict[int, float] = defaultdict(float)
     for d, b in enumerate(busy):
         work[p.cores[d]] += b

@@ -227,7 +227,7 @@ def apply_decisions(graph: Graph, decisions: dict[str, tuple[SplitRule, list[int
         else:
             ops.append(op)
     new = Graph(ops, name=graph.name, meta=graph.meta, like=graph)
-    dead = {j for j in builder.rewired if not new.consumers(j) and not new.control_successors(j)}
+    dead = new.unread(builder.rewired)
     dead |= {h for j, hs in builder.helpers.items() if j in dead for h in hs}  # its only readers
     if not dead:
         return new

@@ -127,14 +127,11 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
           split: bool = True) -> Strategy:
     t0 = time.perf_counter()
     shared.begin()
-    starts = shared.starts(k, forced)
     if k.search:
-        near, runs = _searched(shared, starts, workers, split)
+        near, runs = _searched(shared, shared.starts(k, forced), workers, split)
     else:
-        def place(start: Graph, reps: int) -> tuple[Plan, int]:
-            return Plan(start, shared.compile(start), shared.place(k, start)), reps
+        cands = placed(shared, k, forced)
         # of the starting points that fit, the fastest plan (DPOS: never worse than any)
-        cands = feasible([functools.partial(place, g0, r) for g0, r, _ in starts])
         near = [min(cands, key=lambda cand: cand[0].makespan)]
         runs = len(cands) if k.name == "dpos" else 0
     # as each will run: OS-DPOS's order kept only where the simulator says it pays, the
@@ -146,6 +143,7 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
         # transfers are several seconds), at least what the longest so far took
         expected = max(finish_s, shared.finish_s(pl.problem))
         finished.append((_finish(shared, pl, k.search, expected), pl, reps))
+        shared.best_s = min(shared.best_s, finished[-1][0].times[1])
         finish_s = max(finish_s, time.perf_counter() - t)
     fin, best, replicas = min(finished, key=lambda f: f[0].times[::-1])
     predicted, simulated = (t + step_overhead(shared.costs) for t in fin.times)
@@ -158,6 +156,19 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
                     transfer_priorities=fin.weights.summary() if fin.weights else None,
                     kept_whole=kept_whole(shared.graph, best.graph, shared.weights())
                     if replicas > 1 else [])
+
+
+def placed(shared: Planning, k: StrategyKind, forced: Sequence[Split] = ()
+           ) -> list[tuple[Plan, int]]:
+    """Strategy ``k`` (no search) placed from each of its starting points that fits, each
+    plan replayed (``DoesNotFit`` when none fits): what its finish starts from, built once
+    in ``shared``."""
+    def place(start: Graph, reps: int) -> tuple[Plan, int]:
+        pl = Plan(start, shared.compile(start), shared.place(k, start))
+        shared.replay(pl.problem, pl.schedule)
+        return pl, reps
+    return feasible([functools.partial(place, g0, r)
+                     for g0, r, _ in shared.starts(k, list(forced))])
 
 
 @dataclass
@@ -178,7 +189,8 @@ def _finish(shared: Planning, plan: Plan, choose_order: bool,
     (``shared.transfer_priorities``). When it chooses the order (OS-DPOS) and a finish
     expected to take ``expected_s`` would end past the deadline, only what is known already
     is used: no replay or ordering is begun for it (a baseline's own finish is known, since
-    the baselines are planned first and finished in full)."""
+    the baselines are planned first). Under a deadline the transfers of a plan that cannot
+    beat the fastest finished so far are left unordered (``Planning.may_win``)."""
     g, p, s = plan.graph, plan.problem, plan.schedule
     times, ordered = shared.replay(p, s), True
     late = choose_order and shared.late(expected_s)
@@ -186,15 +198,15 @@ def _finish(shared: Planning, plan: Plan, choose_order: bool,
         fifo = shared.replay_fifo(p, s)
         if fifo[::-1] < times[::-1]:
             times, ordered = fifo, False
-    names = [d.name for d in shared.devices]
-    placement = {p.names[i]: names[s.device[i]] for i in range(p.n)}
-    order = [p.names[i] for i in s.order()]
-    weights = None if late and not shared.was_prioritized(p, s, ordered) else \
+    known = shared.was_prioritized(p, s, ordered)
+    weights = None if not known and (late or not shared.may_win(times)) else \
         shared.prioritized(g, p, s, ordered, times)
     if weights is not None and weights.kept:
         return _Final(weights.graph, weights.placement, weights.order, weights.times,
                       ordered, weights)
-    return _Final(g, placement, order, times, ordered, weights)
+    names = [d.name for d in shared.devices]
+    placement = {p.names[i]: names[s.device[i]] for i in range(p.n)}
+    return _Final(g, placement, [p.names[i] for i in s.order()], times, ordered, weights)
 
 
 NEAR = 1.10  # OS-DPOS finishes (order, transfer priorities) the plans this close to its best
