@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Callable, Sequence
+from typing import Callable, Sequence, Union
 
 from fastt.errors import FasttError
 from fastt.sched._native import simcore as _simcore
@@ -43,7 +43,7 @@ class SimResult:
     finish: list[float]
     device: list[int]
     # the transfers, or how to list them when first read (most replays never do)
-    _transfers: "list[Transfer] | Callable[[], list[Transfer]]" = field(
+    _transfers: "Transfers" = field(
         default_factory=list, repr=False)
     busy: list[float] = field(default_factory=list)
     reach: float = 0.0  # what the step pays to run on the devices it uses (Problem.reach)
@@ -87,6 +87,7 @@ def simulate(p: Problem, device: list[int], orders: list[list[int]],
             i = next(i for i in order if device[i] != d)
             raise FasttError(f"op {p.names[i]!r} is in device {d}'s order but placed on "
                              f"device {device[i]}")
+    transfers: Transfers
     if _simcore is not None and compiled:
         start, finish, transfers, peaks = _compiled(_simcore, p, device, orders,
                                                     link_concurrency)
@@ -125,9 +126,9 @@ def simulate_fifo(p: Problem, device: list[int], link_concurrency: int | None = 
     index: graph order); with ``priority``, the ready op of highest priority first (a
     priority executor). O((n + e) log n) for n ops and e edges. Compiled as ``simulate``."""
     if _simcore is not None and compiled:
-        start, finish, transfers, peaks = _compiled(_simcore, p, device, None,
-                                                    link_concurrency, priority)
-        return _result(p, device, start, finish, transfers, peaks)
+        start, finish, listing, peaks = _compiled(_simcore, p, device, None,
+                                                  link_concurrency, priority)
+        return _result(p, device, start, finish, listing, peaks)
     start, finish, transfers, needs = fifo_loop(p, device, link_concurrency, priority)
     return _result(p, device, start, finish, transfers, _peaks_of(p, needs))
 
@@ -157,6 +158,7 @@ def replay_placement(p: Problem, device: list[int], order: list[int] | None
 
 
 Flat = tuple[list[int], list[int], list[int], list[float], list[object]]
+Transfers = Union[list[Transfer], Callable[[], list[Transfer]]]  # or how to list them
 Peaks = Callable[[SimResult], list[float]]  # a replay's peaks of memory, from its result
 
 
@@ -195,7 +197,7 @@ def _python_flat_needs(p: Problem) -> Flat:
 
 
 def _result(p: Problem, device: list[int], start: list[float], finish: list[float],
-            transfers: "list[Transfer] | Callable[[], list[Transfer]]", peaks: Peaks
+            transfers: Transfers, peaks: Peaks
             ) -> SimResult:
     busy = [0.0] * p.num_devices  # the compute streams' (a collective mostly waits on links)
     for w, d, stream in zip(p.w, device, p.stream):
