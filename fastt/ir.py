@@ -277,34 +277,38 @@ class Graph:
     def _generations(self) -> list[str]:
         """``topological_generations`` of ``dag()`` flattened, in the same order, without
         building the networkx graph (every compile needs it; this takes a quarter of the
-        time); short of some ops when there is a cycle. O(V + E)."""
+        time); short of some ops when there is a cycle. O(V + E), over op numbers."""
         ops = self._ops
-        back = {n for n, op in ops.items() if op.type in BACK_EDGE_TYPES}
-        succ: dict[str, dict[str, None]] = {n: {} for n in ops}
-        for op in ops.values():  # data consumers first, then control successors
-            for r in op.inputs:
-                if r.op not in back:
-                    succ[r.op][op.name] = None
-        for op in ops.values():
-            for c in op.control_inputs:
-                if c not in back:
-                    succ[c][op.name] = None
-        indegree = dict.fromkeys(ops, 0)
-        for children in succ.values():
-            for c in children:
-                indegree[c] += 1
-        generation = [n for n, d in indegree.items() if d == 0]
-        order: list[str] = []
+        names = list(ops)
+        index = {n: i for i, n in enumerate(names)}
+        back = {index[n] for n, op in ops.items() if op.type in BACK_EDGE_TYPES}
+        # each op's successors: its data consumers first, then its control successors
+        succ: list[list[int]] = [[] for _ in names]
+        data: list[set[int]] = []  # per op, the producers it reads (an edge counts once)
+        for j, op in enumerate(ops.values()):
+            preds = {index[r.op] for r in op.inputs} - back
+            data.append(preds)
+            for i in preds:
+                succ[i].append(j)
+        indegree = [len(d) for d in data]
+        for j, op in enumerate(ops.values()):
+            if op.control_inputs:
+                for i in dict.fromkeys(index[c] for c in op.control_inputs):
+                    if i not in back and i not in data[j]:
+                        succ[i].append(j)
+                        indegree[j] += 1
+        generation = [j for j, d in enumerate(indegree) if d == 0]
+        order: list[int] = []
         while generation:
             order += generation
             following = []
-            for n in generation:
-                for c in succ[n]:
-                    indegree[c] -= 1
-                    if indegree[c] == 0:
-                        following.append(c)
+            for i in generation:
+                for j in succ[i]:
+                    indegree[j] -= 1
+                    if indegree[j] == 0:
+                        following.append(j)
             generation = following
-        return order
+        return [names[i] for i in order]
 
     def dag(self) -> "nx.DiGraph[str]":
         """The graph as a networkx DAG over op names, loop back edges left out; each op's
