@@ -18,7 +18,7 @@ from fastt.sched.allreduce import BUCKET_BYTES
 from fastt.sched._gc import without_gc
 from fastt.sched.registry import STRATEGIES, kind
 from fastt.sched.planning import Planning
-from fastt.sched.strategy import Strategy, placed, plan
+from fastt.sched.strategy import Strategy, place_first, plan
 
 log = logging.getLogger("fastt")
 
@@ -120,11 +120,7 @@ def plan_all(setup: Setup, strategy: str = "os-dpos", baselines: Sequence[str] =
     if setup.planning.deadline is not None:
         # all placed and replayed before any is finished: a plan that cannot beat the
         # fastest then leaves its transfers unordered (``Planning.may_win``)
-        for b in first:
-            try:
-                placed(setup.planning, kind(b))
-            except FasttError:
-                pass  # plan_each says why
+        place_first(setup.planning, [kind(b) for b in first])
     out = plan_each(setup, first, progress)
     chosen = plan_one(setup, strategy)
     out.update(plan_each(setup, [b for b in others if b not in first], progress))

@@ -75,7 +75,8 @@ def test_the_searches_come_after_what_every_plan_needs(monkeypatch):
         order.append(name)
         return name
     monkeypatch.setattr(plan_cmd, "plan_one", plan_one)
-    monkeypatch.setattr(plan_cmd, "placed", lambda shared, k: order.append(("placed", k.name)))
+    monkeypatch.setattr(plan_cmd, "place_first",
+                        lambda shared, kinds: order.append(("placed", [k.name for k in kinds])))
     baselines = [s for s in STRATEGIES if s not in ("os-dpos", "exact")]
     for deadline in (None, 60.0):
         order.clear()
@@ -83,7 +84,7 @@ def test_the_searches_come_after_what_every_plan_needs(monkeypatch):
         chosen, others = plan_cmd.plan_all(setup, "os-dpos", STRATEGIES)
         assert chosen == "os-dpos" and list(others) == [s for s in STRATEGIES if s != "os-dpos"]
         assert order[-2:] == ["os-dpos", "exact"]
-        first = [("placed", s) for s in baselines] if deadline else []
+        first = [("placed", baselines)] if deadline else []
         assert order[:len(first)] == first
         assert sorted(order[len(first):-2]) == sorted(baselines)
 

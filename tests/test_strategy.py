@@ -314,3 +314,41 @@ def test_equal_plans_are_replayed_and_ordered_once_whichever_strategy_made_them(
     assert len(calls) == 4
     assert shared.prioritized(g, p, s1, True, shared.replay(p, s1)) is \
         shared.prioritized(g, p, same, True, shared.replay(p, same))
+
+
+def test_placed_aside_is_placed_as_here(monkeypatch):
+    """``place_first``: the placers of the model graph and of the micro-batched graphs run
+    in a forked process (``Planning.place_aside``); once joined their schedules are those
+    placed in this process, kept as built (not placed again), and misfits kept as such."""
+    import os
+
+    from fastt.sched.planning import Planning
+    from fastt.sched.problem import Device
+    from fastt.sched.registry import KINDS
+    from fastt.sched.strategy import place_first
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    ds = parse("2xV100")
+    g = training_graph(B=16)
+    c = costs(ds, g)
+    kinds = [KINDS[n] for n in STRATEGIES if not KINDS[n].search and not KINDS[n].timed]
+    here = Planning(g, ds.devices, c)
+    aside = Planning(g, ds.devices, c, deadline=math.inf)
+    jobs = [(k, g) for k in kinds if k.starts in ("model", "both")] + \
+        [(KINDS["pipedream"], m) for m, _, _ in aside.micro_batched()]
+    calls = []
+    real = Planning.place_aside
+    monkeypatch.setattr(Planning, "place_aside",
+                        lambda self, js: calls.append([(k.name, id(m)) for k, m in js]) or
+                        real(self, js))
+    place_first(aside, kinds)
+    assert calls == [[(k.name, id(m)) for k, m in jobs]]
+    for k, m in jobs:
+        assert aside._known(("place", k.name, id(m))), k.name
+        mine, theirs = here.place(k, m), aside.place(k, m)
+        assert (theirs.device, theirs.start, theirs.finish) == \
+            (mine.device, mine.start, mine.finish), k.name
+    tight = Planning(g, [Device(d.name, 1.0) for d in ds.devices], c)
+    tight.place_aside([(KINDS["heft"], g)])()
+    assert tight._known(("place", "heft", id(g)))
+    with pytest.raises(DoesNotFit):
+        tight.place(KINDS["heft"], g)

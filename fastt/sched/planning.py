@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import multiprocessing as mp
+import os
 import time
 from typing import Any, Callable, Sequence
 
@@ -249,6 +251,36 @@ class Planning:
             return k.place(p, g, seconds)  # type: ignore[call-arg]
         return self._get(("place", k.name, id(g)), run, (g,))
 
+    def place_aside(self, jobs: Sequence[tuple[StrategyKind, Graph]]) -> Callable[[], None]:
+        """Start placing each graph of ``jobs`` with its placer in a forked process, while
+        this one builds something else (the all-reduce layout): the call returned waits for
+        them and keeps them as if placed here. Does nothing where there is no second core or
+        no fork, or nothing to place."""
+        global _ASIDE
+        todo = [(k, g) for k, g in jobs
+                if not k.timed and not self._known(("place", k.name, id(g)))]
+        if not todo or (os.cpu_count() or 1) < 2 or "fork" not in mp.get_all_start_methods():
+            return lambda: None
+        for g in {id(g): g for _, g in todo}.values():
+            self.compile(g)  # here, so that both processes hold the same problems
+        _ASIDE = (self, todo)
+        try:
+            pool = mp.get_context("fork").Pool(1)
+        finally:
+            _ASIDE = None
+        pending = pool.apply_async(_place_aside)
+
+        def join() -> None:
+            try:
+                for (k, g), (value, seconds) in zip(todo, pending.get()):
+                    self._built.setdefault(("place", k.name, id(g)), (value, seconds, (g,)))
+            except Exception as e:  # noqa: BLE001 - placed here instead, when asked
+                log.debug("placing aside failed (%s); placing here", e)
+            finally:
+                pool.close()
+                pool.join()
+        return join
+
     def bound(self) -> Bound:
         """A lower bound on the step time of any plan of the graph on the devices
         (``fastt.sched.bounds``)."""
@@ -446,6 +478,26 @@ class Planning:
                 except NoBatch:
                     pass
         return starts + [(self.graph, 1, "model")]
+
+
+# the planning a forked process places for, and what (``place_aside``)
+_ASIDE: tuple[Planning, list[tuple[StrategyKind, Graph]]] | None = None
+
+
+def _place_aside() -> list[tuple[Any, float]]:
+    """In ``place_aside``'s process: each job's schedule (or the misfit its placer found)
+    and the seconds it took."""
+    assert _ASIDE is not None
+    shared, todo = _ASIDE
+    out = []
+    for k, g in todo:
+        t0 = time.perf_counter()
+        try:
+            value: Any = k.place(shared.compile(g), g)
+        except (DoesNotFit, NoBatch, Declined) as e:
+            value = e
+        out.append((value, time.perf_counter() - t0))
+    return out
 
 
 def step_overhead(costs: CostSource) -> float:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from fastt.costs.source import CostSource
+from fastt.errors import FasttError, NoBatch
 from fastt.ir import Graph
 from fastt.sched._gc import without_gc
 from fastt.sched.allreduce import BUCKET_BYTES
@@ -169,6 +170,31 @@ def placed(shared: Planning, k: StrategyKind, forced: Sequence[Split] = ()
         return pl, reps
     return feasible([functools.partial(place, g0, r)
                      for g0, r, _ in shared.starts(k, list(forced))])
+
+
+def place_first(shared: Planning, kinds: Sequence[StrategyKind]) -> None:
+    """Each of ``kinds`` placed and replayed (``placed``; a misfit kept, to be said by its
+    own planning), none finished yet. The placers of the model graph and of the
+    micro-batched graphs run on a second core meanwhile (``Planning.place_aside``), while
+    this one builds the all-reduce layout."""
+    aside = [k for k in kinds if k.starts in ("model", "both", MICRO_BATCHED)]
+    jobs = [(k, shared.graph) for k in aside if k.starts != MICRO_BATCHED]
+    if any(k.starts == MICRO_BATCHED for k in aside):
+        try:
+            jobs += [(k, g) for g, _, _ in shared.micro_batched() for k in aside
+                     if k.starts == MICRO_BATCHED]
+        except NoBatch:
+            pass
+    join = shared.place_aside(jobs)
+    for ks in ([k for k in kinds if k not in aside], None, kinds):
+        if ks is None:
+            join()
+            continue
+        for k in ks:
+            try:
+                placed(shared, k)
+            except FasttError:
+                pass
 
 
 @dataclass
