@@ -3,11 +3,12 @@ strategy (OS-DPOS and the baselines), as ``fastt plan`` runs them; one process p
 
     python benchmarks/plan_time.py [--models NAME ...] [--devices SPEC ...]
                                    [--scaling strong|weak|held-out]
-                                   [--out benchmarks/results] [--profile DIR]
+                                   [--repeats N] [--out benchmarks/results] [--profile DIR]
 
 Target (issue [search], item 6): 60 s or less per row on a 2-core machine. Writes
-plan_time.json and plan_time.md (rows of earlier runs kept unless re-run); with ``--profile``
-each row's cProfile statistics go to DIR/<model>-<spec>.prof.
+plan_time.json and plan_time.md (rows of earlier runs kept unless re-run); with ``--repeats``
+each row is run N times (a process each) and is its median run, every total kept; with
+``--profile`` each row's cProfile statistics go to DIR/<model>-<spec>.prof.
 
 ``--scaling held-out``: the graphs of about 40k ops of ``models.HELD_OUT`` on 16 devices,
 planned as a user's own graph is: saved as a MetaGraphDef first (not timed), then loaded from
@@ -102,14 +103,18 @@ def markdown(doc: dict, heading: str = "#") -> str:
              "as a MetaGraphDef, then loaded from that file, costed and planned as `fastt "
              "plan FILE` does.", "",
              "| model | devices | scaling | ops | budget (s) | load + costs (s) | "
-             "strategies (s) | OS-DPOS alone (s) | total (s) | within target |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+             "strategies (s) | OS-DPOS alone (s) | total (s) | within target | runs: "
+             "totals (s), load average |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"]
     for r in rows:
         budget = "none" if r.get("budget_s") is None else f"{r['budget_s']:.0f}"
+        runs = ", ".join(f"{t:.1f}" for t in r.get("totals_s", [])) + (
+            f"; {max(r['load_averages']):.2f} at most" if r.get("load_averages") else "")
         lines.append(f"| {r['model']} | {r['devices']} | {r['scaling']} | {r['ops']} | "
                      f"{budget} | "
                      f"{r['load_s']:.1f} | {r['strategies_s']:.1f} | {r['os_dpos_s']:.1f} | "
-                     f"{r['total_s']:.1f} | {'yes' if r['total_s'] <= TARGET_S else 'no'} |")
+                     f"{r['total_s']:.1f} | {'yes' if r['total_s'] <= TARGET_S else 'no'} | "
+                     f"{runs or 'one'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -120,6 +125,8 @@ def main() -> None:
     ap.add_argument("--scaling", choices=("strong", "weak", "held-out"), default="strong")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     ap.add_argument("--profile", default=None)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs per row (a process each); the row is the median run's")
     ap.add_argument("--budget", type=float, default=TARGET_S,
                     help="fastt plan's --budget (default 60; negative: none)")
     ap.add_argument("--row", nargs=3, default=None, help=argparse.SUPPRESS)  # child process
@@ -165,18 +172,27 @@ def main() -> None:
                 if args.profile:
                     os.makedirs(args.profile, exist_ok=True)
                     cmd += ["--profile", args.profile]
-                out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-                line = next((ln for ln in out.stdout.splitlines() if ln.startswith("ROW ")),
-                            None)
-                if line is None:
-                    print(f"{name} {spec}: failed\n{out.stderr[-2000:]}", flush=True)
-                    continue
-                r = json.loads(line[4:])
-                done[(name, spec, args.scaling)] = r
-                print(f"{name:>12} {spec:>9}: load {r['load_s']:5.1f} s, strategies "
-                      f"{r['strategies_s']:6.1f} s (os-dpos {r['os_dpos_s']:6.1f} s), total "
-                      f"{r['total_s']:6.1f} s", flush=True)
-                write(path, done, cpu)
+                runs = []
+                for _ in range(args.repeats):
+                    load = os.getloadavg()[0]
+                    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+                    line = next((ln for ln in out.stdout.splitlines()
+                                 if ln.startswith("ROW ")), None)
+                    if line is None:
+                        print(f"{name} {spec}: failed\n{out.stderr[-2000:]}", flush=True)
+                        break
+                    r = {**json.loads(line[4:]), "load_average": load}
+                    runs.append(r)
+                    print(f"{name:>12} {spec:>9}: load {r['load_s']:5.1f} s, strategies "
+                          f"{r['strategies_s']:6.1f} s (os-dpos {r['os_dpos_s']:6.1f} s), total "
+                          f"{r['total_s']:6.1f} s (1-minute load average {load:.2f})",
+                          flush=True)
+                if len(runs) == args.repeats:  # the run of the median total, with every total
+                    r = sorted(runs, key=lambda x: x["total_s"])[(len(runs) - 1) // 2]
+                    done[(name, spec, args.scaling)] = {
+                        **r, "totals_s": [x["total_s"] for x in runs],
+                        "load_averages": [x["load_average"] for x in runs]}
+                    write(path, done, cpu)
 
 
 def write(path: str, done: dict[tuple[str, str, str], dict], cpu: str) -> None:
