@@ -149,5 +149,7 @@ def test_the_plan_time_section_counts_the_rows_within_the_target():
                                                        "budget_s": None}]}
     text = markdown(doc, "##")
     assert text.startswith("## `fastt plan` end to end") and "(1 of 2 rows here)" in text
-    assert "| m | 2x8xV100 | strong | 10 | 60 | 1.0 | 2.0 | 1.5 | 59.0 | yes |" in text
-    assert "| none |" in text and text.rstrip().endswith("| no |")
+    assert "| m | 2x8xV100 | strong | 10 | 60 | 1.0 | 2.0 | 1.5 | 59.0 | yes | one |" in text
+    assert "| none |" in text and text.rstrip().endswith("| no | one |")
+    doc["rows"][0].update(totals_s=[55.4, 59.0, 64.1], load_averages=[0.35, 0.93, 1.03])
+    assert "| 59.0 | yes | 55.4, 59.0, 64.1; 1.03 at most |" in markdown(doc, "##")
