@@ -175,8 +175,8 @@ def placed(shared: Planning, k: StrategyKind, forced: Sequence[Split] = ()
 def place_first(shared: Planning, kinds: Sequence[StrategyKind]) -> None:
     """Each of ``kinds`` placed and replayed (``placed``; a misfit kept, to be said by its
     own planning), none finished yet. The placers of the model graph and of the
-    micro-batched graphs run on a second core meanwhile (``Planning.place_aside``), while
-    this one builds the all-reduce layout."""
+    micro-batched graphs run on a second core (``Planning.place_aside``) while this one
+    builds the data-parallel layouts."""
     aside = [k for k in kinds if k.starts in ("model", "both", MICRO_BATCHED)]
     jobs = [(k, shared.graph) for k in aside if k.starts != MICRO_BATCHED]
     if any(k.starts == MICRO_BATCHED for k in aside):
@@ -185,16 +185,18 @@ def place_first(shared: Planning, kinds: Sequence[StrategyKind]) -> None:
                      if k.starts == MICRO_BATCHED]
         except NoBatch:
             pass
-    join = shared.place_aside(jobs)
-    for ks in ([k for k in kinds if k not in aside], None, kinds):
-        if ks is None:
-            join()
-            continue
+
+    def each(ks: Sequence[StrategyKind]) -> None:
         for k in ks:
             try:
                 placed(shared, k)
             except FasttError:
-                pass
+                pass  # its own planning says why
+
+    join = shared.place_aside(jobs)
+    each([k for k in kinds if k not in aside])  # the data-parallel layouts, meanwhile
+    join()
+    each(kinds)
 
 
 @dataclass
@@ -216,7 +218,7 @@ def _finish(shared: Planning, plan: Plan, choose_order: bool,
     expected to take ``expected_s`` would end past the deadline, only what is known already
     is used: no replay or ordering is begun for it (a baseline's own finish is known, since
     the baselines are planned first). Under a deadline the transfers of a plan that cannot
-    beat the fastest finished so far are left unordered (``Planning.may_win``)."""
+    beat the fastest replayed so far are left unordered (``Planning.may_win``)."""
     g, p, s = plan.graph, plan.problem, plan.schedule
     times, ordered = shared.replay(p, s), True
     late = choose_order and shared.late(expected_s)
