@@ -31,7 +31,8 @@ from fastt.sched.pipedream import layers, place_stages
 from fastt.sched.pipeline import Stage
 from fastt.sched.simulate import simulate_fifo
 from fastt.sched.osdpos import clock
-from fastt.sched.planning import Planning, data_parallel_fitting
+from fastt.sched.fitting import data_parallel_fitting
+from fastt.sched.planning import Planning
 from fastt.sched.strategy import Strategy, plan
 from tf_patches import priority_executor
 

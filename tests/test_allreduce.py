@@ -6,7 +6,7 @@ import pytest
 
 from fastt.costs.source import StaticCosts
 from fastt.ir import Graph
-from fastt.sched import planning
+from fastt.sched import fitting
 from fastt.sched.allreduce import all_reduce, followers, mirrors, sync_writes
 from fastt.sched.baselines import data_parallel as dp_placer
 from fastt.sched.data_parallel import data_parallel, replica_of
@@ -167,5 +167,5 @@ def test_gpus_of_one_process_sum_each_bucket_with_nccl_on_a_stream_of_its_own():
     chunk = F * F * 4 / n
     assert bent.w[i][0] == pytest.approx(2 * (n - 1) * (latency + per_byte * chunk
                                                          + 1e-9 * (chunk - 16)))
-    assert planning.nccl(ds.devices) and not planning.nccl(parse("2xCPU").devices)
-    assert not planning.nccl(parse("2x2xV100").devices)  # two servers: the graph's ring
+    assert fitting.nccl(ds.devices) and not fitting.nccl(parse("2xCPU").devices)
+    assert not fitting.nccl(parse("2x2xV100").devices)  # two servers: the graph's ring

@@ -10,7 +10,7 @@ from fastt.sched.device_spec import parse
 from fastt.sched.splitting import Split
 from fastt.sched.registry import STRATEGIES
 from fastt.sched.data_parallel import data_parallel
-from fastt.sched.planning import data_parallel_fitting, peak_memory_one_device
+from fastt.sched.fitting import data_parallel_fitting, peak_memory_one_device
 from fastt.sched.strategy import plan
 from tests.helpers import op
 from tests.test_data_parallel import training_graph
@@ -243,7 +243,7 @@ def test_the_memory_check_replays_the_planners_problem_in_units_of_time():
     from fastt.sched import baselines
     from fastt.sched.allreduce import all_reduce
     from fastt.sched.osdpos import compiler
-    from fastt.sched.planning import _UnitCosts, unit_costs
+    from fastt.sched.fitting import _UnitCosts, unit_costs
     from fastt.sched.problem import Problem
     from fastt.sched.simulate import simulate
     from tests.test_allreduce import momentum_graph

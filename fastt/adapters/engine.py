@@ -27,7 +27,7 @@ from fastt.ir import Graph, TensorRef
 from fastt.op_types import BATCH_SOURCES
 from fastt.profiler import Profile, profile
 from fastt.sched.problem import Device
-from fastt.sched.planning import data_parallel_fitting, peak_memory_one_device
+from fastt.sched.fitting import data_parallel_fitting, peak_memory_one_device
 from fastt.sched.strategy import Strategy, plan, predict
 
 ORDERS = ("priority-executor", "control-dependencies", "none")  # how a plan's order is kept

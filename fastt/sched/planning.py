@@ -4,7 +4,6 @@ schedules and their replays, each built once; and the helpers they are built wit
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import multiprocessing as mp
@@ -12,15 +11,13 @@ import os
 import time
 from typing import Any, Callable, Sequence
 
-from fastt.costs.memory import MemoryModel
 from fastt.costs.source import CostSource
-from fastt.devices import same_process
 from fastt.errors import Declined, DoesNotFit, FasttError, NoBatch
 from fastt.ir import Graph
-from fastt.sched import baselines
-from fastt.sched.allreduce import BUCKET_BYTES, all_reduce
+from fastt.sched.allreduce import BUCKET_BYTES
 from fastt.sched.bounds import Bound, least_shares, lower_bound
 from fastt.sched.data_parallel import data_parallel
+from fastt.sched.fitting import data_parallel_fitting
 from fastt.sched.exact import TIME_LIMIT_S as EXACT_TIME_S
 from fastt.sched.hybrid import BUDGET_S as hybrid_budget_s
 from fastt.sched.hybrid import Weight, keep_whole, promising, weights
@@ -29,75 +26,11 @@ from fastt.sched.pipedream import micro_batch
 from fastt.sched.problem import Device, Problem
 from fastt.sched.registry import KINDS, StrategyKind
 from fastt.sched.schedule import Schedule
-from fastt.sched.simulate import replay_placement, replay_runs, simulate
+from fastt.sched.simulate import replay_placement, replay_runs
 from fastt.sched.splitting import Split, apply_splits
 from fastt.sched.transfer_order import Prioritized, prioritize
 
 log = logging.getLogger("fastt")
-
-
-def peak_memory_one_device(graph: Graph) -> float:
-    """Bytes the graph needs on one device: variables plus the peak of live outputs when its
-    ops run one after another in topological order (a unit of time each). Outputs of
-    aliasing ops (Identity, ReadVariableOp...) are counted too: an over-estimate."""
-    mem = MemoryModel.from_graph(graph)
-    dev = [Device("/job:localhost/replica:0/task:0/device:CPU:0")]
-    p = Problem.from_graph(graph, dev, _UnitCosts(), persistent=mem.persistent)
-    return simulate(p, [0] * p.n, [p.topo]).peak_memory[0]
-
-
-class _UnitCosts:
-    def compute(self, op: str, device: str) -> float:
-        return 1.0
-
-    def link(self, src: str, dst: str) -> tuple[float, float]:
-        return (0.0, 0.0)
-
-
-def unit_costs(p: Problem) -> Problem:
-    """``p`` with every op a unit of time (a collective none, as ``_UnitCosts`` compiles it:
-    its ring over free links) and free links: the same problem ``Problem.from_graph`` makes of
-    the graph with ``_UnitCosts``, without compiling it again."""
-    D = p.num_devices
-    zero = [[0.0] * D for _ in range(D)]
-    return dataclasses.replace(
-        p, w=[[0.0 if s == 1 else 1.0] * D for s in p.stream], intercept=zero, slope=zero,
-        extra=zero, send_cpu=zero, recv_cpu=zero, reach=[0.0] * D, mem=[0.0] * p.n)
-
-
-def nccl(devices: Sequence[Device]) -> bool:
-    """Whether the all-reduce over ``devices`` is NCCL's: GPUs, all in one process."""
-    return all(d.type == "GPU" and same_process(d.name, devices[0].name) for d in devices)
-
-
-def data_parallel_fitting(graph: Graph, devices: Sequence[Device], ring: bool = True,
-                          bucket_bytes: float = BUCKET_BYTES, replicas: Graph | None = None,
-                          compile_graph: Callable[[Graph], Problem] | None = None
-                          ) -> Graph | None:
-    """The data-parallel graph over ``devices`` when every device holds its replica (each
-    with its share of the batch; with ``ring``, mirrored variables and ring all-reduce, else
-    gradients summed on device 0; ``bucket_bytes``: the all-reduce's fusion buckets), else
-    None. ``replicas``: ``data_parallel(graph, len(devices))`` when the caller has it. Memory
-    is the simulated peak of the replicas' placement, ops in topological order, a unit of
-    time each; ``compile_graph``: the caller's compiler (``osdpos.compiler``), whose problem
-    is replayed in those units instead of compiling the graph again."""
-    D = len(devices)
-    dp = replicas if replicas is not None else data_parallel(graph, D)
-    if ring:
-        dp = all_reduce(dp, D, bucket_bytes, collective=nccl(devices))
-    if all(d.memory == math.inf for d in devices):
-        return dp
-    if compile_graph is not None:
-        p = unit_costs(compile_graph(dp))
-    else:
-        mem = MemoryModel.from_graph(dp)
-        p = Problem.from_graph(dp, devices, _UnitCosts(), persistent=mem.persistent)
-    device = baselines.replica_devices(p, dp)
-    orders: list[list[int]] = [[] for _ in range(D)]
-    for i in p.topo:  # as peak_memory_one_device: each device in topological order
-        orders[device[i]].append(i)
-    peaks = simulate(p, device, orders).peak_memory
-    return dp if all(m <= d.memory for m, d in zip(peaks, devices)) else None
 
 
 def feasible(attempts: list[Any]) -> list[Any]:
@@ -324,9 +257,14 @@ class Planning:
         transfers ordered by need where that pays (``fastt.sched.transfer_order``); the
         strategies that finish the same schedule share it."""
         key = _prioritized_key(p, self._plan_id(s, ordered), ordered)
-        return self._get(key, lambda: prioritize(
-            g, p, s.device, s.order(), ordered, self.compile_graph, times,
-            self.transfer_priorities, self._replayed(p, s, ordered)[1]), (g, p, s))
+
+        def build() -> Prioritized | None:
+            found = prioritize(g, p, s.device, s.order(), ordered, self.compile_graph, times,
+                               self.transfer_priorities, self._replayed(p, s, ordered)[1])
+            if found is not None:
+                self.best_s = min(self.best_s, found.times[1])
+            return found
+        return self._get(key, build, (g, p, s))
 
     def was_prioritized(self, p: Problem, s: Schedule, ordered: bool) -> bool:
         """Whether ``prioritized`` of ``s`` is known already (costs nothing)."""
@@ -485,19 +423,16 @@ _ASIDE: tuple[Planning, list[tuple[StrategyKind, Graph]]] | None = None
 
 
 def _place_aside() -> list[tuple[Any, float]]:
-    """In ``place_aside``'s process: each job's schedule (or the misfit its placer found)
-    and the seconds it took."""
+    """In ``place_aside``'s process: each job placed as ``Planning.place`` does, and what it
+    kept (the schedule or the misfit found, and the seconds it took)."""
     assert _ASIDE is not None
     shared, todo = _ASIDE
-    out = []
     for k, g in todo:
-        t0 = time.perf_counter()
         try:
-            value: Any = k.place(shared.compile(g), g)
-        except (DoesNotFit, NoBatch, Declined) as e:
-            value = e
-        out.append((value, time.perf_counter() - t0))
-    return out
+            shared.place(k, g)
+        except (DoesNotFit, NoBatch, Declined):
+            pass
+    return [shared._built[("place", k.name, id(g))][:2] for k, g in todo]
 
 
 def step_overhead(costs: CostSource) -> float:

@@ -144,7 +144,6 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
         # transfers are several seconds), at least what the longest so far took
         expected = max(finish_s, shared.finish_s(pl.problem))
         finished.append((_finish(shared, pl, k.search, expected), pl, reps))
-        shared.best_s = min(shared.best_s, finished[-1][0].times[1])
         finish_s = max(finish_s, time.perf_counter() - t)
     fin, best, replicas = min(finished, key=lambda f: f[0].times[::-1])
     predicted, simulated = (t + step_overhead(shared.costs) for t in fin.times)
