@@ -55,7 +55,8 @@ def simulated_section(sim: dict, out: str) -> list[str]:
              "Step times are the simulator's, with one transfer at a time per link direction. "
              "Speedup = data parallelism's step time / the strategy's (above 1: faster than DP; "
              "DP is the all-reduce layout, NCCL's on GPUs of one server, DP-PS TF-slim's "
-             "gradients summed on device 0, FastT's baseline). "
+             "parameter-server layout with GPU 0 as the server, FastT's baseline; TF-slim's "
+             "model_deploy puts the server on the host CPU, which is not simulated). "
              "`n/a`: the strategy could not be computed (the reason is in simulated.json, e.g. "
              "data parallelism when a replica does not fit 16 GB).", ""]
     older = [f"{m['model']} ({m.get('when', 'an earlier run')})" for m in sim["models"]

@@ -102,7 +102,7 @@ def test_a_pipeline_trains_the_same_with_fastt(tmp_path):
     assert len(set(doc["placement"].values())) == 2 and doc["note"].startswith("stages: ")
     assert_dumps_follow_the_schema(tmp_path / "dump")
     html = (tmp_path / "dump" / "strategy-1" / "report.html").read_text()
-    assert "micro-batches" in html and "stages: layers" in html  # what the pipeline is
+    assert "micro-batches" in html and "stages: slices" in html  # what the pipeline is
 
 
 def test_device_memory_decides_what_fastt_tries(tmp_path):

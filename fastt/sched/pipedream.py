@@ -146,9 +146,9 @@ def pipedream(p: Problem, g: Graph) -> Schedule:
         try:
             s = fastest_order(p, g, place_stages(p, g, layer, list(stages), layout),
                               "stages: " + ", ".join(
-                                  f"layers {st.first}-{st.last} on {st.replicas} device"
+                                  f"slices {st.first}-{st.last} on {st.replicas} device"
                                   f"{'s' * (st.replicas > 1)}" for st in stages) +
-                              f" (of {len(T)} layers)",
+                              f" (of the forward pass cut in {len(T)} slices of equal work)",
                               beat=math.inf if best is None else best.makespan,
                               priorities=priorities)
         except DoesNotFit as e:

@@ -52,7 +52,8 @@ KINDS: dict[str, StrategyKind] = {k.name: k for k in (
     StrategyKind("data-parallel", baselines.data_parallel, "data-parallel", False,
                  "one replica per device, mirrored variables, ring all-reduce"),
     StrategyKind("data-parallel-ps", baselines.data_parallel, "data-parallel-ps", False,
-                 "one replica per device, gradients summed on device 0 (TF-slim's)"),
+                 "one replica per device, gradients summed on device 0 (TF-slim's layout, "
+                 "device 0 its server)"),
     StrategyKind("dpos", _model_only(dpos), "both", False,
                  "FastT's DPOS: critical path on the fastest device, the rest by EFT"),
     StrategyKind("os-dpos", _model_only(dpos), "both", True,
