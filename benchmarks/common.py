@@ -110,27 +110,41 @@ def machine() -> str:
 
 def previous_full_run(path: str, cpu: str | None = None) -> dict | None:
     """The results of an earlier full (not ``--quick``) run at ``path``, to update model by
-    model; None when there is none, or (``cpu``: a run of measured times) when it was not
-    measured on a processor of that name: rows of two machines would share one table."""
+    model; None when there is none. ``cpu``: a run of measured times, which stops
+    (``measured_on``) when that run was measured on another processor."""
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except (OSError, ValueError):
         return None
     meta = doc.get("meta", {})
-    if meta.get("quick") or (cpu is not None and not measured_on(meta, cpu, path)):
+    if meta.get("quick"):
         return None
+    if cpu is not None:
+        measured_on(meta, cpu, path)
     return doc
 
 
-def measured_on(meta: dict, cpu: str, what: str) -> bool:
-    """Whether the run of ``meta`` (``what``: where it is kept) was measured on processor
-    ``cpu``; says so when not (its rows are then not updated: two machines in one table)."""
+def timed_on(meta: dict, cpu: str, what: str) -> bool:
+    """Whether the run of ``meta`` (``what``: where it is kept) was timed on processor ``cpu``;
+    says so when not (a run of timings that are quick to take again then starts anew)."""
     if meta.get("cpu") == cpu:
         return True
     print(f"{what}: measured on {meta.get('cpu') or 'an unrecorded processor'}, not on this "
           f"{cpu}: a new run starts instead of updating its rows", flush=True)
     return False
+
+
+def measured_on(meta: dict, cpu: str, what: str) -> None:
+    """Stop unless the run of ``meta`` (``what``: where it is kept) was measured on processor
+    ``cpu``: rows of two machines would share one table, and starting a new file over it would
+    lose every other model's rows."""
+    if meta.get("cpu") != cpu:  # hours of measurements: never dropped on the way
+        raise SystemExit(
+            f"{what} holds a full run measured on {meta.get('cpu') or 'an unrecorded processor'}"
+            f", not on this {cpu}: measuring some models here would mix two machines in one "
+            f"table. Run every model for a new full run, or pass --out DIR to keep these "
+            f"apart.")
 
 
 def with_row(rows: list[dict], row: dict, order: list[str]) -> list[dict]:

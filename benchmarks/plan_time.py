@@ -28,7 +28,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import models as zoo_models  # noqa: E402
-from benchmarks.common import cpu_model, machine, measured_on  # noqa: E402
+from benchmarks.common import cpu_model, machine, timed_on  # noqa: E402
 from benchmarks.simulated import STRONG, WEAK, gpus  # noqa: E402
 
 TARGET_S = 60.0
@@ -88,7 +88,7 @@ def kept_rows(path: str, cpu: str) -> list[dict]:
     """The rows of the run at ``path`` (none yet: none), when they were timed on processor
     ``cpu``: a new run keeps them unless it times them again."""
     old = json.load(open(path)) if os.path.exists(path) else {"rows": []}
-    return old["rows"] if not old["rows"] or measured_on(old, cpu, path) else []
+    return old["rows"] if not old["rows"] or timed_on(old, cpu, path) else []
 
 
 def markdown(doc: dict, heading: str = "#") -> str:

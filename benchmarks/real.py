@@ -36,7 +36,8 @@ Fidelity: each variant's step time as the simulator predicts it from the same co
 (placement and order replayed, one transfer at a time per link direction; ``no order``
 replayed first come, first served) next to the measured one. Writes real.json, and each
 model's cost models to results/real_costs/ (to replay the predictions; not kept in git); with
-``--models`` (and not ``--quick``) those models' rows replace theirs in an existing full run's.
+``--models`` (and not ``--quick``) those models' rows replace theirs in an existing full run's,
+measured on the same processor (on another one it stops: ``--out DIR`` keeps them apart).
 """
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ def test_rerunning_some_models_updates_their_rows_of_a_full_run(tmp_path):
     assert previous_full_run(path) is None  # a smoke run is never updated into a full one
 
 
-def test_a_run_of_measured_times_is_not_updated_on_another_processor(tmp_path, capsys):
+def test_a_run_of_measured_times_is_neither_updated_nor_lost_on_another_processor(tmp_path):
     from benchmarks.common import cpu_model, previous_full_run, write_json
     path = str(tmp_path / "real.json")
     here = cpu_model()
@@ -78,9 +78,11 @@ def test_a_run_of_measured_times_is_not_updated_on_another_processor(tmp_path, c
     assert previous_full_run(path, here)["rows"] == [{"model": "a"}]
     for meta in ({"quick": False, "cpu": here + " (another)"}, {"quick": False}):
         write_json(path, {"meta": meta, "rows": [{"model": "a"}]})
-        assert previous_full_run(path, here) is None
-        assert "a new run starts" in capsys.readouterr().out
+        with pytest.raises(SystemExit, match="--out DIR"):
+            previous_full_run(path, here)
         assert previous_full_run(path)["rows"] == [{"model": "a"}]  # simulated: any machine
+        with open(path, encoding="utf-8") as f:
+            assert json.load(f)["rows"] == [{"model": "a"}]  # the full run is kept
 
 
 def test_plan_times_of_this_processor_are_kept_and_of_another_dropped(tmp_path, capsys):
