@@ -34,6 +34,7 @@ from fastt.errors import FasttError  # noqa: E402
 from fastt.sched.device_spec import parse  # noqa: E402
 from fastt.sched.osdpos import Plan  # noqa: E402
 from fastt.sched.planning import Planning, feasible  # noqa: E402
+from fastt.sched.starts import micro_batched_plans  # noqa: E402
 from fastt.sched.registry import KINDS  # noqa: E402
 from fastt.sched.strategy import plan  # noqa: E402
 
@@ -51,7 +52,7 @@ def micro_batched(shared: Planning) -> tuple[float, str]:
     kinds.append(KINDS["dpos"])
     best = min(feasible([lambda k=k: (shared.place(k, g), k.name) for k in kinds]),
                key=lambda sk: sk[0].makespan)
-    cands = shared.micro_batched_plans(Plan(g, p, best[0]))
+    cands = micro_batched_plans(shared, Plan(g, p, best[0]))
     plan_, m = min(cands, key=lambda pm: shared.replay(pm[0].problem, pm[0].schedule)[1])
     return shared.replay(plan_.problem, plan_.schedule)[1], \
         f"{best[1]} over {m} micro-batches: {plan_.schedule.note}"

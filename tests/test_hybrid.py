@@ -12,6 +12,7 @@ from fastt.sched.device_spec import DeviceSet
 from fastt.sched.hybrid import Weight, keep_whole, kept_whole, promising, weights
 from fastt.sched.planning import Planning
 from fastt.sched.problem import Device
+from fastt.sched.starts import hybrid
 from fastt.sched.strategy import plan
 from tests.helpers import equivalence, op
 
@@ -161,7 +162,7 @@ def test_a_plan_past_its_deadline_skips_the_searches_but_not_the_baselines(caplo
     chosen = got["os-dpos"]
     assert chosen.kept_whole == [] and chosen.dpos_runs <= 8  # its starts, no candidate
     with pytest.raises(Declined, match="no time left to keep weights whole"):
-        shared.hybrid("data-parallel")
+        hybrid(shared, "data-parallel")
     for name in ("data-parallel", "data-parallel-ps", "single"):
         assert chosen.simulated_step_time_s <= got[name].simulated_step_time_s, name
     assert Planning(g, devices, StaticCosts(seconds, ds)).budget(20.0, 1 / 3) == 20.0

@@ -224,14 +224,15 @@ def test_a_deadline_builds_no_more_micro_batches_than_it_can_pay_for():
     used either way, so the pipeline strategy and OS-DPOS see the same graphs."""
     from fastt.sched.osdpos import clock
     from fastt.sched.planning import Planning
+    from fastt.sched.starts import micro_batched
     ds = parse("2xV100")
     g = training_graph(B=16)
     free = Planning(g, ds.devices, costs(ds, g))
-    assert [m for _, m, _ in free.micro_batched()] == [2, 4, 8]
+    assert [m for _, m, _ in micro_batched(free)] == [2, 4, 8]
     late = Planning(g, ds.devices, costs(ds, g), deadline=clock() - 1.0)
-    assert [m for _, m, _ in late.micro_batched()] == [2]
-    late._get(("micro", 4), lambda: free.micro_batched()[1][0])  # built before: kept
-    assert [m for _, m, _ in late.micro_batched()] == [2, 4]
+    assert [m for _, m, _ in micro_batched(late)] == [2]
+    late.cached(("micro", 4), lambda: micro_batched(free)[1][0])  # built before: kept
+    assert [m for _, m, _ in micro_batched(late)] == [2, 4]
     assert plan(g, ds.devices, None, "os-dpos", shared=late).simulated_step_time_s <= \
         plan(g, ds.devices, None, "pipedream", shared=late).simulated_step_time_s
 
@@ -325,6 +326,7 @@ def test_placed_aside_is_placed_as_here(monkeypatch):
     from fastt.sched.planning import Planning
     from fastt.sched.problem import Device
     from fastt.sched.registry import KINDS
+    from fastt.sched.starts import micro_batched
     from fastt.sched.strategy import place_first
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     ds = parse("2xV100")
@@ -334,7 +336,7 @@ def test_placed_aside_is_placed_as_here(monkeypatch):
     here = Planning(g, ds.devices, c)
     aside = Planning(g, ds.devices, c, deadline=math.inf)
     jobs = [(k, g) for k in kinds if k.starts in ("model", "both")] + \
-        [(KINDS["pipedream"], m) for m, _, _ in aside.micro_batched()]
+        [(KINDS["pipedream"], m) for m, _, _ in micro_batched(aside)]
     calls = []
     real = Planning.place_aside
     monkeypatch.setattr(Planning, "place_aside",
@@ -343,12 +345,12 @@ def test_placed_aside_is_placed_as_here(monkeypatch):
     place_first(aside, kinds)
     assert calls == [[(k.name, id(m)) for k, m in jobs]]
     for k, m in jobs:
-        assert aside._known(("place", k.name, id(m))), k.name
+        assert aside.known(("place", k.name, id(m))), k.name
         mine, theirs = here.place(k, m), aside.place(k, m)
         assert (theirs.device, theirs.start, theirs.finish) == \
             (mine.device, mine.start, mine.finish), k.name
     tight = Planning(g, [Device(d.name, 1.0) for d in ds.devices], c)
     tight.place_aside([(KINDS["heft"], g)])()
-    assert tight._known(("place", "heft", id(g)))
+    assert tight.known(("place", "heft", id(g)))
     with pytest.raises(DoesNotFit):
         tight.place(KINDS["heft"], g)

@@ -46,8 +46,9 @@ from fastt.sched.problem import Device, Problem
 from fastt.sched.registry import KINDS, StrategyKind, kind
 from fastt.sched.simulate import SimResult, simulate, simulate_fifo
 from fastt.sched.splitting import Split
-from fastt.sched.planning import (MICRO_BATCHED, SPLIT_SHARE, Planning, Start, feasible,
-                                   step_overhead)
+from fastt.sched.planning import SPLIT_SHARE, Planning, feasible, step_overhead
+from fastt.sched.starts import (MICRO_BATCHED, Start, graph_weights, micro_batched,
+                                micro_batched_plans, starts)
 from fastt.sched.transfer_order import Prioritized
 
 SCHEMA_VERSION = 1
@@ -129,7 +130,7 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
     t0 = time.perf_counter()
     shared.begin()
     if k.search:
-        near, runs = _searched(shared, shared.starts(k, forced), workers, split)
+        near, runs = _searched(shared, starts(shared, k, forced), workers, split)
     else:
         cands = placed(shared, k, forced)
         # of the starting points that fit, the fastest plan (DPOS: never worse than any)
@@ -154,7 +155,7 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
                     splits=forced + best.splits, replicas=replicas, dpos_runs=runs,
                     note=best.schedule.note, ordered=fin.ordered,
                     transfer_priorities=fin.weights.summary() if fin.weights else None,
-                    kept_whole=kept_whole(shared.graph, best.graph, shared.weights())
+                    kept_whole=kept_whole(shared.graph, best.graph, graph_weights(shared))
                     if replicas > 1 else [])
 
 
@@ -168,7 +169,7 @@ def placed(shared: Planning, k: StrategyKind, forced: Sequence[Split] = ()
         shared.replay(pl.problem, pl.schedule)
         return pl, reps
     return feasible([functools.partial(place, g0, r)
-                     for g0, r, _ in shared.starts(k, list(forced))])
+                     for g0, r, _ in starts(shared, k, list(forced))])
 
 
 def place_first(shared: Planning, kinds: Sequence[StrategyKind]) -> None:
@@ -180,7 +181,7 @@ def place_first(shared: Planning, kinds: Sequence[StrategyKind]) -> None:
     jobs = [(k, shared.graph) for k in aside if k.starts != MICRO_BATCHED]
     if any(k.starts == MICRO_BATCHED for k in aside):
         try:
-            jobs += [(k, g) for g, _, _ in shared.micro_batched() for k in aside
+            jobs += [(k, g) for g, _, _ in micro_batched(shared) for k in aside
                      if k.starts == MICRO_BATCHED]
         except NoBatch:
             pass
@@ -241,7 +242,7 @@ NEAR = 1.10  # OS-DPOS finishes (order, transfer priorities) the plans this clos
 # pipeline over 16 micro-batches on 8 V100s took it from 80.0 ms free (88.4 contended) to 70.5
 
 
-def _searched(shared: Planning, starts: list[Start], workers: int,
+def _searched(shared: Planning, points: list[Start], workers: int,
               split: bool) -> tuple[list[tuple[Plan, int]], int]:
     """OS-DPOS: from each starting graph, DPOS and every other placer that starts there (the
     data-parallel layout on the data-parallel graph; one device, HEFT, m-TOPO, m-ETF and m-SCT
@@ -258,10 +259,10 @@ def _searched(shared: Planning, starts: list[Start], workers: int,
         return [(Plan(g0, p0, s0), reps) for s0 in plans]
 
     plans = [c for cs in feasible([functools.partial(start_from, *start)
-                                    for start in starts]) for c in cs]
-    model = [pr for pr in plans if pr[1] == 1 and pr[0].graph is starts[-1][0]]
-    if model and any(layout == MICRO_BATCHED for *_, layout in starts):
-        plans += shared.micro_batched_plans(min(model, key=lambda pr: pr[0].makespan)[0])
+                                    for start in points]) for c in cs]
+    model = [pr for pr in plans if pr[1] == 1 and pr[0].graph is points[-1][0]]
+    if model and any(layout == MICRO_BATCHED for *_, layout in points):
+        plans += micro_batched_plans(shared, min(model, key=lambda pr: pr[0].makespan)[0])
     start_plan, reps = min(plans, key=lambda pr: pr[0].makespan)
     result = (os_dpos(start_plan.graph, shared.compile_graph, len(shared.devices),
                       start=start_plan, workers=workers,
@@ -277,7 +278,7 @@ def _searched(shared: Planning, starts: list[Start], workers: int,
     # free links cost: a plan whose contention-free replay is near the best is finished too
     near = [pr for pr in ranked
             if shared.replay(pr[0].problem, pr[0].schedule)[0] <= NEAR * best]
-    return near, result.tried + len(starts)
+    return near, result.tried + len(points)
 
 
 def replay(strategy: Strategy, devices: Sequence[Device], costs: CostSource, original: Graph,
