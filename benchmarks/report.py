@@ -2,15 +2,15 @@
 
     python benchmarks/report.py [--out benchmarks/results]
 
-Reads simulated.json, real.json, optimality.json, pipeline.json, transfer_priorities.json and
-plan_time.json (whichever exist) and writes REPORT.md with tables and plots: speedup over
-data parallelism
-per model and GPU count (simulated, strong and weak scaling), each row's distance to a lower
-bound, strategy times, the ordering and splitting ablations, ops per device, the split table,
-samples/second on the real 2-worker testbed, the simulator's predicted step time against the
-measured one, each placer's distance to the exact optimum on small graphs, pipelines against
-the other plans, what ordering the weight transfers by need gives, and `fastt plan`'s wall
-time end to end.
+Reads simulated.json, real.json, optimality.json, pipeline.json, transfer_priorities.json,
+plan_time.json and memory_fidelity.json (whichever exist) and writes REPORT.md with tables and
+plots: speedup over data parallelism per model and GPU count (simulated, strong and weak
+scaling), each row's distance to a lower bound, strategy times, the ordering and splitting
+ablations, ops per device, the split table, samples/second on the real 2-worker testbed, the
+simulator's predicted step time against the measured one, each placer's distance to the exact
+optimum on small graphs, pipelines against the other plans, what ordering the weight transfers
+by need gives, and `fastt plan`'s wall time end to end; and the memory model against
+TensorFlow's allocator.
 """
 from __future__ import annotations
 
@@ -493,6 +493,10 @@ def main(argv: list[str] | None = None) -> int:
     if plan_times is not None:
         from benchmarks.plan_time import markdown as plan_time_markdown
         lines += plan_time_markdown(plan_times, "##").splitlines() + [""]
+    memory = _load(args.out, "memory_fidelity.json")
+    if memory is not None:
+        from benchmarks.memory_fidelity import markdown as memory_markdown
+        lines += memory_markdown(memory, "##").splitlines() + [""]
     with open(os.path.join(args.out, "REPORT.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {os.path.join(args.out, 'REPORT.md')}")
