@@ -130,8 +130,8 @@ def timed_on(meta: dict, cpu: str, what: str) -> bool:
     says so when not (a run of timings that are quick to take again then starts anew)."""
     if meta.get("cpu") == cpu:
         return True
-    print(f"{what}: measured on {meta.get('cpu') or 'an unrecorded processor'}, not on this "
-          f"{cpu}: a new run starts instead of updating its rows", flush=True)
+    print(f"{what}: measured on {_processor(meta)}, not on this {cpu}: a new run starts "
+          "instead of updating its rows", flush=True)
     return False
 
 
@@ -141,10 +141,14 @@ def measured_on(meta: dict, cpu: str, what: str) -> None:
     lose every other model's rows."""
     if meta.get("cpu") != cpu:  # hours of measurements: never dropped on the way
         raise SystemExit(
-            f"{what} holds a full run measured on {meta.get('cpu') or 'an unrecorded processor'}"
-            f", not on this {cpu}: measuring some models here would mix two machines in one "
-            f"table. Run every model for a new full run, or pass --out DIR to keep these "
-            f"apart.")
+            f"{what} holds a full run measured on {_processor(meta)}, not on this {cpu}: "
+            "measuring some models here would mix two machines in one table. Run every model "
+            "for a new full run, or pass --out DIR to keep these apart.")
+
+
+def _processor(meta: dict) -> str:
+    """The processor a run of ``meta`` was measured on, as said to the user."""
+    return meta.get("cpu") or "an unrecorded processor"
 
 
 def with_row(rows: list[dict], row: dict, order: list[str]) -> list[dict]:

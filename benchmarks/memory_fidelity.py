@@ -48,6 +48,7 @@ def measure(zoo_name: str, kwargs: dict, batch: int) -> dict:
 
     from fastt import zoo
     from fastt.adapters import tf_import
+    from fastt.adapters.runner import traced_run
     from fastt.sched.fitting import peak_memory_one_device
     tf.compat.v1.disable_eager_execution()
     built = zoo.build(zoo_name, batch_size=batch, **kwargs)
@@ -60,9 +61,7 @@ def measure(zoo_name: str, kwargs: dict, batch: int) -> dict:
         feed = built.feed_dict()
         for _ in range(2):
             sess.run(built.train_op, feed_dict=feed)
-        meta = tf.compat.v1.RunMetadata()
-        sess.run(built.train_op, feed_dict=feed, run_metadata=meta,
-                 options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE))
+        meta = traced_run(sess, built.train_op, feed)[1]
     peaks: dict[str, int] = {}
     for dev in meta.step_stats.dev_stats:
         for ns in dev.node_stats:

@@ -68,8 +68,7 @@ def layout(shared: Planning, name: str) -> Start:
     replicas = shared.replicas()
 
     def build() -> Start:
-        dp = data_parallel_fitting(shared.graph, shared.devices, name == "data-parallel",
-                                   shared.bucket_bytes, replicas, shared.compile)
+        dp = _fitting(shared, name, replicas)
         if dp is None:
             raise DoesNotFit("data parallelism needs every replica (the model with its "
                              f"share of the batch) to fit one device ({D} devices given)")
@@ -86,9 +85,7 @@ def hybrid(shared: Planning, name: str) -> Start:
         try:
             if not whole:
                 return layout(shared, name)[0]
-            return data_parallel_fitting(shared.graph, shared.devices, name == "data-parallel",
-                                         shared.bucket_bytes,
-                                         data_parallel(shared.graph, D, whole), shared.compile)
+            return _fitting(shared, name, data_parallel(shared.graph, D, whole))
         except DoesNotFit:
             return None
 
@@ -119,6 +116,13 @@ def hybrid(shared: Planning, name: str) -> Start:
         log.info("hybrid %s: %s kept whole", name, ", ".join(w.variable for w in kept))
         return (g, D, name)
     return shared.cached(("hybrid", name), build)
+
+
+def _fitting(shared: Planning, name: str, replicas: Graph) -> Graph | None:
+    """Layout ``name`` of ``replicas`` (a data-parallel graph of the devices) when every
+    device holds its replica, else None (``fastt.sched.fitting.data_parallel_fitting``)."""
+    return data_parallel_fitting(shared.graph, shared.devices, name == "data-parallel",
+                                 shared.bucket_bytes, replicas, shared.compile)
 
 
 def graph_weights(shared: Planning) -> list[Weight]:
