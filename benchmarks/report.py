@@ -15,7 +15,6 @@ TensorFlow's allocator.
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import sys
@@ -26,6 +25,8 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from benchmarks.ranking import ranking_section  # noqa: E402
 
 SHORT = {"single": "single", "data-parallel": "DP", "data-parallel-ps": "DP-PS", "dpos": "DPOS",
          "os-dpos": "OS-DPOS",
@@ -315,108 +316,6 @@ def real_section(real: dict, out: str) -> list[str]:
             f" over {len(errors['predicted_s'])} runs.", "", "![fidelity](fidelity.png)", ""]
     lines += ranking_section(real, variants)
     _real_plots(real, variants, out)
-    return lines
-
-
-def _plans(r: dict, variants: list[str]) -> list[tuple[str, list[float]]]:
-    """A row's distinct plans: (first variant, its measured block times). Variants with the
-    same placement, splits and replicas (``plan`` in the row) are one plan, measured by all
-    their blocks; rows without ``plan`` count every variant."""
-    shown = [v for v in variants if v in r.get("predicted_s", {})]
-    keys = r.get("plan") or {v: v for v in shown}
-    groups: dict[str, list[str]] = {}
-    for v in shown:
-        groups.setdefault(keys.get(v, v), []).append(v)
-    return [(vs[0], [t for v in vs for t in r["times_s"][v]] if "times_s" in r
-             else [r["step_s"][vs[0]]]) for vs in groups.values()]
-
-
-def _tau_b(pred: list[float], order: list[list[int]], told_apart: bool = False) -> float:
-    """Kendall's tau-b from pairwise signs: ``pred`` the predicted times, ``order[i][j]`` the
-    measured sign of plan i against plan j (0: a tie); with ``told_apart``, over only the
-    pairs the measurement orders."""
-    n = len(pred)
-    concordant = discordant = tied_pred = tied_meas = pairs = 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            p = (pred[i] > pred[j]) - (pred[i] < pred[j])
-            m = order[i][j]
-            if told_apart and m == 0:
-                continue
-            pairs += 1
-            tied_pred += p == 0
-            tied_meas += m == 0
-            concordant += p * m > 0
-            discordant += p * m < 0
-    denom = ((pairs - tied_pred) * (pairs - tied_meas)) ** 0.5
-    return (concordant - discordant) / denom if denom else math.nan
-
-
-def _measured_order(times: list[list[float]], noise_aware: bool) -> list[list[int]]:
-    """Pairwise signs of the plans' median measured times; with ``noise_aware``, a pair the
-    plugin's decision rule cannot tell apart (``fastt.plugin.measure.compare`` on the block
-    times: the 95% interval of the ratio of medians holds 1) is a tie."""
-    from fastt.plugin.measure import compare
-    med = [statistics.median(t) for t in times]
-    out = [[0] * len(times) for _ in times]
-    for i, a in enumerate(times):
-        for j, b in enumerate(times):
-            if i == j:
-                continue
-            sign = (med[i] > med[j]) - (med[i] < med[j])
-            if noise_aware and min(len(a), len(b)) >= 3 and \
-                    compare(b, a).verdict == "undecided":
-                sign = 0
-            out[i][j] = sign
-    return out
-
-
-def ranking_section(real: dict, variants: list[str]) -> list[str]:
-    """Per model, whether the simulator ranks its plans as they measure: Kendall's tau-b
-    (ties counted) between predicted and measured step times; 1 is the same order."""
-    lines = ["### Ranking", "",
-             "Kendall's tau-b between the predicted (contention-free and contended) and the "
-             "measured step times of each model's distinct plans (1: the same order, 0: none; "
-             "undefined when every prediction is equal). Variants that place and split every "
-             "op the same way are one plan, measured over all their blocks. `noise-aware`: "
-             "two plans whose blocks the plugin's decision rule cannot tell apart (95% "
-             "interval of the ratio of medians around 1) count as a measured tie, since "
-             "ordering them would rank noise. `told apart`: tau over only the pairs of plans "
-             "the measurement orders (the noise-aware ties left out rather than counted: a "
-             "prediction, never tied, cannot match a tie), with their number.", "",
-             "| model | plans | tau (predicted) | tau (contended) | tau (predicted, "
-             "noise-aware) | tau (predicted, told apart) | pairs told apart |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
-    taus: dict[tuple[str, bool, bool], list[float]] = {
-        ("predicted_s", False, False): [], ("predicted_contended_s", False, False): [],
-        ("predicted_s", True, False): [], ("predicted_s", True, True): []}
-    for r in real["rows"]:
-        cells = []
-        plans = _plans(r, variants)
-        for (key, noise_aware, apart), found in taus.items():
-            pred = [r.get(key, {}).get(v) for v, _ in plans]
-            if len(plans) < 2 or None in pred or len(set(pred)) < 2:
-                cells.append("n/a")
-                continue
-            order = _measured_order([t for _, t in plans], noise_aware)
-            tau = _tau_b(pred, order, apart)
-            if math.isnan(tau):
-                cells.append("n/a")
-                continue
-            found.append(tau)
-            cells.append(f"{tau:+.2f}")
-        if len(plans) >= 2:
-            order = _measured_order([t for _, t in plans], True)
-            cells.append(str(sum(order[i][j] != 0 for i in range(len(plans))
-                                 for j in range(i + 1, len(plans)))))
-        else:
-            cells.append("0")
-        lines.append(f"| {r['model']} | {len(plans)} | " + " | ".join(cells) + " |")
-    if taus[("predicted_s", False, False)]:
-        lines += ["", "Median tau: " + ", ".join(
-            f"{label} {statistics.median(t):+.2f}" for label, t in
-            zip(("predicted", "contended", "predicted, noise-aware", "predicted, told apart"),
-                taus.values()) if t) + ".", ""]
     return lines
 
 

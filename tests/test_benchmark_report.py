@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from benchmarks import report  # noqa: E402
+from benchmarks.ranking import ranking_section, repeat_taus  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        "benchmarks", "results")
@@ -104,7 +105,7 @@ def test_the_ranking_is_kendalls_tau_of_predicted_against_measured():
              "predicted_contended_s": {"a": 9, "b": 5, "c": 1}},
             {"model": "flat", "step_s": measured, "predicted_s": {"a": 2, "b": 2, "c": 2},
              "predicted_contended_s": {"a": 1, "b": 1, "c": 2}}]
-    text = "\n".join(report.ranking_section({"rows": rows}, ["a", "b", "c"]))
+    text = "\n".join(ranking_section({"rows": rows}, ["a", "b", "c"]))
     assert "| same | 3 | +1.00 | -1.00 |" in text
     assert "| flat | 3 | n/a | +0.82 |" in text  # tau-b with a tie: 2 / sqrt(3 * 2)
 
@@ -117,12 +118,37 @@ def test_plans_the_measurements_cannot_tell_apart_tie_in_the_noise_aware_ranking
     row = {"model": "m", "times_s": times, "step_s": {v: sorted(t)[2] for v, t in times.items()},
            "predicted_s": {"a": 1.0, "b": 2.2, "c": 2.1},
            "predicted_contended_s": {"a": 1.0, "b": 2.2, "c": 2.1}}
-    text = "\n".join(report.ranking_section({"rows": [row]}, ["a", "b", "c"]))
+    text = "\n".join(ranking_section({"rows": [row]}, ["a", "b", "c"]))
     # raw: b/c discordant; aware: a tie; over the 2 pairs told apart, both concordant
     assert "| m | 3 | +0.33 | +0.33 | +0.82 | +1.00 | 2 |" in text
     far = {**row, "times_s": {**times, "c": [t + 0.5 for t in times["c"]]}}
-    text = "\n".join(report.ranking_section({"rows": [far]}, ["a", "b", "c"]))
+    text = "\n".join(ranking_section({"rows": [far]}, ["a", "b", "c"]))
     assert "| m | 3 | +0.33 | +0.33 | +0.33 | +0.33 | 3 |" in text  # told apart: discordant
+
+
+def test_a_perfect_predictions_tau_is_drawn_from_the_repeats_the_plans_shared():
+    # the host drifts 30% over the repeats, and b is 1% slower than a in every repeat: as
+    # the repeats ran side by side, every redraw keeps a ahead of b
+    drift = [1.0, 1.3, 1.1, 1.25, 1.05]
+    a = [[d for d in drift]]
+    b = [[1.01 * d for d in drift]]
+    c = [[3.0 * d for d in drift]]
+    assert set(repeat_taus([a, b, c], draws=200)) == {1.0}
+    # b a little slower than a over all, but ahead in two repeats: redraws order them
+    # either way
+    noisy = [[[1.0, 1.3, 1.1, 1.25, 1.05]], [[1.3, 1.0, 1.25, 1.06, 1.12]], c]
+    taus = repeat_taus(noisy, draws=400)
+    assert 0.2 < sum(t == 1.0 for t in taus) / len(taus) < 0.8
+    assert repeat_taus([[[1.0]], [[2.0]]]) == []  # one repeat: nothing to redraw
+
+
+def test_the_ranking_gives_the_perfect_predictions_chance_per_model_and_for_all():
+    times = {"a": [1.0, 1.1, 0.9, 1.0, 1.05], "b": [2.0, 2.2, 1.8, 2.0, 2.1]}
+    row = {"model": "m", "times_s": times, "step_s": {v: sorted(t)[2] for v, t in times.items()},
+           "predicted_s": {"a": 1.0, "b": 2.0}, "predicted_contended_s": {"a": 1.0, "b": 2.0}}
+    text = "\n".join(ranking_section({"rows": [row, {**row, "model": "n"}]}, ["a", "b"]))
+    assert "| m | 2 | +1.00 | +1.00 | +1.00 | +1.00 | 1 | +1.00 | 100% |" in text
+    assert "on every model at once in 100% of repeats" in text
 
 
 def test_the_optimality_table_gives_each_placers_ratio_and_the_guarantee():

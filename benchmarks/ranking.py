@@ -1,0 +1,156 @@
+"""Whether the simulator ranks a model's plans as they measure on the real testbed: Kendall's
+tau-b of predicted against measured step times (``ranking_section`` of the report), and how
+far the measurement itself lets any prediction go (``repeat_taus``).
+
+Kendall, "A new measure of rank correlation", Biometrika 1938 (tau-b: ties counted);
+Efron & Tibshirani, "An Introduction to the Bootstrap", 1993 (resampling the repeats).
+"""
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+CEILING_DRAWS = 1000  # bootstrap draws per model
+PASS_TAU = 0.8  # the per-model tau the fidelity target asks for
+
+
+def plan_blocks(r: dict, variants: list[str]) -> list[tuple[str, list[list[float]]]]:
+    """A row's distinct plans: (first variant, the block times of each of its variants, in
+    repeat order). Variants with the same placement, splits and replicas (``plan`` in the
+    row) are one plan, measured by all their blocks; rows without ``plan`` count every
+    variant, rows without ``times_s`` one block per variant (its step time)."""
+    shown = [v for v in variants if v in r.get("predicted_s", {})]
+    keys = r.get("plan") or {v: v for v in shown}
+    groups: dict[str, list[str]] = {}
+    for v in shown:
+        groups.setdefault(keys.get(v, v), []).append(v)
+    return [(vs[0], [list(r["times_s"][v]) if "times_s" in r else [r["step_s"][v]]
+                     for v in vs]) for vs in groups.values()]
+
+
+def _tau_b(pred: list[float], order: list[list[int]], told_apart: bool = False) -> float:
+    """Kendall's tau-b from pairwise signs: ``pred`` the predicted times, ``order[i][j]`` the
+    measured sign of plan i against plan j (0: a tie); with ``told_apart``, over only the
+    pairs the measurement orders. O(n^2) in the plans."""
+    n = len(pred)
+    concordant = discordant = tied_pred = tied_meas = pairs = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            p = (pred[i] > pred[j]) - (pred[i] < pred[j])
+            m = order[i][j]
+            if told_apart and m == 0:
+                continue
+            pairs += 1
+            tied_pred += p == 0
+            tied_meas += m == 0
+            concordant += p * m > 0
+            discordant += p * m < 0
+    denom = ((pairs - tied_pred) * (pairs - tied_meas)) ** 0.5
+    return (concordant - discordant) / denom if denom else math.nan
+
+
+def _measured_order(times: list[list[float]], noise_aware: bool) -> list[list[int]]:
+    """Pairwise signs of the plans' median measured times; with ``noise_aware``, a pair the
+    plugin's decision rule cannot tell apart (``fastt.plugin.measure.compare`` on the block
+    times: the 95% interval of the ratio of medians holds 1) is a tie."""
+    from fastt.plugin.measure import compare
+    med = [statistics.median(t) for t in times]
+    out = [[0] * len(times) for _ in times]
+    for i, a in enumerate(times):
+        for j, b in enumerate(times):
+            if i == j:
+                continue
+            sign = (med[i] > med[j]) - (med[i] < med[j])
+            if noise_aware and min(len(a), len(b)) >= 3 and \
+                    compare(b, a).verdict == "undecided":
+                sign = 0
+            out[i][j] = sign
+    return out
+
+
+def repeat_taus(blocks: list[list[list[float]]], draws: int = CEILING_DRAWS,
+                seed: int = 0) -> list[float]:
+    """The tau a perfect prediction would score against repeats of this measurement: the
+    plans' measured medians ranked against the medians of bootstrap redraws of the repeats.
+    A redraw picks repeats with replacement, the same ones for every plan, since a repeat's
+    blocks ran side by side (the host's drift is shared). ``blocks[plan][variant][repeat]``;
+    O(draws * plans^2)."""
+    truth = [statistics.median(t for v in plan for t in v) for plan in blocks]
+    repeats = min(len(v) for plan in blocks for v in plan)
+    if repeats < 2:
+        return []
+    rng = random.Random(seed)
+    taus = []
+    for _ in range(draws):
+        picked = [rng.randrange(repeats) for _ in range(repeats)]
+        redrawn = [[v[k] for v in plan for k in picked] for plan in blocks]
+        tau = _tau_b(truth, _measured_order(redrawn, False))
+        if not math.isnan(tau):
+            taus.append(tau)
+    return taus
+
+
+def ranking_section(real: dict, variants: list[str]) -> list[str]:
+    """Per model, whether the simulator ranks its plans as they measure: Kendall's tau-b
+    (ties counted) between predicted and measured step times; 1 is the same order. Beside it,
+    the tau a perfect prediction would reach against a repeat of the measurement."""
+    lines = ["### Ranking", "",
+             "Kendall's tau-b between the predicted (contention-free and contended) and the "
+             "measured step times of each model's distinct plans (1: the same order, 0: none; "
+             "undefined when every prediction is equal). Variants that place and split every "
+             "op the same way are one plan, measured over all their blocks. `noise-aware`: "
+             "two plans whose blocks the plugin's decision rule cannot tell apart (95% "
+             "interval of the ratio of medians around 1) count as a measured tie, since "
+             "ordering them would rank noise. `told apart`: tau over only the pairs of plans "
+             "the measurement orders (the noise-aware ties left out rather than counted: a "
+             "prediction, never tied, cannot match a tie), with their number.", "",
+             f"`perfect prediction`: what the measurement itself allows. The plans' measured "
+             f"medians, taken as the prediction, ranked against {CEILING_DRAWS} bootstrap "
+             f"redraws of the repeats (the same repeats for every plan, since they ran side by "
+             f"side): the median tau, and how often it reaches {PASS_TAU}. A model where a "
+             f"perfect prediction often falls short has plans closer together than the "
+             f"measurement can order.", "",
+             "| model | plans | tau (predicted) | tau (contended) | tau (predicted, "
+             "noise-aware) | tau (predicted, told apart) | pairs told apart | tau (perfect "
+             f"prediction) | perfect prediction >= {PASS_TAU} |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    taus: dict[tuple[str, bool, bool], list[float]] = {
+        ("predicted_s", False, False): [], ("predicted_contended_s", False, False): [],
+        ("predicted_s", True, False): [], ("predicted_s", True, True): []}
+    passes: list[float] = []
+    for r in real["rows"]:
+        cells = []
+        plans = plan_blocks(r, variants)
+        times = [[t for v in b for t in v] for _, b in plans]
+        for (key, noise_aware, apart), found in taus.items():
+            pred = [r.get(key, {}).get(v) for v, _ in plans]
+            if len(plans) < 2 or None in pred or len(set(pred)) < 2:
+                cells.append("n/a")
+                continue
+            tau = _tau_b(pred, _measured_order(times, noise_aware), apart)
+            if math.isnan(tau):
+                cells.append("n/a")
+                continue
+            found.append(tau)
+            cells.append(f"{tau:+.2f}")
+        order = _measured_order(times, True) if len(plans) >= 2 else []
+        cells.append(str(sum(order[i][j] != 0 for i in range(len(plans))
+                             for j in range(i + 1, len(plans)))))
+        ceiling = repeat_taus([b for _, b in plans]) if len(plans) >= 2 else []
+        if ceiling:
+            passes.append(sum(t >= PASS_TAU for t in ceiling) / len(ceiling))
+            cells += [f"{statistics.median(ceiling):+.2f}", f"{100 * passes[-1]:.0f}%"]
+        else:
+            cells += ["n/a", "n/a"]
+        lines.append(f"| {r['model']} | {len(plans)} | " + " | ".join(cells) + " |")
+    if taus[("predicted_s", False, False)]:
+        lines += ["", "Median tau: " + ", ".join(
+            f"{label} {statistics.median(t):+.2f}" for label, t in
+            zip(("predicted", "contended", "predicted, noise-aware", "predicted, told apart"),
+                taus.values()) if t) + "."]
+    if passes:
+        lines += ["", f"A perfect prediction reaches tau {PASS_TAU} on every model at once in "
+                      f"{100 * math.prod(passes):.0f}% of repeats of this measurement (the "
+                      f"models' chances multiplied: each model is measured apart)."]
+    return lines + [""]
