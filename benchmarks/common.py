@@ -19,16 +19,17 @@ def arguments(doc: str, steps: int, repeats: int) -> argparse.Namespace:
     return ap.parse_args()
 
 
-def real_arguments(doc: str, *extra: tuple[str, str]) -> argparse.Namespace:
+def real_arguments(doc: str, *extra: tuple[str, str], repeats: int = 5) -> argparse.Namespace:
     """The real testbed's command line: ``--quick``, ``--models``, ``--steps`` (10),
-    ``--repeats`` (5) and ``--out``; ``extra``: (flag, help) switches of the script."""
+    ``--repeats`` (``repeats``) and ``--out``; ``extra``: (flag, help) switches of the
+    script."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="two models, few steps")
     for flag, text in extra:
         ap.add_argument(flag, action="store_true", help=text)
     ap.add_argument("--models", nargs="*", help="model names (default: all)")
     ap.add_argument("--steps", type=int, default=10, help="steps per timed block")
-    ap.add_argument("--repeats", type=int, default=5, help="blocks per variant (>= 3)")
+    ap.add_argument("--repeats", type=int, default=repeats, help="blocks per variant (>= 3)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     return ap.parse_args()
 
