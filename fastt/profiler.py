@@ -16,7 +16,11 @@ while ``n`` ops run), and a device's charges add up to the time it was busy. Whe
 tensor between processes takes the cores of its two ends (gRPC; ``transfer_cpu``), the
 transfer shares them too: the simulator charges its share to both ends itself, so the kernels
 it overlapped are charged without it (a data-parallel VGG's half-batch ``Relu`` traced at
-12-16 ms beside a 64 MiB weight transfer on a one-core worker).
+12-16 ms beside a 64 MiB weight transfer on a one-core worker). What is taken is what the
+simulator charges back (its share of the bytes' modeled time and its call), spread over the
+time the transfer was traced: in a step, transfers are traced two to three times slower than
+the link probe moves the same bytes, and their share over that whole time would take from
+the kernels more than the cores gave the bytes.
 
 The RunMetadata is read by attribute (it is a protobuf), so this module imports no TensorFlow.
 """
@@ -33,7 +37,8 @@ from fastt.ir import Graph, TensorRef
 from fastt.op_types import IGNORED_NODES, TRANSFER_TYPES
 from fastt.sharing import processor_sharing
 
-TransferCpu = Callable[[str, str], tuple[float, float]]  # (src, dst) -> (send, recv) share
+# (src, dst, bytes, traced seconds) -> the (send, recv) share of the cores it took meanwhile
+TransferCpu = Callable[[str, str, float, float], tuple[float, float]]
 
 _LABEL_PREFIX = re.compile(r"^(?:\[[^\]]*\]\s*)+")
 _LABEL = re.compile(r"^(?P<name>\S+) = (?P<type>[\w.>-]+)\((?P<args>.*)\)\s*$")
@@ -183,9 +188,9 @@ def profile(run_metadata: Any, graph: Graph, untraced_s: float | None = None,
     step took 35 ms where an untraced one took 26, its kernels spanning 28), so where the
     kernels' span exceeds the untraced step their times are scaled down to fit it, and what
     the untraced step takes beyond its kernels is the step's overhead (``Profile.overhead_s``).
-    ``transfer_cpu(src, dst)``, the (sender, receiver) share of a cross-process transfer's time
-    that its ends' cores spend on it (``CommCostModel.cpu_share``), takes that share from the
-    kernels the transfer overlapped on each end."""
+    ``transfer_cpu(src, dst, bytes, seconds)``, the (sender, receiver) share of their cores
+    that a cross-process transfer traced over ``seconds`` took (``CommCostModel.background``),
+    takes that share from the kernels the transfer overlapped on each end."""
     step_stats = getattr(run_metadata, "step_stats", None)
     if step_stats is None or not hasattr(step_stats, "dev_stats"):
         raise ProfileError("not a RunMetadata: it has no step_stats.dev_stats "
@@ -226,7 +231,8 @@ def profile(run_metadata: Any, graph: Graph, untraced_s: float | None = None,
     for ns in recvs:
         for sample, span in _recv_tensor_sample(ns, produced):
             out.transfers.append(sample)
-            shares_of = transfer_cpu(sample.src, sample.dst) if transfer_cpu else (0.0, 0.0)
+            shares_of = transfer_cpu(sample.src, sample.dst, sample.nbytes, sample.seconds) \
+                if transfer_cpu else (0.0, 0.0)
             for device, share in zip((sample.src, sample.dst), shares_of):
                 if span is not None and share > 0:
                     background[device].append((*span, share))

@@ -210,6 +210,26 @@ def test_cpu_shares_and_step_overhead_are_kept_and_saved():
     assert back.step_overhead() == pytest.approx(2e-3)
 
 
+def test_a_traced_transfer_takes_from_the_kernels_beside_it_what_the_simulator_charges():
+    m = CostModels()
+    for nbytes in (1e3, 1e5, 1e6, 1e7):  # a link of 0.1 ms and 1 GB/s
+        m.comm.add_sample(G0, G1, nbytes, 1e-4 + nbytes * 1e-9, probed=True)
+    m.comm.set_cpu_share(G0, G1, 0.5, 1.0, 20e-6, 40e-6)
+    # 8 MB moved in 8 ms of bandwidth time: traced over those 8 ms (plus latency), the ends
+    # give it their whole share
+    send, recv = m.comm.background(G0, G1, 8e6, 8.1e-3)
+    assert (send, recv) == (pytest.approx((0.5 * 8e-3 + 20e-6) / 8.1e-3),
+                            pytest.approx((8e-3 + 40e-6) / 8.1e-3))
+    # traced over 32 ms (it waited for busy cores): the same work over four times the time
+    slow = m.comm.background(G0, G1, 8e6, 32e-3)
+    assert slow == (pytest.approx((0.5 * 8e-3 + 20e-6) / 32e-3),
+                    pytest.approx((8e-3 + 40e-6) / 32e-3))
+    assert m.comm.background(G0, G1, 8e6, 1e-3) == (0.5, 1.0)  # never above the share
+    unfit = CostModels()
+    unfit.comm.set_cpu_share(G0, G1, 0.5, 1.0)
+    assert unfit.comm.background(G0, G1, 8e6, 32e-3) == (0.5, 1.0)  # no link known: its share
+
+
 def test_what_reaching_a_device_costs_is_kept_apart_from_the_step_overhead():
     from fastt.profiler import Profile
     m = CostModels(device_step={G1: 1e-3})

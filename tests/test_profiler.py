@@ -139,12 +139,16 @@ def test_a_kernel_beside_a_grpc_transfer_is_charged_without_the_transfers_share(
     plain = {s.op: s.seconds for s in profile(meta, g).compute}
     assert plain["relu"] == pytest.approx(0.012)
     shares = {(w0, w1): (1.0, 1.0)}
-    got = {s.op: s.seconds for s in profile(meta, g, transfer_cpu=lambda a, b: shares.get(
+    got = {s.op: s.seconds for s in profile(meta, g, transfer_cpu=lambda a, b, n, t: shares.get(
         (a, b), (0.0, 0.0))).compute}
     assert got["relu"] == pytest.approx(0.008, rel=1e-3)
-    half = {s.op: s.seconds for s in profile(meta, g, transfer_cpu=lambda a, b: (0.5, 0.0)
+    half = {s.op: s.seconds for s in profile(meta, g, transfer_cpu=lambda a, b, n, t: (0.5, 0.0)
                                              ).compute}
     assert half["relu"] == pytest.approx(0.004 + 0.008 / 1.5, rel=1e-3)
+    # the callback is told the tensor's bytes and how long its transfer was traced
+    seen = []
+    profile(meta, g, transfer_cpu=lambda a, b, n, t: seen.append((n, t)) or (0.0, 0.0))
+    assert seen == [(64 << 20, pytest.approx(0.008))]
 
 
 def test_kernels_overlapping_on_one_device_share_it():

@@ -91,7 +91,7 @@ class Engine:
         ``untraced_s``: its untraced step time, to remove the tracing overhead. The first one
         also gives the shapes the graph left unknown (``feed_shapes``: those fed)."""
         p = profile(run_metadata, graph or self.ir, untraced_s,
-                    self.models.comm.cpu_share if self.models is not None else None)
+                    self.models.comm.background if self.models is not None else None)
         if self.models is None:
             fed = {TensorRef.parse(n): tuple(s) for n, s in feed_shapes.items()}
             measured = {**p.output_shapes, **fed}

@@ -236,6 +236,23 @@ class CommCostModel:
         its share of the bytes' time (0: unmeasured, or devices of one process)."""
         return self._by_roles(self._cpu_s, src, dst)
 
+    def background(self, src: str, dst: str, nbytes: float, seconds: float
+                   ) -> tuple[float, float]:
+        """(sender, receiver) share of their cores that a transfer of ``nbytes`` traced over
+        ``seconds`` took, as the simulator charges it: its share of the bytes' modeled time
+        and its call's seconds, spread over the time it was traced (never more than the
+        share). A transfer traced slower than its link moves bytes no faster, and the cores
+        do no more work for it: charging the share over the whole traced time would take
+        that work from the kernels beside it again and again."""
+        shares = self.cpu_share(src, dst)
+        fit = self.link(src, dst)
+        if fit is None or seconds <= 0 or not any(shares):
+            return shares
+        copy = max(fit.predict(nbytes) - fit.intercept, 0.0)
+        calls = self.burst_cpu(src, dst)
+        return (min(shares[0], (shares[0] * copy + calls[0]) / seconds),
+                min(shares[1], (shares[1] * copy + calls[1]) / seconds))
+
     def cost(self, nbytes: float, src: str, dst: str, default: float = 0.0) -> float:
         """Predicted seconds to move ``nbytes`` from ``src`` to ``dst``."""
         if src == dst or devices.canonical(src) == devices.canonical(dst):
