@@ -103,10 +103,12 @@ def warm_up(run: Run, cap: int = 80) -> float:
     return statistics.median(times[start or len(times) // 2:])
 
 
-def profile_into(engine: Engine, run: Run, graph, steps: int) -> None:
+def profile_into(engine: Engine, run: Run, graph, steps: int) -> float:
     """``steps`` traced steps of ``run`` (whose graph is ``graph``; None: the original), once
-    warm, into the engine's cost models."""
-    engine.trace(run.sess, run.feed, steps=steps, graph=graph, untraced_s=warm_up(run))
+    warm, into the engine's cost models; returns its untraced step time then."""
+    untraced = warm_up(run)
+    engine.trace(run.sess, run.feed, steps=steps, graph=graph, untraced_s=untraced)
+    return untraced
 
 
 def plan_key(s) -> str:
@@ -138,7 +140,7 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
                     config=on_cluster(None), name=model.name)
     t0 = time.perf_counter()
     runs = {"one worker": Run(cluster.target, engine.graph_def(), m)}
-    profile_into(engine, runs["one worker"], None, 3)
+    profiled = {"one worker": profile_into(engine, runs["one worker"], None, 3)}
     engine.probe()
     strategies = {"data-parallel": engine.plan("data-parallel")}
     graphs = {}
@@ -149,7 +151,8 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
             gd, graphs[name] = engine.rewrite(strategies[name], order)
             runs[name] = Run(cluster.target, gd, m)
     start("data-parallel")
-    profile_into(engine, runs["data-parallel"], graphs["data-parallel"], 3)
+    profiled["data-parallel"] = profile_into(engine, runs["data-parallel"],
+                                             graphs["data-parallel"], 3)
     strategies = {
         "one worker": engine.plan("single", devices[:1]),  # as it runs
         "data-parallel": engine.plan("data-parallel"),
@@ -159,7 +162,7 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
     strategies["m-topo"] = engine.plan("m-topo")
     strategies["data-parallel-ps"] = engine.plan("data-parallel-ps")
     start("fastt", "fastt, no order", "fastt, no splits", "m-topo", "data-parallel-ps")
-    profile_into(engine, runs["fastt"], graphs["fastt"], 3)
+    profiled["fastt"] = profile_into(engine, runs["fastt"], graphs["fastt"], 3)
     strategies["fastt, replanned"] = engine.plan("os-dpos", workers=2)
     strategies["fastt, replanned, no order"] = strategies["fastt, replanned"]
     start("fastt, replanned", "fastt, replanned, no order")
@@ -192,6 +195,8 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
            "batch": model.batch, "ops": len(engine.ir), "prepare_s": prep_s,
            "plan_time_s": strategies["fastt"].plan_time_s,
            "step_s": step, "times_s": times,
+           # the profiled plans' untraced steps when profiled (the cost models' calibration)
+           "profiled_step_s": profiled,
            "samples_per_s": {v: model.batch / t for v, t in step.items()},
            "speedup_over_one_worker": {v: step["one worker"] / t for v, t in step.items()},
            "speedup_over_dp": {v: step["data-parallel"] / t for v, t in step.items()},

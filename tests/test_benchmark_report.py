@@ -181,3 +181,13 @@ def test_the_plan_time_section_counts_the_rows_within_the_target():
     assert "| none |" in text and text.rstrip().endswith("| no | one |")
     doc["rows"][0].update(totals_s=[55.4, 59.0, 64.1], load_averages=[0.35, 0.93, 1.03])
     assert "| 59.0 | yes | 55.4, 59.0, 64.1; 1.03 at most |" in markdown(doc, "##")
+
+
+def test_the_drift_table_sets_each_profiled_step_against_its_blocks():
+    rows = [{"model": "m", "profiled_step_s": {"one worker": 0.400, "fastt": 0.500},
+             "step_s": {"one worker": 0.460, "fastt": 0.450}},
+            {"model": "old"}]  # a run from before: no profiled steps
+    text = "\n".join(report._drift_table({"rows": rows}))
+    assert "| m | 400.0 -> 460.0 (+15%) | 500.0 -> 450.0 (-10%) |" in text
+    assert "Median change +2%, from -10% to +15%." in text
+    assert report._drift_table({"rows": [{"model": "old"}]}) == []
