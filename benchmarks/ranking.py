@@ -1,6 +1,8 @@
 """Whether the simulator ranks a model's plans as they measure on the real testbed: Kendall's
 tau-b of predicted against measured step times (``ranking_section`` of the report), and how
-far the measurement itself lets any prediction go (``repeat_taus``).
+far the measurement itself lets any prediction go: how the plans' repeats order them
+(``repeat_taus``), and how far the host moved between a plan's profile and its timed blocks
+(``drift_table``).
 
 Kendall, "A new measure of rank correlation", Biometrika 1938 (tau-b: ties counted);
 Efron & Tibshirani, "An Introduction to the Bootstrap", 1993 (resampling the repeats).
@@ -154,3 +156,30 @@ def ranking_section(real: dict, variants: list[str]) -> list[str]:
                       f"{100 * math.prod(passes):.0f}% of repeats of this measurement (the "
                       f"models' chances multiplied: each model is measured apart)."]
     return lines + [""]
+
+
+def drift_table(real: dict) -> list[str]:
+    """Per model, each profiled plan's untraced step when it was profiled (what calibrated
+    the cost models) against its median in the timed blocks minutes later: how far the
+    host moved in between, which no prediction from the profile can know."""
+    rows = [r for r in real["rows"] if r.get("profiled_step_s")]
+    if not rows:
+        return []
+    plans = list(rows[0]["profiled_step_s"])
+    lines = ["Drift: each profiled plan's untraced step (ms) when it was profiled, then its "
+             "median in the timed blocks and the change; the predictions are calibrated on "
+             "the first.", "",
+             "| model | " + " | ".join(plans) + " |", "|---|" + "---:|" * len(plans)]
+    changes = []
+    for r in rows:
+        cells = []
+        for v in plans:
+            then, now = r["profiled_step_s"].get(v), r["step_s"].get(v)
+            if not then or not now:
+                cells.append("n/a")
+                continue
+            changes.append(now / then - 1)
+            cells.append(f"{1e3 * then:.1f} -> {1e3 * now:.1f} ({100 * changes[-1]:+.0f}%)")
+        lines.append(f"| {r['model']} | " + " | ".join(cells) + " |")
+    return lines + ["", f"Median change {100 * statistics.median(changes):+.0f}%, "
+                        f"from {100 * min(changes):+.0f}% to {100 * max(changes):+.0f}%.", ""]

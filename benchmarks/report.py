@@ -26,7 +26,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from benchmarks.ranking import ranking_section  # noqa: E402
+from benchmarks.ranking import drift_table, ranking_section  # noqa: E402
 
 SHORT = {"single": "single", "data-parallel": "DP", "data-parallel-ps": "DP-PS", "dpos": "DPOS",
          "os-dpos": "OS-DPOS",
@@ -314,37 +314,10 @@ def real_section(real: dict, out: str) -> list[str]:
             f"{label} {100 * statistics.median(errs):.0f}%" for label, errs in
             zip(("predicted", "contended"), errors.values()) if errs) +
             f" over {len(errors['predicted_s'])} runs.", "", "![fidelity](fidelity.png)", ""]
-    lines += _drift_table(real)
+    lines += drift_table(real)
     lines += ranking_section(real, variants)
     _real_plots(real, variants, out)
     return lines
-
-
-def _drift_table(real: dict) -> list[str]:
-    """Per model, each profiled plan's untraced step when it was profiled (what calibrated
-    the cost models) against its median in the timed blocks minutes later: how far the
-    host moved in between, which no prediction from the profile can know."""
-    rows = [r for r in real["rows"] if r.get("profiled_step_s")]
-    if not rows:
-        return []
-    plans = list(rows[0]["profiled_step_s"])
-    lines = ["Drift: each profiled plan's untraced step (ms) when it was profiled, then its "
-             "median in the timed blocks and the change; the predictions are calibrated on "
-             "the first.", "",
-             "| model | " + " | ".join(plans) + " |", "|---|" + "---:|" * len(plans)]
-    changes = []
-    for r in rows:
-        cells = []
-        for v in plans:
-            then, now = r["profiled_step_s"].get(v), r["step_s"].get(v)
-            if not then or not now:
-                cells.append("n/a")
-                continue
-            changes.append(now / then - 1)
-            cells.append(f"{1e3 * then:.1f} -> {1e3 * now:.1f} ({100 * changes[-1]:+.0f}%)")
-        lines.append(f"| {r['model']} | " + " | ".join(cells) + " |")
-    return lines + ["", f"Median change {100 * statistics.median(changes):+.0f}%, "
-                        f"from {100 * min(changes):+.0f}% to {100 * max(changes):+.0f}%.", ""]
 
 
 def _real_plots(real: dict, variants: list[str], out: str) -> None:

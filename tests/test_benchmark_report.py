@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from benchmarks import report  # noqa: E402
-from benchmarks.ranking import ranking_section, repeat_taus  # noqa: E402
+from benchmarks.ranking import drift_table, ranking_section, repeat_taus  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        "benchmarks", "results")
@@ -187,7 +187,7 @@ def test_the_drift_table_sets_each_profiled_step_against_its_blocks():
     rows = [{"model": "m", "profiled_step_s": {"one worker": 0.400, "fastt": 0.500},
              "step_s": {"one worker": 0.460, "fastt": 0.450}},
             {"model": "old"}]  # a run from before: no profiled steps
-    text = "\n".join(report._drift_table({"rows": rows}))
+    text = "\n".join(drift_table({"rows": rows}))
     assert "| m | 400.0 -> 460.0 (+15%) | 500.0 -> 450.0 (-10%) |" in text
     assert "Median change +2%, from -10% to +15%." in text
-    assert report._drift_table({"rows": [{"model": "old"}]}) == []
+    assert drift_table({"rows": [{"model": "old"}]}) == []
