@@ -76,6 +76,7 @@ FIFO = ("one worker", "data-parallel", "data-parallel-ps", *FIFO_OF.values())
 # Blocks per variant: at 5, repeats of the committed run ordered some models' plans as their
 # medians do in only 56-66% of bootstrap redraws (the report's perfect-prediction column)
 REPEATS = 10
+RETRIES = 2  # runs again of a step TensorFlow aborted
 MWMS = "MWMS"  # TensorFlow's MultiWorkerMirroredStrategy on the same cores (benchmarks/mwms.py)
 
 
@@ -87,7 +88,18 @@ class Run:
                                                               on_cluster(None))
 
     def step(self) -> None:
-        self.sess.run(self.fetches, self.feed)
+        # gRPC may resend a slow call, and the worker then aborts the step as "received
+        # twice" (seen once in a full run, on the LSTM): the step runs again, and its block
+        # takes the time lost
+        for attempt in range(RETRIES + 1):
+            try:
+                self.sess.run(self.fetches, self.feed)
+                return
+            except tf.errors.AbortedError as e:
+                if attempt == RETRIES:
+                    raise
+                print(f"a step aborted, run again: {str(e).splitlines()[0]}", file=sys.stderr,
+                      flush=True)
 
 
 def warm_up(run: Run, cap: int = 80) -> float:
