@@ -131,18 +131,23 @@ def probe_cpu_share(src: str, dst: str, transfer_s: float, target: str = "",
     idle link (from its fit). None when the two devices share a process (TensorFlow hands the
     tensor over: nothing to share).
 
-    A chain of matrix products runs on one end, alone and then beside a transfer of
-    ``nbytes`` (the chain about four times as long as the transfer, so that it covers it);
-    the chain's slowdown over the transfer's time is that end's share: 0 where a NIC or spare
-    cores move the bytes, 1 where the only core copies them."""
+    A chain of matrix products runs on one end beside a read of ``nbytes`` kept on the sender,
+    then beside the same read moved to the receiver (the chain about four times as long as
+    the transfer, so that it covers it); the chain's slowdown over the transfer's time is that
+    end's share: 0 where a NIC or spare cores move the bytes, 1 where the only core copies
+    them. Only the transfer differs between the two runs: the read runs in both, and the
+    receiver keeps one element."""
     g = tf.Graph()
     with g.as_default():
         with tf.device(src):
             var = _tf1.get_variable("share_probe", [max(nbytes // 4, 1)], tf.float32,
                                     initializer=_tf1.zeros_initializer(), use_resource=True)
             value = var.read_value()
+            local = tf.identity(value[0], name="share_local")  # the same read, kept here
         with tf.device(dst):
-            moved = tf.reduce_sum(value, name="share_moved")
+            # one element of the moved tensor: the receiver's own kernel is negligible, so
+            # the chain's slowdown there is the transfer's alone
+            moved = tf.identity(value[0], name="share_moved")
         chains = {end: _chain(dev, f"chain_{end}") for end, dev in (("send", src),
                                                                      ("recv", dst))}
         init = _tf1.global_variables_initializer()
@@ -163,7 +168,7 @@ def probe_cpu_share(src: str, dst: str, transfer_s: float, target: str = "",
             _chain_seconds(sess, [out, moved], {n: steps}, dev, f"chain_{end}/")  # warm
             slowdown = []
             for _ in range(repeats):
-                alone = _chain_seconds(sess, out, {n: steps}, dev, f"chain_{end}/")
+                alone = _chain_seconds(sess, [out, local], {n: steps}, dev, f"chain_{end}/")
                 beside = _chain_seconds(sess, [out, moved], {n: steps}, dev, f"chain_{end}/")
                 slowdown.append(beside - alone)
             share = _median(slowdown) / transfer_s if transfer_s > 0 else 0.0
