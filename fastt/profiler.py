@@ -18,7 +18,7 @@ transfer shares them too: the simulator charges its share to both ends itself, s
 it overlapped are charged without it (a data-parallel VGG's half-batch ``Relu`` traced at
 12-16 ms beside a 64 MiB weight transfer on a one-core worker). What is taken is what the
 simulator charges back (its share of the bytes' modeled time and its call), spread over the
-time the transfer was traced: in a step, transfers are traced two to three times slower than
+time the transfer was traced: in a step, transfers are traced up to five times slower than
 the link probe moves the same bytes, and their share over that whole time would take from
 the kernels more than the cores gave the bytes.
 
