@@ -302,7 +302,10 @@ def _absorbed_ops(graph: Graph, kernel_type: dict[str, str],
 
     A node whose kernel type is not its user op's type (``Relu_1 = _MklNativeFusedConv2D``) may
     have absorbed producers that did not run on their own; an absent producer whose only
-    consumer is the kernel (or another absorbed op) is taken to be part of it.
+    consumers are the kernel, another absorbed op, or joins that did not run is taken to be
+    part of it. A rewritten graph keeps the join of each replicated or split op under the
+    original name, and TensorFlow prunes the joins that nothing reads: a replica of ``conv``
+    feeds its own ``bias`` and the join ``conv``, which never ran.
     """
     result: dict[str, list[str]] = {}
     for user, ktype in kernel_type.items():
@@ -317,7 +320,9 @@ def _absorbed_ops(graph: Graph, kernel_type: dict[str, str],
                 p = ref.op
                 if p in placement or p in members or graph[p].is_variable:
                     continue
-                if all(e.dst == cur for e in graph.consumers(p)):
+                if all(e.dst == cur or (e.dst not in placement
+                                        and graph[e.dst].meta.join is not None)
+                       for e in graph.consumers(p)):
                     members.append(p)
                     frontier.append(p)
         if members:

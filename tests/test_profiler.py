@@ -57,6 +57,39 @@ def test_fused_kernel_time_is_shared_by_work_and_names_mapped():
     assert (t.src, t.dst, t.nbytes, t.tensor) == (D0, D1, 8192, "relu")
 
 
+def test_fused_replica_absorbs_its_producers_beside_a_join_that_did_not_run():
+    # A data-parallel step keeps each replica's join under the original name ("conv" joins
+    # "conv/part0" and "conv/part1"); nothing reads it, so TensorFlow pruned it, and the
+    # fused kernel "relu/part0" holds conv/part0's and bias/part0's work. "x/part1" feeds an
+    # op that ran on its own ("peek"): it ran too, however the trace names it.
+    shape = (4, 16, 16, 8)
+    ops = [op("x", "Placeholder", out=((8, 16, 16, 3),)), op("w", "Const", out=((3, 3, 3, 8),)),
+           op("b", "Const", out=((8,),))]
+    for k in (0, 1):
+        part = OpMeta(origin="conv", fraction=0.5, replica=k)
+        ops += [op(f"x/part{k}", "Slice", ["x"], out=((4, 16, 16, 3),)),
+                op(f"conv/part{k}", "Conv2D", [f"x/part{k}", "w"], out=(shape,), meta=part),
+                op(f"bias/part{k}", "BiasAdd", [f"conv/part{k}", "b"], out=(shape,)),
+                op(f"relu/part{k}", "Relu", [f"bias/part{k}"], out=(shape,))]
+    ops += [op("conv", "ConcatV2", ["conv/part0", "conv/part1"], out=((8, 16, 16, 8),),
+               meta=OpMeta(join={"kind": "concat", "axis": 0, "sizes": [4, 4], "total": 8})),
+            op("peek", "Sum", ["x/part1"], out=((),))]
+    rm = run_metadata({D0: [
+        ns("x/part0", "Slice", dur_ns=1000),
+        ns("relu/part0", "_MklNativeFusedConv2D", dur_ns=90_000, inputs=["x/part0", "w", "b"]),
+        ns("relu/part1", "_MklNativeFusedConv2D", dur_ns=80_000, inputs=["x/part1", "w", "b"]),
+        ns("peek", "Sum", dur_ns=1000),
+    ]})
+    p = profile(rm, Graph(ops))
+    got = {s.op: s.seconds for s in p.compute}
+    assert set(p.fused["relu/part0"]) == {"conv/part0", "bias/part0"}
+    assert got["conv/part0"] + got["bias/part0"] + got["relu/part0"] == pytest.approx(90e-6)
+    assert got["conv/part0"] > 10 * got["relu/part0"]
+    assert "conv" not in got  # the join did not run
+    # x/part1 also feeds "peek", which ran: it is not part of the kernel
+    assert set(p.fused["relu/part1"]) == {"conv/part1", "bias/part1"}
+
+
 def test_recv_tensor_entries_become_transfer_samples():
     w0 = "/job:worker/replica:0/task:0/device:CPU:0"
     w1 = "/job:worker/replica:0/task:1/device:CPU:0"
