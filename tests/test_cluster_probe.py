@@ -6,7 +6,7 @@ import pytest
 pytest.importorskip("tensorflow")
 
 from fastt.adapters.probe import (DEFAULT_SIZES, LARGE_SIZES, probe_cpu_share,  # noqa: E402
-                                  probe_link, probe_pair, probe_reach)
+                                  probe_link, probe_pair, probe_reach, probe_serve_delay)
 from fastt.devices import canonical  # noqa: E402
 from fastt.cluster import LocalCluster, parse_cluster_spec  # noqa: E402
 from fastt.cluster.local import port_is_free  # noqa: E402
@@ -56,6 +56,11 @@ def test_probe_fits_a_positive_slope_with_high_r2_both_ways():
         reach = probe_reach([cluster.device(0), cluster.device(1)], cluster.target)
         assert reach[canonical(cluster.device(0))] == 0.0, reach
         assert reach[canonical(cluster.device(1))] > 1e-4, reach
+        # a one-core worker busy with a kernel chain takes a request late: the session's own
+        # worker 2.5-3.3 ms on average here, the other 0.4-1.2
+        served = probe_serve_delay([cluster.device(0), cluster.device(1)], cluster.target)
+        assert set(served) == {canonical(cluster.device(k)) for k in (0, 1)}, served
+        assert max(served.values()) > 2e-4, served
     finally:
         cluster.stop()
     assert pids and all(_gone(p) for p in pids)
@@ -107,3 +112,6 @@ def test_devices_of_one_process_have_no_cpu_share_to_probe():
     config = tf.compat.v1.ConfigProto(device_count={"CPU": 2})
     cpu = "/job:localhost/replica:0/task:0/device:CPU:{}".format
     assert probe_cpu_share(cpu(0), cpu(1), 1e-3, config=config) is None
+    # nothing to request: TensorFlow hands the tensors over
+    assert probe_serve_delay([cpu(0), cpu(1)], config=config) == {
+        canonical(cpu(0)): 0.0, canonical(cpu(1)): 0.0}

@@ -240,3 +240,14 @@ def test_what_reaching_a_device_costs_is_kept_apart_from_the_step_overhead():
     m.update(Profile(compute=remote[1:], span_s=2e-3, untraced_s=2e-3))  # never below 0
     assert list(m.overhead) == pytest.approx([0.5e-3, 0.5e-3, 0.0])
     assert CostModels.from_dict(json.loads(json.dumps(m.to_dict()))).reach(G1) == 1e-3
+
+
+def test_how_late_a_busy_device_serves_a_request_reaches_the_simulator():
+    from fastt.sched.problem import Device, Problem
+    m = CostModels(serve={G0: 3e-3})
+    again = CostModels.from_dict(json.loads(json.dumps(m.to_dict())))
+    assert again.serve_delay(G0.replace("/device:GPU:0", "/gpu:0")) == 3e-3
+    assert again.serve_delay(G1) == 0.0  # not probed
+    g = Graph([op("a", "Const"), op("b", "Relu", ["a"])])
+    p = Problem.from_graph(g, [Device(G0), Device(G1)], ModelCosts(again))
+    assert p.serve_delay == [3e-3, 0.0]

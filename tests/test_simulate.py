@@ -6,7 +6,7 @@ from fastt.errors import FasttError
 from fastt.ir import Graph, Op, TensorRef, TensorSpec
 from fastt.sched import Device, Problem, dpos
 from fastt.sched.problem import TRANSFER_STREAM, shared_cores
-from fastt.sched.simulate import simulate, simulate_fifo
+from fastt.sched.simulate import serve_from, simulate, simulate_fifo
 from tests.test_dpos import random_problem
 
 
@@ -209,6 +209,28 @@ def test_measured_calls_cost_the_share_of_the_latency_alone_and_the_probed_secon
     assert _calls((0.0, 0.0, 0.0, 0.0), 1e-4) == (0.0, 0.0, 0.0, 0.0)
 
 
+def test_a_busy_sender_takes_a_request_at_its_first_pause_or_after_its_time_slice():
+    # device 0 produces x (op 0, 1 s) then runs a 10 s op; device 1 needs x at once
+    edges = [(0, 2, 0.0), (0, 1, 0.0, None)]
+    w = [[1, 1], [10, 10], [1, 1]]
+    served = Problem.build(3, edges, w, devs(2), intercept=0.5, serve_delay=[3.0, 3.0])
+    plain = Problem.build(3, edges, w, devs(2), intercept=0.5)
+    orders = [[0, 1], [2]]
+    assert simulate(plain, [0, 0, 1], orders).start[2] == 1.5  # sent when produced
+    late = simulate(served, [0, 0, 1], orders)
+    assert late.transfers[0].start == 3.0 and late.start[2] == 3.5  # after the time slice
+    assert simulate_fifo(served, [0, 0, 1]).start[2] == 3.5
+    assert simulate(served, [0, 0, 1], orders, compiled=False).start[2] == 3.5
+    # a sender that pauses first takes it then: op 1 waits for an input from device 1 (whose
+    # cores serve at once) until 2.5 s
+    pause = Problem.build(4, edges + [(3, 1, 0.0)], w + [[2, 2]], devs(2), intercept=0.5,
+                          serve_delay=[3.0, 0.0])
+    r = simulate(pause, [0, 0, 1, 1], [[0, 1], [3, 2]])
+    assert r.transfers[0].start == 1.0 and r.start[1] == 2.5
+    # a device busy from the step's start to its end and never paused: its last finish
+    assert serve_from(served, [0, 0, 1], [0, 1, 3.5], [1, 11, 4.5]) == [3.0, 0.0]
+
+
 def _tangled_problem(rnd):
     """A random problem with what the simulator handles: tensors shared by consumers on
     several devices, control edges, free ops, collective and gate streams, cores that move
@@ -230,6 +252,8 @@ def _tangled_problem(rnd):
                      call_cpu=[[tuple(rnd.choice([0.0, 0.5, 1.0]) for _ in range(4))
                                 for _ in range(D)] for _ in range(D)])
     stream = [rnd.choice([0, 0, 0, 1, TRANSFER_STREAM]) for _ in range(n)]
+    if rnd.random() < 0.5:  # busy senders take requests late
+        links.update(serve_delay=[float(rnd.choice([0, 2, 5])) for _ in range(D)])
     return Problem.build(n, edges, w, devs(D), stream=stream, **links)
 
 

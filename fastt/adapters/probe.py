@@ -12,6 +12,7 @@ interference only ever adds time.
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from typing import Any, Sequence
 
@@ -251,10 +252,12 @@ def _chain(device: str, scope: str) -> tuple[Any, Any]:
 
 def unprobed(models: CostModels, names: Sequence[str]) -> tuple[list[tuple[str, str]], bool]:
     """What ``models`` do not know yet about the devices ``names``: the pairs without a link
-    fit, and whether what a step pays to reach each device is missing."""
+    fit, and whether what a step pays to reach each device, or how late its busy cores serve
+    a request, is missing."""
     links = [(src, dst) for src in names for dst in names
              if src != dst and models.comm.fit(src, dst) is None]
-    reach = len(names) > 1 and any(canonical(d) not in models.device_step for d in names)
+    reach = len(names) > 1 and any(canonical(d) not in models.device_step or
+                                   canonical(d) not in models.serve for d in names)
     return links, reach
 
 
@@ -268,6 +271,7 @@ def probe_devices(models: CostModels, names: Sequence[str], target: str = "",
         probe_link(models.comm, src, dst, target, config)
     if reach:
         models.device_step.update(probe_reach(names, target, config))
+        models.serve.update(probe_serve_delay(names, target, config))
 
 
 def probe_reach(names: Sequence[str], target: str = "", config: Any = None,
@@ -299,6 +303,60 @@ def probe_reach(names: Sequence[str], target: str = "", config: Any = None,
     log.debug("a step's cost to reach each device: %s",
               ", ".join(f"{n} {1e3 * s:.3f} ms" for n, s in reach.items()))
     return reach
+
+
+def probe_serve_delay(names: Sequence[str], target: str = "", config: Any = None,
+                      repeats: int = 25, busy_s: float = 0.03) -> dict[str, float]:
+    """Per device of ``names`` (by canonical name), how much later its cores serve a request
+    for a tensor it holds when they are busy: a receiver asks when its step starts, and on a
+    one-core worker gRPC's threads wait for the executor to leave the core (a data-parallel
+    step's input slice waited 3.2 ms here while its sender ran a convolution). 0 for a device
+    that shares its process with every other (nothing to request).
+
+    A 16-byte read on the device is taken by an identity on another process's device, in
+    traced steps: from the read's end to the identity's start, beside a chain of matrix
+    products of about ``busy_s`` on the device, less the same without the chain; means of
+    ``repeats`` (the wait is often a fraction of a millisecond, sometimes several: 0.2-9.6
+    ms for the session's own worker here, mean 2.4-3.5; it is what a step pays on average)."""
+    out: dict[str, float] = {}
+    for src in names:
+        dst = next((d for d in names if not same_process(src, d)), None)
+        if dst is None:
+            out[canonical(src)] = 0.0
+            continue
+        g = tf.Graph()
+        with g.as_default():
+            with tf.device(src):
+                var = _tf1.get_variable("serve_probe", [4], tf.float32,
+                                        initializer=_tf1.zeros_initializer(), use_resource=True)
+                value = tf.raw_ops.ReadVariableOp(resource=var.handle, dtype=tf.float32,
+                                                  name="serve_value")  # never pruned
+            with tf.device(dst):
+                got = tf.identity(value, name="serve_got")
+            n, chain = _chain(src, "serve_chain")
+            init = _tf1.global_variables_initializer()
+        with _tf1.Session(target, graph=g, config=config) as sess:
+            sess.run(init)
+            per_step = _chain_seconds(sess, chain, {n: 10}, src, "serve_chain/") / 10
+            steps = int(min(max(busy_s / max(per_step, 1e-6), 10), 20000))
+            waits = {k: [_served_after(sess, [got, chain], {n: k}, src, dst)
+                         for _ in range(repeats)] for k in (0, steps)}
+        delay = statistics.fmean(waits[steps]) - statistics.fmean(waits[0])
+        out[canonical(src)] = max(delay, 0.0)
+        log.debug("a request to busy %s waits %.2f ms more", src, 1e3 * delay)
+    return out
+
+
+def _served_after(sess: Any, fetches: Any, feed: dict[Any, Any], src: str, dst: str) -> float:
+    """In a traced run: from ``serve_value``'s end on ``src`` to ``serve_got``'s start on
+    ``dst``."""
+    meta = traced_run(sess, fetches, feed)[1]
+    at = {(canonical(dev.device), ns.node_name): ns for dev in meta.step_stats.dev_stats
+          for ns in dev.node_stats}
+    value, got = at.get((canonical(src), "serve_value")), at.get((canonical(dst), "serve_got"))
+    if value is None or got is None:
+        raise CostModelError(f"the serve probe left no trace of its tensor on {src} or {dst}")
+    return (got.all_start_micros - value.all_start_micros - value.all_end_rel_micros) / 1e6
 
 
 def _chain_seconds(sess: Any, fetches: Any, feed: dict[Any, Any], device: str,

@@ -31,6 +31,9 @@ class CostModels:
     # device -> seconds a step pays to run anything there beyond the cheapest device (a
     # remote worker's call; probed: fastt.adapters.probe.probe_reach)
     device_step: dict[str, float] = field(default_factory=dict)
+    # device -> seconds, at most, a request for a tensor it holds waits while its cores run a
+    # kernel (probed: fastt.adapters.probe.probe_serve_delay; 0 where not probed)
+    serve: dict[str, float] = field(default_factory=dict)
 
     def update(self, profile: Profile) -> None:
         """Feed one profiled step: compute samples, transfer samples, measured output sizes,
@@ -48,6 +51,11 @@ class CostModels:
         """Seconds a step pays to run anything on ``device`` (0 where not probed)."""
         return self.device_step.get(devices.canonical(device), 0.0)
 
+    def serve_delay(self, device: str) -> float:
+        """Seconds, at most, ``device``'s busy cores keep a request for a tensor waiting (0
+        where not probed)."""
+        return self.serve.get(devices.canonical(device), 0.0)
+
     def step_overhead(self) -> float:
         """Seconds a step takes beyond what its ops and transfers take (the median of the
         last timed profiles; 0 before one)."""
@@ -56,7 +64,8 @@ class CostModels:
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "compute": self.compute.to_dict(),
                 "comm": self.comm.to_dict(), "memory": self.memory.to_dict(),
-                "step_overhead_s": list(self.overhead), "device_step_s": self.device_step}
+                "step_overhead_s": list(self.overhead), "device_step_s": self.device_step,
+                "serve_delay_s": self.serve}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CostModels":
@@ -69,7 +78,8 @@ class CostModels:
                    CommCostModel.from_dict(data.get("comm", {})),
                    MemoryModel.from_dict(data.get("memory", {})),
                    deque((float(v) for v in data.get("step_overhead_s", [])), maxlen=10),
-                   {str(k): float(v) for k, v in data.get("device_step_s", {}).items()})
+                   {str(k): float(v) for k, v in data.get("device_step_s", {}).items()},
+                   {str(k): float(v) for k, v in data.get("serve_delay_s", {}).items()})
 
     def save(self, path: str | os.PathLike[str]) -> None:
         with open(path, "w", encoding="utf-8") as f:

@@ -142,3 +142,7 @@ class DerivedCosts:
     def device_step(self, device: str) -> float:
         reach = getattr(self.base, "device_step", None)
         return reach(device) if reach else 0.0
+
+    def serve_delay(self, device: str) -> float:
+        served = getattr(self.base, "serve_delay", None)
+        return served(device) if served else 0.0

@@ -33,8 +33,10 @@ class CostSource(Protocol):
     # without them, the share of the latency); without the method, none;
     # ``step_overhead() -> seconds`` a step takes beyond its ops and transfers (default 0);
     # ``device_step(device) -> seconds`` a step pays to run anything on ``device`` (a remote
-    # worker's call; default 0); ``link_knee(src, dst) -> (bytes, seconds per byte)``: past
-    # those bytes the path costs that much more per byte (default: never).
+    # worker's call; default 0); ``serve_delay(device) -> seconds`` at most a request for a
+    # tensor waits for the device's busy cores (default 0); ``link_knee(src, dst) -> (bytes,
+    # seconds per byte)``: past those bytes the path costs that much more per byte (default:
+    # never).
 
 
 class ModelCosts:
@@ -62,6 +64,9 @@ class ModelCosts:
 
     def device_step(self, device: str) -> float:
         return self.models.reach(device)
+
+    def serve_delay(self, device: str) -> float:
+        return self.models.serve_delay(device)
 
 
 class Links(Protocol):

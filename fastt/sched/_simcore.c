@@ -69,6 +69,7 @@ typedef struct {
   double *slot_bytes, *arrival;
   /* links */
   double *intercept, *slope, *knee, *extra, *least_knee, *send_cpu, *recv_cpu, *call_cpu;
+  double *serve_from; /* per device: no transfer leaves it before */
   Py_ssize_t concurrency;  /* -1: unlimited */
   double small_bytes, *lane_free;  /* [src][dst][small][k] */
   Heap *charges;  /* per device */
@@ -115,6 +116,7 @@ static int lone(Sim *s, Py_ssize_t end, double start, double finish) {
 
 static int send(Sim *s, Py_ssize_t m, Py_ssize_t src, double t) {
   Py_ssize_t D = s->D;
+  if (t < s->serve_from[src]) t = s->serve_from[src];
   for (Py_ssize_t k = s->owe_off[m]; k < s->owe_off[m + 1]; k++) {
     Py_ssize_t slot = s->owe[k], dst = s->slot_dst[slot];
     double nbytes = s->slot_bytes[slot], latency = s->intercept[src * D + dst];
@@ -305,13 +307,13 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *device_o, *w_o, *stream_o, *orders_o, *need_off_o, *prod_o, *keyid_o, *bytes_o;
   PyObject *intercept_o, *slope_o, *knee_o, *extra_o, *least_knee_o, *send_o, *recv_o, *call_o;
-  PyObject *priority_o;
+  PyObject *priority_o, *serve_o;
   Py_ssize_t transfer_stream, concurrency, D;
   double small_bytes;
-  if (!PyArg_ParseTuple(args, "nOOOOOOOOOOOOOOOOnndO", &D, &device_o, &w_o, &stream_o,
+  if (!PyArg_ParseTuple(args, "nOOOOOOOOOOOOOOOOnndOO", &D, &device_o, &w_o, &stream_o,
                         &orders_o, &need_off_o, &prod_o, &keyid_o, &bytes_o, &intercept_o,
                         &slope_o, &knee_o, &extra_o, &least_knee_o, &send_o, &recv_o, &call_o,
-                        &transfer_stream, &concurrency, &small_bytes, &priority_o))
+                        &transfer_stream, &concurrency, &small_bytes, &priority_o, &serve_o))
     return NULL;
   int ordered = orders_o != Py_None;
   Sim sim, *s = &sim;
@@ -343,7 +345,7 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
     goto fail;
   ALLOC(s->intercept, D * D); ALLOC(s->slope, D * D); ALLOC(s->knee, D * D);
   ALLOC(s->extra, D * D); ALLOC(s->least_knee, D); ALLOC(s->send_cpu, D * D);
-  ALLOC(s->recv_cpu, D * D); ALLOC(s->call_cpu, 4 * D * D);
+  ALLOC(s->recv_cpu, D * D); ALLOC(s->call_cpu, 4 * D * D); ALLOC(s->serve_from, D);
   if (read_matrix(intercept_o, s->intercept, D, "intercept") < 0 ||
       read_matrix(slope_o, s->slope, D, "slope") < 0 ||
       read_matrix(knee_o, s->knee, D, "knee") < 0 ||
@@ -351,7 +353,8 @@ static PyObject *simulate(PyObject *self, PyObject *args) {
       read_doubles(least_knee_o, s->least_knee, D, "least knee") < 0 ||
       read_matrix(send_o, s->send_cpu, D, "send cpu") < 0 ||
       read_matrix(recv_o, s->recv_cpu, D, "recv cpu") < 0 ||
-      read_doubles(call_o, s->call_cpu, 4 * D * D, "call cpu") < 0)
+      read_doubles(call_o, s->call_cpu, 4 * D * D, "call cpu") < 0 ||
+      read_doubles(serve_o, s->serve_from, D, "serve from") < 0)
     goto fail;
   for (Py_ssize_t i = 0; i < n; i++)
     if (s->device[i] < 0 || s->device[i] >= D) {
@@ -537,7 +540,8 @@ fail:
   free(s->stream_free); free(s->slot_key); free(s->slot_dst); free(s->owe_off); free(s->owe);
   free(s->slot_bytes); free(s->arrival);
   free(s->intercept); free(s->slope); free(s->knee); free(s->extra); free(s->least_knee);
-  free(s->send_cpu); free(s->recv_cpu); free(s->call_cpu); free(s->lane_free);
+  free(s->send_cpu); free(s->recv_cpu); free(s->call_cpu); free(s->serve_from);
+  free(s->lane_free);
   if (s->charges) for (Py_ssize_t d = 0; d < D; d++) free(s->charges[d].a);
   free(s->charges); free(s->until); free(s->moving); free(s->armed);
   free(s->t_slot); free(s->t_src); free(s->t_begin); free(s->t_end);
@@ -556,7 +560,7 @@ static PyMethodDef methods[] = {
   {"simulate", simulate, METH_VARARGS,
    "simulate(D, device, w, stream, orders or None (first come, first served), need_off, "
    "producers, keys, bytes, intercept, slope, knee, extra, least_knee, send_cpu, recv_cpu, "
-   "call_cpu, transfer_stream, concurrency, small_bytes, priority or None) -> "
+   "call_cpu, transfer_stream, concurrency, small_bytes, priority or None, serve_from) -> "
    "(start, finish, (key, src, dst, bytes, begin, end))"},
   {"peaks", simcore_peaks, METH_VARARGS,
    "peaks(D, device, start, finish, need_off, producers, keys, bytes, transfer keys, "

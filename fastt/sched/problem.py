@@ -64,6 +64,10 @@ class Problem:
     call_cpu: list[list[tuple[float, float, float, float]]] = field(default_factory=list)
     # Per device: seconds a step pays to run anything there (a remote worker's call).
     reach: list[float] = field(default_factory=list)
+    # Per device: how long, at most, a request for a tensor it holds waits for its busy cores
+    # (gRPC between one-core workers: the scheduler's time slice; 0 where a NIC or spare
+    # cores serve it; ``simulate.serve_from``).
+    serve_delay: list[float] = field(default_factory=list)
     # Per device: the cores it computes on, as the index of the first device sharing them
     # (``shared_cores``); default: each device its own.
     cores: list[int] = field(default_factory=list)
@@ -97,6 +101,8 @@ class Problem:
             self.call_cpu = [[(0.0,) * 4] * D for _ in range(D)]
         if not self.reach:
             self.reach = [0.0] * D
+        if not self.serve_delay:
+            self.serve_delay = [0.0] * D
         if not self.knee:
             self.knee = [[math.inf] * D for _ in range(D)]
         if not self.extra:
@@ -175,7 +181,8 @@ class Problem:
               cores: Sequence[int] | None = None,
               stream: Sequence[int] | None = None,
               knee: Sequence[Sequence[float]] | float = math.inf,
-              extra: Sequence[Sequence[float]] | float = 0.0) -> "Problem":
+              extra: Sequence[Sequence[float]] | float = 0.0,
+              serve_delay: Sequence[float] | None = None) -> "Problem":
         """A problem from plain arrays: ``edges`` as (src, dst, bytes[, tensor key]); links as
         matrices or one value for every pair. Edges between the same two ops are merged; an
         edge without a key carries a tensor of its own, a key of None carries none (control)."""
@@ -192,7 +199,7 @@ class Problem:
         dag.add((b, {a: tensors}) for (a, b), tensors in merged.items())
         return cls._assemble(dag, w, devices, intercept, slope, mem, group, names, persistent,
                              topo, send_cpu, recv_cpu, call_cpu, reach, cores, stream, knee,
-                             extra)
+                             extra, serve_delay)
 
     @classmethod
     def _assemble(cls, dag: "Dag", w: Sequence[Sequence[float]], devices: Sequence[Device],
@@ -205,7 +212,8 @@ class Problem:
                   reach: Sequence[float] | None, cores: Sequence[int] | None,
                   stream: Sequence[int] | None,
                   knee: Sequence[Sequence[float]] | float = math.inf,
-                  extra: Sequence[Sequence[float]] | float = 0.0) -> "Problem":
+                  extra: Sequence[Sequence[float]] | float = 0.0,
+                  serve_delay: Sequence[float] | None = None) -> "Problem":
         """``build``'s problem from its merged edges."""
         n, D = len(dag.preds), len(devices)
         preds, succs, edge_bytes, edge_tensors = dag.preds, dag.succs, dag.bytes, dag.tensors
@@ -230,7 +238,8 @@ class Problem:
                    reach=list(map(float, reach)) if reach is not None else [],
                    cores=list(cores) if cores is not None else [],
                    stream=list(stream) if stream is not None else [],
-                   knee=square(knee, math.inf), extra=square(extra))
+                   knee=square(knee, math.inf), extra=square(extra),
+                   serve_delay=list(map(float, serve_delay)) if serve_delay is not None else [])
 
     @classmethod
     def from_graph(cls, graph: Graph, devices: Sequence[Device], costs: CostSource,
@@ -262,6 +271,7 @@ class Problem:
         cpu = [[(*share(a, b), 0.0, 0.0)[:4] if share and a != b else (0.0,) * 4
                 for b in devs] for a in devs]
         reach = getattr(costs, "device_step", None)
+        served = getattr(costs, "serve_delay", None)
         rep = graph.colocation_groups()
         joined: dict[str, str] = {}  # colocation group -> the group of its while frame
 
@@ -289,7 +299,8 @@ class Problem:
                       for row, lrow in zip(cpu, links)],
             reach=[reach(d) if reach else 0.0 for d in devs], cores=shared_cores(devs),
             stream=stream, knee=[[lk[2] for lk in row] for row in links],
-            extra=[[lk[3] for lk in row] for row in links])
+            extra=[[lk[3] for lk in row] for row in links],
+            serve_delay=[served(d) if served else 0.0 for d in devs])
 
 
 def _four(call_cpu: Sequence[Any] | None, a: int, b: int) -> tuple[float, float, float, float]:

@@ -41,13 +41,13 @@ def needs_of(p: Problem) -> Needs:
 
 
 def ordered_loop(p: Problem, device: list[int], orders: list[list[int]],
-              link_concurrency: int | None
-              ) -> tuple[list[float], list[float], list[Transfer], Needs]:
+                 link_concurrency: int | None, serve_from: Sequence[float] | None = None
+                 ) -> tuple[list[float], list[float], list[Transfer], Needs]:
     """``simulate``'s loop in Python: the reference of ``_simcore``."""
     n, D = p.n, p.num_devices
     needs, wanted = _tensors(p, device)
     start, finish = [0.0] * n, [-1.0] * n
-    links = _Links(p, link_concurrency)
+    links = _Links(p, link_concurrency, serve_from)
     streams = max(p.stream, default=0) + 1
     lanes: list[list[list[int]]] = [[[] for _ in range(streams)] for _ in orders]
     unordered = [s == TRANSFER_STREAM for s in p.stream]  # run as soon as they can
@@ -141,7 +141,7 @@ def ordered_loop(p: Problem, device: list[int], orders: list[list[int]],
 
 
 def fifo_loop(p: Problem, device: list[int], link_concurrency: int | None,
-              priority: Sequence[float] | None
+              priority: Sequence[float] | None, serve_from: Sequence[float] | None = None
               ) -> tuple[list[float], list[float], list[Transfer], Needs]:
     """``simulate_fifo``'s loop in Python: the reference of ``_simcore``."""
     n, D = p.n, p.num_devices
@@ -154,7 +154,7 @@ def fifo_loop(p: Problem, device: list[int], link_concurrency: int | None,
     pending = [len(nd) for nd in needs]
     ready_at = [0.0] * n
     start, finish = [0.0] * n, [-1.0] * n
-    links = _Links(p, link_concurrency)
+    links = _Links(p, link_concurrency, serve_from)
     charges, arrival = links._charges, links.arrival
     lane = [device[j] + D * p.stream[j] for j in range(n)]  # stream s of device d: d + D * s
     lanes = D * (max(p.stream, default=0) + 1)
@@ -236,10 +236,13 @@ class _InFlight:
 
 
 class _Links:
-    """Transfers over the links, ``concurrency`` at a time per direction (None: no limit)."""
+    """Transfers over the links, ``concurrency`` at a time per direction (None: no limit);
+    none leaves device ``d`` before ``serve_from[d]`` (``simulate.serve_from``)."""
 
-    def __init__(self, p: Problem, concurrency: int | None) -> None:
+    def __init__(self, p: Problem, concurrency: int | None,
+                 serve_from: Sequence[float] | None = None) -> None:
         self.p, self.concurrency = p, concurrency
+        self.serve_from = list(serve_from) if serve_from is not None else [0.0] * p.num_devices
         self.arrival: dict[tuple[object, int], float] = {}
         self.transfers: list[Transfer] = []
         self._free: dict[tuple[int, int, bool], list[float]] = {}  # (src, dst, small)
@@ -261,6 +264,7 @@ class _Links:
         if not wanted:
             return
         p = self.p
+        t = max(t, self.serve_from[src])
         owed = sorted(wanted.items(), key=lambda kv: kv[0][1]) if len(wanted) > 1 else \
             wanted.items()
         for (key, dst), nbytes in owed:
