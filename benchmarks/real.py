@@ -115,11 +115,14 @@ def warm_up(run: Run, cap: int = 80) -> float:
     return statistics.median(times[start or len(times) // 2:])
 
 
-def profile_into(engine: Engine, run: Run, graph, steps: int) -> float:
-    """``steps`` traced steps of ``run`` (whose graph is ``graph``; None: the original), once
-    warm, into the engine's cost models; returns its untraced step time then."""
+def profile_into(engine: Engine, run: Run, graph, steps: int, strategy=None,
+                 fifo: bool = False) -> float:
+    """``steps`` traced steps of ``run`` (whose graph is ``graph``, running ``strategy`` in
+    TensorFlow's own order when ``fifo``; None: the original), once warm, into the engine's
+    cost models; returns its untraced step time then."""
     untraced = warm_up(run)
-    engine.trace(run.sess, run.feed, steps=steps, graph=graph, untraced_s=untraced)
+    engine.trace(run.sess, run.feed, steps=steps, graph=graph, untraced_s=untraced,
+                 strategy=strategy, fifo=fifo)
     return untraced
 
 
@@ -164,7 +167,8 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
             runs[name] = Run(cluster.target, gd, m)
     start("data-parallel")
     profiled["data-parallel"] = profile_into(engine, runs["data-parallel"],
-                                             graphs["data-parallel"], 3)
+                                             graphs["data-parallel"], 3,
+                                             strategies["data-parallel"], fifo=True)
     strategies = {
         "one worker": engine.plan("single", devices[:1]),  # as it runs
         "data-parallel": engine.plan("data-parallel"),
@@ -174,7 +178,8 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
     strategies["m-topo"] = engine.plan("m-topo")
     strategies["data-parallel-ps"] = engine.plan("data-parallel-ps")
     start("fastt", "fastt, no order", "fastt, no splits", "m-topo", "data-parallel-ps")
-    profiled["fastt"] = profile_into(engine, runs["fastt"], graphs["fastt"], 3)
+    profiled["fastt"] = profile_into(engine, runs["fastt"], graphs["fastt"], 3,
+                                     strategies["fastt"])
     strategies["fastt, replanned"] = engine.plan("os-dpos", workers=2)
     strategies["fastt, replanned, no order"] = strategies["fastt, replanned"]
     start("fastt, replanned", "fastt, replanned, no order")

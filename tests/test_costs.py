@@ -238,7 +238,8 @@ def test_what_reaching_a_device_costs_is_kept_apart_from_the_step_overhead():
     m.update(Profile(compute=remote, span_s=2e-3, untraced_s=3.5e-3))  # 1 ms is G1's call
     m.update(Profile(compute=remote[:1], span_s=2e-3, untraced_s=2.5e-3))
     m.update(Profile(compute=remote[1:], span_s=2e-3, untraced_s=2e-3))  # never below 0
-    assert list(m.overhead) == pytest.approx([0.5e-3, 0.5e-3, 0.0])
+    assert list(m.overhead["multi"]) == pytest.approx([0.5e-3])
+    assert list(m.overhead["one"]) == pytest.approx([0.5e-3, 0.0])
     assert CostModels.from_dict(json.loads(json.dumps(m.to_dict()))).reach(G1) == 1e-3
 
 
@@ -251,3 +252,24 @@ def test_how_late_a_busy_device_serves_a_request_reaches_the_simulator():
     g = Graph([op("a", "Const"), op("b", "Relu", ["a"])])
     p = Problem.from_graph(g, [Device(G0), Device(G1)], ModelCosts(again))
     assert p.serve_delay == [3e-3, 0.0]
+
+
+def test_steps_over_one_device_and_over_several_keep_their_own_overhead():
+    m = CostModels()
+    assert m.step_overhead(1) == m.step_overhead(2) == m.step_overhead() == 0.0
+    for s in (1e-3, 2e-3, 3e-3):
+        m.record_overhead(s, 1)
+    assert m.step_overhead(1) == m.step_overhead(2) == pytest.approx(2e-3)  # none of its own
+    for s in (5e-3, -1e-3, 4e-3):  # a replay may run longer than the step
+        m.record_overhead(s, 2)
+    assert m.step_overhead(1) == pytest.approx(2e-3)
+    assert m.step_overhead(3) == pytest.approx(4e-3)
+    assert m.step_overhead() == pytest.approx(2e-3)  # the least: a bound
+    again = CostModels.from_dict(json.loads(json.dumps(m.to_dict())))
+    assert {k: list(q) for k, q in again.overhead.items()} == \
+        {k: list(q) for k, q in m.overhead.items()}
+    # a document from before the split: its steps counted as on one device
+    old = {**m.to_dict(), "step_overhead_s": [1e-3, 3e-3]}
+    assert CostModels.from_dict(old).step_overhead(2) == pytest.approx(2e-3)
+    with pytest.raises(CostModelError, match="step_overhead_s"):
+        CostModels.from_dict({**m.to_dict(), "step_overhead_s": 3})

@@ -54,3 +54,43 @@ def test_cost_models_cover_both_devices_and_serialize(profiled, tmp_path):
     from fastt.costs import CostModels
     assert CostModels.load(tmp_path / "c.json").compute.means() == pytest.approx(
         models.compute.means())
+
+
+def test_a_plan_over_two_devices_is_calibrated_on_its_own_replay():
+    import statistics
+    import time
+
+    from fastt.sched.strategy import replay
+    model = zoo.build("small_cnn")
+    engine = Engine(model.graph, [Device(d) for d in DEVICES], [model.train_op.name])
+    config = tf1.ConfigProto(device_count={"CPU": 2})
+    with tf1.Session(graph=model.graph, config=config) as sess:
+        sess.run(model.init)
+        engine.trace(sess, model.feed_dict(), steps=2, warmup=1, untraced_s=1e-3)
+    assert list(engine.models.overhead["multi"]) == []  # the original ran on one device
+    s = engine.plan("data-parallel")
+    gd, graph = engine.rewrite(s, "none")
+    g = tf.Graph()
+    with g.as_default():
+        tf1.import_graph_def(gd, name="")
+    feed = {g.get_tensor_by_name(t.name): v for t, v in model.feed_dict().items()}
+    with tf1.Session(graph=g, config=config) as sess:
+        sess.run(g.get_operation_by_name(model.init.name))
+        train = g.get_operation_by_name(model.train_op.name)
+        times = []
+        for _ in range(5):
+            t = time.perf_counter()
+            sess.run(train, feed)
+            times.append(time.perf_counter() - t)
+        untraced = statistics.median(times[1:])
+        [p] = engine.trace(sess, feed, steps=1, graph=graph, untraced_s=untraced, strategy=s,
+                           fifo=True)
+    assert len({c.device for c in p.compute}) == 2
+    covered = replay(s, engine.devices, engine.costs(), engine.step, fifo=True)[1].makespan
+    assert list(engine.models.overhead["multi"]) == [pytest.approx(untraced - covered)]
+    assert engine.predict(s, fifo=True) == pytest.approx(untraced)
+    # a plan on one device keeps the overhead of steps on one device
+    one = engine.plan("single", engine.devices[:1])
+    assert engine.predict(one) == pytest.approx(
+        replay(one, engine.devices, engine.costs(), engine.step)[1].makespan +
+        statistics.median(engine.models.overhead["one"]))

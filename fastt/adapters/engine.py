@@ -28,7 +28,7 @@ from fastt.op_types import BATCH_SOURCES
 from fastt.profiler import Profile, profile
 from fastt.sched.problem import Device
 from fastt.sched.fitting import data_parallel_fitting, peak_memory_one_device
-from fastt.sched.strategy import Strategy, plan, predict
+from fastt.sched.strategy import Strategy, plan, predict, replay
 
 ORDERS = ("priority-executor", "control-dependencies", "none")  # how a plan's order is kept
 
@@ -85,11 +85,18 @@ class Engine:
 
     # -- profiles into cost models ---------------------------------------------------------
     def observe(self, run_metadata: Any, untraced_s: float | None = None,
-                graph: Graph | None = None, feed_shapes: Mapping[str, Sequence[int]] = {}
-                ) -> Profile:
+                graph: Graph | None = None, feed_shapes: Mapping[str, Sequence[int]] = {},
+                strategy: Strategy | None = None, fifo: bool = False) -> Profile:
         """One traced step of ``graph`` (default: the original) into the cost models;
         ``untraced_s``: its untraced step time, to remove the tracing overhead. The first one
-        also gives the shapes the graph left unknown (``feed_shapes``: those fed)."""
+        also gives the shapes the graph left unknown (``feed_shapes``: those fed).
+
+        With ``strategy`` (what ``graph`` runs; ``fifo``: in TensorFlow's own order) and its
+        untraced time, a step over several devices is calibrated on its own replay: what the
+        untraced step takes beyond the replay under the updated models is what a step over
+        several devices pays beyond its ops and transfers (``CostModels.record_overhead``).
+        A traced step over several devices cannot say it itself: tracing stretches its
+        kernels' span past the untraced step."""
         p = profile(run_metadata, graph or self.ir, untraced_s,
                     self.models.comm.background if self.models is not None else None)
         if self.models is None:
@@ -102,16 +109,24 @@ class Engine:
             self._shapes = {**inferred_shapes(self.graph_def(), inputs), **measured}
             self._ir = ir.with_output_shapes(self._shapes, p.output_bytes)
             self.models = CostModels(memory=MemoryModel.from_graph(self._ir))
-        self.models.update(p)
+        used = len({s.device for s in p.compute})
+        replayed = strategy is not None and untraced_s is not None and used > 1
+        self.models.update(p, timed=not replayed)
+        if strategy is not None and untraced_s is not None and replayed:
+            covered = replay(strategy, self.devices, self.costs(), self.step, fifo=fifo)[1]
+            self.models.record_overhead(untraced_s - covered.makespan, used)
         return p
 
     def trace(self, sess: Any, feed_dict: Any = None, steps: int = 1, warmup: int = 0,
-              graph: Graph | None = None, untraced_s: float | None = None) -> list[Profile]:
+              graph: Graph | None = None, untraced_s: float | None = None,
+              strategy: Strategy | None = None, fifo: bool = False) -> list[Profile]:
         """Run the training step in ``sess`` ``warmup`` times untraced, then ``steps`` times
-        traced, each observed (``graph``: what ``sess`` runs, default the original)."""
+        traced, each observed (``graph``: what ``sess`` runs, default the original;
+        ``strategy``, ``fifo``: the plan it runs, see ``observe``)."""
         for _ in range(warmup):
             sess.run(self.fetches, feed_dict=feed_dict)
-        return [self.observe(traced_run(sess, self.fetches, feed_dict)[1], untraced_s, graph)
+        return [self.observe(traced_run(sess, self.fetches, feed_dict)[1], untraced_s, graph,
+                             strategy=strategy, fifo=fifo)
                 for _ in range(steps)]
 
     def cost_change(self) -> float:

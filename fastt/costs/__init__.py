@@ -27,7 +27,9 @@ class CostModels:
     compute: ComputeCostModel = field(default_factory=ComputeCostModel)
     comm: CommCostModel = field(default_factory=CommCostModel)
     memory: MemoryModel = field(default_factory=MemoryModel)
-    overhead: deque[float] = field(default_factory=lambda: deque(maxlen=10))
+    # seconds a step takes beyond its replay, per spread ("one" device, or "multi"): the
+    # last timed profiles of each
+    overhead: dict[str, deque[float]] = field(default_factory=lambda: _overheads({}))
     # device -> seconds a step pays to run anything there beyond the cheapest device (a
     # remote worker's call; probed: fastt.adapters.probe.probe_reach)
     device_step: dict[str, float] = field(default_factory=dict)
@@ -35,17 +37,24 @@ class CostModels:
     # kernel (probed: fastt.adapters.probe.probe_serve_delay; 0 where not probed)
     serve: dict[str, float] = field(default_factory=dict)
 
-    def update(self, profile: Profile) -> None:
+    def update(self, profile: Profile, timed: bool = True) -> None:
         """Feed one profiled step: compute samples, transfer samples, measured output sizes,
-        and the step's time beyond its kernels (when the run was timed) less what reaching
-        its devices costs, which is counted apart."""
+        and (``timed``, when the run was timed) the step's time beyond its kernels less what
+        reaching its devices costs, which is counted apart. A caller that replays the
+        profiled plan itself passes ``timed=False`` and records what the replay leaves out
+        (``record_overhead``)."""
         self.compute.update(profile.compute)
         self.comm.update(profile.transfers)
         self.memory.refine(profile.output_bytes)
-        if profile.overhead_s is not None:
+        if timed and profile.overhead_s is not None:
             used = {s.device for s in profile.compute}
-            self.overhead.append(max(profile.overhead_s - max(
-                (self.reach(d) for d in used), default=0.0), 0.0))
+            self.record_overhead(max(profile.overhead_s - max(
+                (self.reach(d) for d in used), default=0.0), 0.0), len(used))
+
+    def record_overhead(self, seconds: float, devices_used: int) -> None:
+        """What a timed step over ``devices_used`` devices took beyond its replay (reach
+        included): on several devices it may be negative, where the replay runs longer."""
+        self.overhead[_spread(devices_used)].append(float(seconds))
 
     def reach(self, device: str) -> float:
         """Seconds a step pays to run anything on ``device`` (0 where not probed)."""
@@ -56,15 +65,24 @@ class CostModels:
         where not probed)."""
         return self.serve.get(devices.canonical(device), 0.0)
 
-    def step_overhead(self) -> float:
-        """Seconds a step takes beyond what its ops and transfers take (the median of the
-        last timed profiles; 0 before one)."""
-        return float(statistics.median(self.overhead)) if self.overhead else 0.0
+    def step_overhead(self, devices_used: int | None = None) -> float:
+        """Seconds a step over ``devices_used`` devices takes beyond what its ops and
+        transfers take: the median of the last timed profiles as spread (one device, or
+        several), else of the others; 0 before one. None: the least of the two (a bound).
+        A step over several devices pays what its replay leaves out (the master's calls to
+        two workers, their start and end)."""
+        if devices_used is None:
+            known = [_median(q) for q in self.overhead.values() if q]
+            return min(known) if known else 0.0
+        mine = self.overhead[_spread(devices_used)]
+        other = self.overhead["one" if _spread(devices_used) == "multi" else "multi"]
+        return _median(mine or other) if mine or other else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "compute": self.compute.to_dict(),
                 "comm": self.comm.to_dict(), "memory": self.memory.to_dict(),
-                "step_overhead_s": list(self.overhead), "device_step_s": self.device_step,
+                "step_overhead_s": {k: list(q) for k, q in self.overhead.items()},
+                "device_step_s": self.device_step,
                 "serve_delay_s": self.serve}
 
     @classmethod
@@ -77,7 +95,7 @@ class CostModels:
         return cls(ComputeCostModel.from_dict(data.get("compute", {})),
                    CommCostModel.from_dict(data.get("comm", {})),
                    MemoryModel.from_dict(data.get("memory", {})),
-                   deque((float(v) for v in data.get("step_overhead_s", [])), maxlen=10),
+                   _overheads(data.get("step_overhead_s", {})),
                    {str(k): float(v) for k, v in data.get("device_step_s", {}).items()},
                    {str(k): float(v) for k, v in data.get("serve_delay_s", {}).items()})
 
@@ -88,3 +106,23 @@ class CostModels:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "CostModels":
         return cls.from_dict(read_json(path, "cost-model file", CostModelError))
+
+
+SPREADS = ("one", "multi")
+
+
+def _spread(devices_used: int) -> str:
+    return "multi" if devices_used > 1 else "one"
+
+
+def _median(values: deque[float]) -> float:
+    return float(statistics.median(values))
+
+
+def _overheads(data: Any) -> dict[str, deque[float]]:
+    """The overheads of a document: per spread (an older list: steps on one device)."""
+    if isinstance(data, list):
+        data = {"one": data}
+    if not isinstance(data, dict):
+        raise CostModelError(f"step_overhead_s is neither a list nor a mapping: {data!r}")
+    return {k: deque((float(v) for v in data.get(k, [])), maxlen=10) for k in SPREADS}

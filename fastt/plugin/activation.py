@@ -34,6 +34,7 @@ class Running:
         self.strategy, self.graph, self.sess = strategy, graph, sess
         self.state, self.profile_graph, self.inner = state, profile_graph, inner
         self.streams = streams  # the user's session: its random ops' draws, counted
+        self.fifo = False  # its strategy runs in TensorFlow's own order (none enforced)
         self._elements: dict[str, Any] = {}
         # The state it started with, until its first step succeeds: a first step that fails
         # part-way (or never ends) may have updated some variables.

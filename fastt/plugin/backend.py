@@ -43,7 +43,7 @@ class PluginBackend:
         cur = self.plugin.current
         self.engine.observe(run_metadata, untraced_s,
                             cur.profile_graph if cur.strategy is not None else None,
-                            self.plugin.feed_shapes)
+                            self.plugin.feed_shapes, cur.strategy, cur.fifo)
 
     def cost_change(self) -> float:
         return self.engine.cost_change()
@@ -87,6 +87,7 @@ class PluginBackend:
         new = activation.start(gd, strategy, graph, p.target, config, p.current,
                                p.user.state.variables, p.user.state.iterators, inits, counters,
                                p.iterator_inits.last)
+        new.fifo = mechanism == "none"
         old, p.current = p.current, new
         old.close()
 

@@ -10,7 +10,7 @@ import math
 import multiprocessing as mp
 import os
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from fastt.costs.source import CostSource
 from fastt.errors import Declined, DoesNotFit, FasttError, NoBatch
@@ -297,10 +297,13 @@ def _place_aside() -> list[tuple[Any, float]]:
     return [shared._built[("place", k.name, id(g))][:2] for k, g in todo]
 
 
-def step_overhead(costs: CostSource) -> float:
-    """What a step takes beyond its ops and transfers, when ``costs`` knows it (else 0)."""
+def step_overhead(costs: CostSource, placement: Mapping[str, str] | None = None) -> float:
+    """What a step of ``placement`` takes beyond its ops and transfers, when ``costs`` knows
+    it (else 0); None: the least over the ways a step spreads (a bound)."""
     known = getattr(costs, "step_overhead", None)
-    return float(known()) if known else 0.0
+    if not known:
+        return 0.0
+    return float(known(None if placement is None else len(set(placement.values()))))
 
 
 def _replay_key(p: Problem, plan: int, ordered: bool) -> tuple:

@@ -146,8 +146,10 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
         expected = max(finish_s, shared.finish_s(pl.problem))
         finished.append((_finish(shared, pl, k.search, expected), pl, reps))
         finish_s = max(finish_s, time.perf_counter() - t)
-    fin, best, replicas = min(finished, key=lambda f: f[0].times[::-1])
-    predicted, simulated = (t + step_overhead(shared.costs) for t in fin.times)
+    # a step over more devices may pay more beyond its replay (the master's calls)
+    fin, best, replicas = min(finished, key=lambda f: [
+        t + step_overhead(shared.costs, f[0].placement) for t in f[0].times[::-1]])
+    predicted, simulated = (t + step_overhead(shared.costs, fin.placement) for t in fin.times)
     plan_time = shared.alone_s(time.perf_counter() - t0)
     return Strategy(name=k.name, devices=[d.name for d in shared.devices], graph=fin.graph,
                     placement=fin.placement, order=fin.order, predicted_step_time_s=predicted,
@@ -308,4 +310,5 @@ def predict(strategy: Strategy, devices: Sequence[Device], costs: CostSource,
     replayed (contention-free links unless ``link_concurrency``), plus the step's
     overhead."""
     return replay(strategy, devices, costs, original, copy_bytes_per_s,
-                  link_concurrency=link_concurrency, fifo=fifo)[1].makespan + step_overhead(costs)
+                  link_concurrency=link_concurrency, fifo=fifo)[1].makespan + \
+        step_overhead(costs, strategy.placement)
