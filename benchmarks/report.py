@@ -286,14 +286,18 @@ def real_section(real: dict, out: str) -> list[str]:
               "direction (how OS-DPOS picks its final plan). Error = (predicted - measured) / "
               "measured. The cost models charge kernels that overlap on a device their share "
               "of it, are calibrated against untraced steps (tracing's own work out, the "
-              "step's overhead in, with a lone device's gaps between kernels), fit each link "
+              "step's overhead in, with a lone device's gaps between kernels; for a plan over "
+              "both workers, what the profiled two-worker plans' untraced steps took beyond "
+              "their own replays), fit each link "
               "on the lower decile of its transfers, charge gRPC transfers to the cores of "
               "both ends (probed share; a call in a burst its probed seconds), hold a "
               "tensor a busy one-core sender produced before it took the request (its "
               "probed wait, or its first pause), and add the "
               "master's call to a remote worker (probed) to plans that use one. The profiled "
               "plans (one worker, data-parallel, fastt) were calibrated on their own untraced "
-              "steps; m-topo and the replanned plan were not profiled before being predicted.",
+              "steps; m-topo and the replanned plan were not profiled before being predicted "
+              "(a plan over both workers takes the two-worker calibration of the "
+              "data-parallel plan, and of fastt's where it spans both).",
               "",
               "| model | variant | measured (ms) | predicted (ms) | error | contended (ms) | "
               "error |", "|---|---|---:|---:|---:|---:|---:|"]
