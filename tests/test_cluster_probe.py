@@ -38,11 +38,13 @@ def test_probe_fits_a_positive_slope_with_high_r2_both_ways():
             assert fit is not None and fit.samples == len(DEFAULT_SIZES + LARGE_SIZES)
             assert fit.slope > 0, fit
             assert fit.r2 >= 0.9, fit
-            # the largest size priced as probed, past a knee where the cost per byte grows
-            # (here 16 MiB: 64 MiB took 93-105 ms, the line below the knee said 33-44)
-            largest = max(model._probed[(canonical(cluster.device(src)),
-                                         canonical(cluster.device(dst)))])
-            assert fit.predict(largest[0]) == pytest.approx(largest[1], rel=0.25), fit
+            # the sweep's points priced as probed, in the median: one point of a live sweep
+            # may sit 20-30% off its neighbours (64 MiB at 24-52 ms over six sweeps here), and
+            # the fit is made to let it (a bent sweep's exact hinge: tests/test_costs.py)
+            probed = model._probed[(canonical(cluster.device(src)),
+                                    canonical(cluster.device(dst)))]
+            off = sorted(abs(fit.predict(n) - t) / t for n, t in probed)
+            assert off[len(off) // 2] <= 0.25, (fit, sorted(probed))
         # one core per worker: gRPC's copies take the cores' time (measured 0.8-1.0 each)
         shares = model.cpu_share(cluster.device(0), cluster.device(1))
         assert all(0.0 <= v <= 1.0 for v in shares) and sum(shares) > 0.3, shares
