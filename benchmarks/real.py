@@ -61,7 +61,8 @@ from benchmarks.common import block, cpu_model, keeps_candidate, previous_full_r
 
 from fastt.adapters.engine import Engine  # noqa: E402
 from fastt.cluster import LocalCluster  # noqa: E402
-from fastt.plugin.measure import settled  # noqa: E402
+from fastt.plugin.measure import steady_start  # noqa: E402
+from fastt.plugin.settings import Settings  # noqa: E402
 from fastt.plugin.remote import on_cluster  # noqa: E402
 from fastt.sched.problem import Device  # noqa: E402
 
@@ -102,17 +103,17 @@ class Run:
                       flush=True)
 
 
-def warm_up(run: Run, cap: int = 80) -> float:
-    """Steps of ``run`` until its step times settle (as the plugin waits: MSER-5), at most
-    ``cap``; returns the median settled step time."""
+def warm_up(run: Run) -> float:
+    """Steps of ``run`` until they give a steady sample, as the session plugin samples a graph
+    (``steady_start`` with the plugin's default steps); returns the sample's median step
+    time."""
+    settings = Settings()
     times: list[float] = []
-    start = None
-    while len(times) < cap and (len(times) < 10 or start is None):
+    while (found := steady_start(times, settings.warmup_steps, settings.measure_steps)) is None:
         t = time.perf_counter()
         run.step()
         times.append(time.perf_counter() - t)
-        start = settled(times, 5) if len(times) >= 10 else None
-    return statistics.median(times[start or len(times) // 2:])
+    return statistics.median(times[found[0]:])
 
 
 def profile_into(engine: Engine, run: Run, graph, steps: int, strategy=None,

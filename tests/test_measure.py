@@ -3,7 +3,7 @@ synthetic samples (no timings are measured here)."""
 import numpy as np
 import pytest
 
-from fastt.plugin.measure import compare, mser5_truncation, settled
+from fastt.plugin.measure import CAP, compare, mser5_truncation, settled, steady_start
 
 
 def _warmup_then_steady(rng, steady=0.060, noise=0.05, n=120):
@@ -36,6 +36,18 @@ def test_a_late_jump_is_not_steady():
     times = [0.05] * 35 + [0.10] * 25
     assert settled(times, min_steps=10) is None  # the change lies past the middle
     assert settled(times + [0.10] * 40, min_steps=10) == 35
+
+
+def test_a_sample_starts_where_the_steps_settle_or_at_the_cap_marked_unsettled():
+    rng = np.random.default_rng(1)
+    times = _warmup_then_steady(rng)
+    assert steady_start(times[:24], warmup=5, need=20) is None  # too few steps
+    start, ok = steady_start(times, warmup=5, need=20)
+    assert ok and start == settled(times, 20) and 25 <= start <= 45
+    # a level that keeps moving never settles: the last 20 steps, once the cap is reached
+    moving = list(np.linspace(0.05, 0.10, 5 + CAP * 20))
+    assert steady_start(moving[:-1], warmup=5, need=20) is None
+    assert steady_start(moving, warmup=5, need=20) == (5 + (CAP - 1) * 20, False)
 
 
 @pytest.mark.parametrize("gain,expected", [(0.02, "undecided"), (0.20, "faster"),

@@ -24,12 +24,11 @@ from fastt.errors import WorkerLostError
 from fastt.plugin import messages as say
 from fastt.plugin.entry import Entry, Sample, session_id
 from fastt.plugin.load import Reading, other_load
-from fastt.plugin.measure import CONFIDENCE, compare, settled
+from fastt.plugin.measure import CONFIDENCE, compare, steady_start
 from fastt.plugin.settings import Settings
 
 log = logging.getLogger("fastt")
 
-CAP = 6  # a graph whose steps never settle is sampled after warmup + CAP * measure steps
 EXTEND = 3  # an undecided comparison measures up to EXTEND * measure steps more
 RESTARTS = 2  # times a measurement starts again after the machine's load changed
 LOOKS = 1 + EXTEND  # comparisons one measurement may make: each at 1 - (1 - CONFIDENCE) / LOOKS
@@ -200,16 +199,12 @@ class Controller:
         the cap, the last ones, marked unsettled; None before."""
         need = self.settings.measure_steps + extra
         times = self._times
-        if len(times) < self.settings.warmup_steps + need:
-            return None
         if self._reads_load and sum(times) < self.settings.measure_seconds:
             return None  # too short to tell whether the machine's load moved meanwhile
-        start = settled(times, need)
-        if start is None and len(times) < self.settings.warmup_steps + CAP * need:
+        found = steady_start(times, self.settings.warmup_steps, need)
+        if found is None:
             return None
-        ok = start is not None
-        if start is None:  # from the cap on: the last ``need`` steps then, and all after
-            start = min(len(times) - need, self.settings.warmup_steps + (CAP - 1) * need)
+        start, ok = found
         load = other_load(self._window, Reading()) if self._reads_load else None
         return Sample(times[start:], start, ok, load)
 

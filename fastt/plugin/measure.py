@@ -26,6 +26,7 @@ BOOTSTRAP = 2000
 CONFIDENCE = 0.95
 DRIFT = 0.05  # the two halves of a steady series differ by less, or not significantly
 LOAD_CHANGE = 0.15  # of the machine's cores: more than this between two samples, re-measure
+CAP = 6  # a series that never settles is sampled after warmup + CAP * its sample's steps
 
 
 def mser5_truncation(times: list[float]) -> int:
@@ -62,6 +63,20 @@ def settled(times: list[float], min_steps: int) -> int | None:
     if drift.verdict != "undecided" and abs(drift.ratio - 1) > DRIFT:
         return None  # MSER truncates a warm-up; a level that moves later is not steady
     return d
+
+
+def steady_start(times: list[float], warmup: int, need: int) -> tuple[int, bool] | None:
+    """Where a sample of ``times`` of at least ``need`` steps starts, past ``warmup`` steps:
+    once they have settled (``settled``), with True; if they never do, from
+    ``warmup + CAP * need`` steps on, the last ``need`` steps then, with False; None before."""
+    if len(times) < warmup + need:
+        return None
+    start = settled(times, need)
+    if start is not None:
+        return start, True
+    if len(times) < warmup + CAP * need:
+        return None
+    return min(len(times) - need, warmup + (CAP - 1) * need), False
 
 
 @dataclass(frozen=True)
