@@ -69,12 +69,13 @@ def step_times(fn: Callable[[], object], steps: int) -> list[float]:
 
 
 def keeps_candidate(kept: Callable[[], object], candidate: Callable[[], object], steps: int,
-                    looks: int = 3) -> dict[str, Any]:
+                    looks: int = 3, tie_keeps: bool = False) -> dict[str, Any]:
     """The session plugin's decision between the graph it runs (``kept``) and a candidate:
     per-step times of each (in alternating halves, so that a drift of the machine hits both),
     compared with its rule (``fastt.plugin.measure.compare``), ``steps`` more on each side
     while undecided, at most ``looks`` times. The verdict as a dict; "keep" is whether the
-    candidate replaces the kept graph (only when significantly faster)."""
+    candidate replaces the kept graph (only when significantly faster; with ``tie_keeps``,
+    also when undecided: the kept plan's own order against TensorFlow's)."""
     from fastt.plugin.measure import CONFIDENCE, compare
 
     a: list[float] = []
@@ -86,7 +87,8 @@ def keeps_candidate(kept: Callable[[], object], candidate: Callable[[], object],
         v = compare(a, b, seed=look, confidence=1 - (1 - CONFIDENCE) / looks)
         if v.verdict != "undecided":
             break
-    return {**v.as_dict(), "keep": v.verdict == "faster", "steps": len(a)}
+    keep = v.verdict == "faster" or (tie_keeps and v.verdict == "undecided")
+    return {**v.as_dict(), "keep": keep, "steps": len(a)}
 
 
 def cpu_model() -> str:

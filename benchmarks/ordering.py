@@ -11,7 +11,7 @@ the median ratio is reported (below 1: faster than FIFO).
 
 fastt's choice: what the session plugin would run in the end. In-process it enforces the
 order with the priority executor, then tries the same placement in FIFO order and keeps that
-when its decision rule finds it significantly faster (``benchmarks.common.keeps_candidate``).
+unless its decision rule finds it significantly slower (``benchmarks.common.keeps_candidate``).
 The decision is taken on its own steps, before the timed blocks, and the chosen mode's ratio
 to FIFO is read from the timed blocks. Writes ordering.json and ordering.md.
 """
@@ -73,7 +73,8 @@ def bench(name: str, kwargs: dict, steps: int, repeats: int) -> dict:
         runs[mode] = (sess, lambda s=sess, f=fetches, d=feed: s.run(f, d))
     for _, fn in runs.values():
         block(fn, max(steps // 3, 2))  # warm every session up
-    decision = keeps_candidate(runs["priority-executor"][1], runs["fifo"][1], steps)
+    decision = keeps_candidate(runs["priority-executor"][1], runs["fifo"][1], steps,
+                               tie_keeps=True)
     choice = "fifo" if decision["keep"] else "priority-executor"
     times = {mode: [] for mode in MODES}
     for r in range(repeats):

@@ -29,7 +29,7 @@ repeats (10); the median step time of each is reported as samples/second:
 their own before the timed blocks: from the original graph, each round (data parallelism,
 OS-DPOS, OS-DPOS replanned) replaces the graph kept so far only when the plugin's rule finds
 it significantly faster, and a plan kept with its order enforced is then tried in
-TensorFlow's own order, kept only when that is significantly faster. Its figure is the
+TensorFlow's own order, kept unless that is significantly slower. Its figure is the
 chosen variant's in the timed blocks.
 
 Fidelity: each variant's step time as the simulator predicts it from the same cost models
@@ -142,7 +142,8 @@ def adapt(runs: dict[str, Run], steps: int) -> tuple[str, list[dict]]:
         for candidate in (name, FIFO_OF.get(name)):
             if candidate is None or (candidate != name and kept != name):
                 continue  # a plan's own order is tried only once the plan is kept
-            v = keeps_candidate(runs[kept].step, runs[candidate].step, steps)
+            v = keeps_candidate(runs[kept].step, runs[candidate].step, steps,
+                                tie_keeps=candidate != name)  # a tie drops the order
             decisions.append({"kept": kept, "candidate": candidate, **v})
             if v["keep"]:
                 kept = candidate

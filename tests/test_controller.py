@@ -373,12 +373,14 @@ def test_with_dumps_one_measured_step_is_traced_and_left_out_of_the_timings():
     assert Controller(SETTINGS, plain.backend).session != plain.session
 
 
-@pytest.mark.parametrize("fifo_time,kept", [(0.005, "fifo"), (0.007, "ordered")])
+@pytest.mark.parametrize("fifo_time,kept", [(0.005, "fifo"), (0.007, "ordered"),
+                                            (0.006, "fifo")])
 def test_the_order_is_enforced_only_where_it_measures_faster(fifo_time, kept, caplog):
     """A plan kept with its enforced order is measured again with TensorFlow's own order;
-    the faster of the two stays."""
+    the order stays only where it measures significantly faster (a tie in noise: FIFO)."""
     b = FakeBackend({None: 0.010, "data-parallel": 0.006, "data-parallel/fifo": fifo_time},
-                    predicted={"data-parallel": 0.006, "data-parallel/fifo": 0.0065})
+                    predicted={"data-parallel": 0.006, "data-parallel/fifo": 0.0065},
+                    noise=0.05)
     ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
                               max_rounds=1), b)
     with caplog.at_level(logging.INFO, logger="fastt"):
@@ -388,6 +390,9 @@ def test_the_order_is_enforced_only_where_it_measures_faster(fifo_time, kept, ca
     assert fifo.predicted_s == 0.0065 and fifo.baseline == "strategy 1 (data-parallel)"
     if kept == "fifo":
         assert fifo.status == "active" and first.status == "superseded" and not b.ordered
+        tie = fifo_time == 0.006
+        assert (fifo.verdict.verdict == "undecided") == tie and (fifo.recheck is None) == tie
+        assert ("enforced only where it measures faster" in fifo.reason) == tie
     else:
         assert fifo.status == "rolled_back" and first.status == "active" and b.ordered
         assert b.running is first.strategy

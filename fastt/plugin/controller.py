@@ -235,6 +235,14 @@ class Controller:
         self._measuring = None
         entry.sample, entry.verdict, entry.measured_s = sample, verdict, sample.times
         entry.baseline = say.label(previous)
+        if verdict.verdict == "undecided" and previous is not None and previous.ordered and \
+                not entry.ordered and entry.strategy is previous.strategy:
+            # the planned order, measured no faster than TensorFlow's own within the noise,
+            # does not pay for enforcing it (control dependencies, the priority executor)
+            entry.reason = ("not significantly slower than the same plan in its planned order: "
+                            "an order is enforced only where it measures faster")
+            self._conclude(entry, previous, True, on_it=True)
+            return
         if verdict.verdict == "faster" and self.settings.rollback and \
                 not self._original_misfit(previous):
             # A-B-A: the graph before runs once more, so that the machine drifting between
