@@ -33,8 +33,9 @@ TensorFlow's own order, kept unless that is significantly slower. Its figure is 
 chosen variant's in the timed blocks.
 
 Fidelity: each variant's step time as the simulator predicts it from the same cost models
-(placement and order replayed, one transfer at a time per link direction; ``no order``
-replayed first come, first served) next to the measured one. Writes real.json, and each
+(placement replayed, one transfer at a time per link direction; an enforced order replayed as
+control dependencies keep it: first come, first served within the edges the rewrite adds;
+``no order`` first come, first served) next to the measured one. Writes real.json, and each
 model's cost models to results/real_costs/ (to replay the predictions; not kept in git); with
 ``--models`` (and not ``--quick``) those models' rows replace theirs in an existing full run's,
 measured on the same processor (on another one it stops: ``--out DIR`` keeps them apart).

@@ -94,3 +94,32 @@ def test_a_plan_over_two_devices_is_calibrated_on_its_own_replay():
     assert engine.predict(one) == pytest.approx(
         replay(one, engine.devices, engine.costs(), engine.step)[1].makespan +
         statistics.median(engine.models.overhead["one"]))
+
+
+def test_a_plan_kept_by_control_dependencies_is_replayed_as_it_runs(profiled):
+    """Control dependencies keep only the edges the rewrite can add: a prediction replays
+    the rewritten graph's own edges, first come, first served; the priority executor keeps
+    the whole order."""
+    from fastt.sched.strategy import predict
+    engine = profiled[0]
+    s = engine.plan("m-topo")
+    assert engine.runs_as(s) == (s, False)  # in-process: the priority executor
+    assert engine.runs_as(s, fifo=True) == (s, True)
+    engine.enforce = "control-dependencies"
+    try:
+        as_run, fifo = engine.runs_as(s)
+        assert fifo and (as_run.placement, as_run.order) == (s.placement, s.order)
+        gd, _ = engine.rewrite(s, "control-dependencies")
+        written = {n.name: {i[1:] for i in n.input if i.startswith("^")} for n in gd.node}
+        added = 0
+        for op in as_run.graph:
+            assert set(op.control_inputs) == written[op.name], op.name
+            added += len(op.control_inputs) - len(s.graph[op.name].control_inputs)
+        assert added > 0
+        assert engine.predict(s) == pytest.approx(
+            predict(as_run, engine.devices, engine.costs(), engine.step, fifo=True))
+        planned = engine.plan("m-topo")
+        assert planned.predicted_step_time_s == pytest.approx(
+            min(engine.predict(planned), engine.predict(planned, fifo=True)))
+    finally:
+        engine.enforce = "priority-executor"

@@ -10,6 +10,7 @@ steps on one it is given).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Mapping, Sequence
 
@@ -17,7 +18,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 from fastt.adapters.probe import probe_devices, unprobed
-from fastt.adapters.rewrite import merged_graph, rewrite
+from fastt.adapters.rewrite import merged_graph, order_edges, rewrite
 from fastt.adapters.runner import traced_run
 from fastt.adapters.tf_import import from_tf_graph, inferred_shapes
 from fastt.costs import CostModels, MemoryModel
@@ -36,14 +37,18 @@ ORDERS = ("priority-executor", "control-dependencies", "none")  # how a plan's o
 class Engine:
     """The pipeline for the training step ``fetches`` of ``graph`` on ``devices`` (ops named
     under ``exclude/`` are left out: the plugin's own). ``target`` and ``config`` are where
-    the link probes run."""
+    the link probes run. ``enforce``: how a plan's order is kept when it runs (``ORDERS``;
+    default: control dependencies on a cluster, the priority executor in-process), which its
+    predictions replay."""
 
     def __init__(self, graph: tf.Graph, devices: Sequence[Device], fetches: Sequence[str],
                  *, target: str = "", config: Any = None, exclude: str = "",
-                 name: str = "user") -> None:
+                 name: str = "user", enforce: str | None = None) -> None:
         self.graph, self.devices = graph, list(devices)
         self.fetches = [f.split(":")[0] for f in fetches]
         self.target, self.config, self.name = target, config, name
+        self.enforce = enforce or ("control-dependencies" if target else "priority-executor")
+        self._as_run: tuple[Strategy, Strategy] | None = None  # (a plan, its graph as run)
         self._exclude = exclude + "/" if exclude else ""
         self.models: CostModels | None = None
         self._ir: Graph | None = None
@@ -113,7 +118,8 @@ class Engine:
         replayed = strategy is not None and untraced_s is not None and used > 1
         self.models.update(p, timed=not replayed)
         if strategy is not None and untraced_s is not None and replayed:
-            covered = replay(strategy, self.devices, self.costs(), self.step, fifo=fifo)[1]
+            as_run, in_fifo = self.runs_as(strategy, fifo)
+            covered = replay(as_run, self.devices, self.costs(), self.step, fifo=in_fifo)[1]
             self.models.record_overhead(untraced_s - covered.makespan, used)
         return p
 
@@ -176,14 +182,42 @@ class Engine:
     def plan(self, name: str, devices: Sequence[Device] | None = None, **options: Any
              ) -> Strategy:
         """Strategy ``name`` for the training step (``devices``: a subset; ``options``: see
-        ``fastt.sched.strategy.plan``)."""
-        return plan(self.ir, devices or self.devices, self.costs(), name,
-                    fetches=self.fetches, **options)
+        ``fastt.sched.strategy.plan``). A plan ordered where control dependencies keep the
+        order is predicted as it will run (``runs_as``), and runs in TensorFlow's own order
+        when that is predicted faster."""
+        s = plan(self.ir, devices or self.devices, self.costs(), name, fetches=self.fetches,
+                 **options)
+        if not s.ordered or self.enforce != "control-dependencies":
+            return s
+        kept, fifo = self.predict(s), self.predict(s, fifo=True)
+        return dataclasses.replace(s, predicted_step_time_s=min(kept, fifo),
+                                   ordered=kept < fifo)
 
     def predict(self, strategy: Strategy, fifo: bool = False, **options: Any) -> float:
-        """``strategy``'s step time under the current cost models (``fifo``: in TensorFlow's
-        own order; ``options``: see ``fastt.sched.strategy.predict``)."""
-        return predict(strategy, self.devices, self.costs(), self.step, fifo=fifo, **options)
+        """``strategy``'s step time under the current cost models, as it runs (``runs_as``;
+        ``fifo``: in TensorFlow's own order; ``options``: see
+        ``fastt.sched.strategy.predict``)."""
+        s, in_fifo = self.runs_as(strategy, fifo)
+        return predict(s, self.devices, self.costs(), self.step, fifo=in_fifo, **options)
+
+    def runs_as(self, strategy: Strategy, fifo: bool = False) -> tuple[Strategy, bool]:
+        """``strategy`` as its graph runs, for a replay, and whether it replays first come,
+        first served. The priority executor keeps the whole order. Control dependencies keep
+        only the edges the rewrite can add (none into a kernel oneDNN may fuse, none where
+        the graph orders two ops already): TensorFlow's executor runs each device's ready
+        ops first come, first served within them, so the plan replays that way, over its
+        graph with those edges."""
+        if fifo or self.enforce == "none":
+            return strategy, True
+        if self.enforce != "control-dependencies":
+            return strategy, False
+        if self._as_run is None or self._as_run[0] is not strategy:
+            edges = order_edges(merged_graph(self.ir, strategy), strategy)
+            g = strategy.graph
+            extra = {n: g[n].with_(control_inputs=g[n].control_inputs + tuple(c))
+                     for n, c in edges.items()}
+            self._as_run = (strategy, dataclasses.replace(strategy, graph=g.replace_ops(extra)))
+        return self._as_run[1], True
 
     def rewrite(self, strategy: Strategy | None, order: str = "none"
                 ) -> tuple[graph_pb2.GraphDef, Graph]:

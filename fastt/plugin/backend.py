@@ -28,6 +28,7 @@ class PluginBackend:
     def __init__(self, plugin: "SessionPlugin", engine: Engine) -> None:
         self.plugin, self.engine, self.settings = plugin, engine, plugin.settings
         self._streams_said = False
+        engine.enforce = self.order_mechanism()  # its predictions replay what will run
 
     def starting_strategy(self) -> str:
         name, why_not = self.engine.starting_strategy(self.settings.strategy)
