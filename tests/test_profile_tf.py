@@ -7,6 +7,7 @@ tf1.disable_eager_execution()
 
 from fastt import zoo  # noqa: E402
 from fastt.adapters.engine import Engine  # noqa: E402
+from fastt.errors import FasttError  # noqa: E402
 from fastt.sched.problem import Device  # noqa: E402
 
 DEVICES = [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(2)]
@@ -121,5 +122,11 @@ def test_a_plan_kept_by_control_dependencies_is_replayed_as_it_runs(profiled):
         planned = engine.plan("m-topo")
         assert planned.predicted_step_time_s == pytest.approx(
             min(engine.predict(planned), engine.predict(planned, fifo=True)))
+        engine.enforce = "none"  # FASTT_ORDER=0: every plan runs in TensorFlow's order
+        unordered = engine.plan("m-topo")
+        assert not unordered.ordered and unordered.predicted_step_time_s == pytest.approx(
+            engine.predict(unordered, fifo=True))
     finally:
         engine.enforce = "priority-executor"
+    with pytest.raises(FasttError, match="unknown order mechanism 'fifo'"):
+        Engine(engine.graph, engine.devices, engine.fetches, enforce="fifo")

@@ -48,6 +48,9 @@ class Engine:
         self.fetches = [f.split(":")[0] for f in fetches]
         self.target, self.config, self.name = target, config, name
         self.enforce = enforce or ("control-dependencies" if target else "priority-executor")
+        if self.enforce not in ORDERS:
+            raise FasttError(f"unknown order mechanism {self.enforce!r}; one of "
+                             f"{', '.join(ORDERS)}")
         self._as_run: tuple[Strategy, Strategy] | None = None  # (a plan, its graph as run)
         self._exclude = exclude + "/" if exclude else ""
         self.models: CostModels | None = None
@@ -182,12 +185,12 @@ class Engine:
     def plan(self, name: str, devices: Sequence[Device] | None = None, **options: Any
              ) -> Strategy:
         """Strategy ``name`` for the training step (``devices``: a subset; ``options``: see
-        ``fastt.sched.strategy.plan``). A plan ordered where control dependencies keep the
-        order is predicted as it will run (``runs_as``), and runs in TensorFlow's own order
-        when that is predicted faster."""
+        ``fastt.sched.strategy.plan``). Where the priority executor does not keep the whole
+        order, an ordered plan is predicted as it will run (``runs_as``), and runs in
+        TensorFlow's own order when that is predicted faster."""
         s = plan(self.ir, devices or self.devices, self.costs(), name, fetches=self.fetches,
                  **options)
-        if not s.ordered or self.enforce != "control-dependencies":
+        if not s.ordered or self.enforce == "priority-executor":
             return s
         kept, fifo = self.predict(s), self.predict(s, fifo=True)
         return dataclasses.replace(s, predicted_step_time_s=min(kept, fifo),
