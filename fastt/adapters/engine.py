@@ -118,12 +118,13 @@ class Engine:
             self._ir = ir.with_output_shapes(self._shapes, p.output_bytes)
             self.models = CostModels(memory=MemoryModel.from_graph(self._ir))
         used = len({s.device for s in p.compute})
-        replayed = strategy is not None and untraced_s is not None and used > 1
-        self.models.update(p, timed=not replayed)
-        if strategy is not None and untraced_s is not None and replayed:
-            as_run, in_fifo = self.runs_as(strategy, fifo)
-            covered = replay(as_run, self.devices, self.costs(), self.step, fifo=in_fifo)[1]
-            self.models.record_overhead(untraced_s - covered.makespan, used)
+        if strategy is None or untraced_s is None or used < 2:
+            self.models.update(p)
+            return p
+        self.models.update(p, timed=False)
+        as_run, in_fifo = self.runs_as(strategy, fifo)
+        covered = replay(as_run, self.devices, self.costs(), self.step, fifo=in_fifo)[1]
+        self.models.record_overhead(untraced_s - covered.makespan, used)
         return p
 
     def trace(self, sess: Any, feed_dict: Any = None, steps: int = 1, warmup: int = 0,
@@ -192,9 +193,14 @@ class Engine:
                  **options)
         if not s.ordered or self.enforce == "priority-executor":
             return s
-        kept, fifo = self.predict(s), self.predict(s, fifo=True)
-        return dataclasses.replace(s, predicted_step_time_s=min(kept, fifo),
-                                   ordered=kept < fifo)
+        # (free links, one transfer at a time) in each order, chosen as the planner chooses:
+        # TensorFlow's where its contended replay is faster
+        kept, fifo = ((self.predict(s, fifo=f), self.predict(s, fifo=f, link_concurrency=1))
+                      for f in (False, True))
+        ordered = self.enforce != "none" and not fifo[::-1] < kept[::-1]
+        predicted, simulated = kept if ordered else fifo
+        return dataclasses.replace(s, predicted_step_time_s=predicted,
+                                   simulated_step_time_s=simulated, ordered=ordered)
 
     def predict(self, strategy: Strategy, fifo: bool = False, **options: Any) -> float:
         """``strategy``'s step time under the current cost models, as it runs (``runs_as``;
