@@ -101,6 +101,23 @@ def test_cluster_specs_and_settings():
         parse_cluster_spec("a:1,a:1")
 
 
+@pytest.mark.parametrize("order, target, built, expected", [
+    (True, "grpc://127.0.0.1:2222", True, "control-dependencies"),
+    (True, "", True, "priority-executor"),
+    (True, "", False, "control-dependencies"),
+    (False, "grpc://127.0.0.1:2222", True, "none"),
+])
+def test_how_an_order_is_kept(monkeypatch, order, target, built, expected):
+    from types import SimpleNamespace
+
+    from fastt.plugin.backend import PluginBackend
+    from tf_patches import priority_executor
+    monkeypatch.setattr(priority_executor, "load", lambda: built)
+    backend = SimpleNamespace(settings=SimpleNamespace(order=order),
+                              plugin=SimpleNamespace(target=target))
+    assert PluginBackend.order_mechanism(backend) == expected
+
+
 def test_example_trains_on_a_two_worker_cluster(tmp_path):
     # Each worker runs one intra-op thread; the local reference runs on one core, which gives
     # TensorFlow's kernels the same reduction order.
@@ -118,7 +135,9 @@ def test_example_trains_on_a_two_worker_cluster(tmp_path):
     assert dumps, err[-3000:]
     doc = json.loads((dumps[0] / "strategy.json").read_text())
     assert doc["devices"] == [cluster.device(0), cluster.device(1)]
-    assert doc["order_mechanism"] == "control-dependencies"  # workers ignore executor plugins
+    # workers ignore executor plugins: a kept order is control dependencies; a plan predicted
+    # faster in TensorFlow's own order runs without any (Engine.plan)
+    assert doc["order_mechanism"] == ("control-dependencies" if doc["ordered"] else "none")
     comm = json.loads((dumps[-1] / "cost_models.json").read_text())["comm"]
     fits = {(f["src"], f["dst"]): f for f in comm["fits"]}
     for pair in ((cluster.device(0), cluster.device(1)), (cluster.device(1), cluster.device(0))):
