@@ -42,8 +42,6 @@ measured on the same processor (on another one it stops: ``--out DIR`` keeps the
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import os
 import platform
@@ -126,13 +124,6 @@ def profile_into(engine: Engine, run: Run, graph, steps: int, strategy=None,
     engine.trace(run.sess, run.feed, steps=steps, graph=graph, untraced_s=untraced,
                  strategy=strategy, fifo=fifo)
     return untraced
-
-
-def plan_key(s) -> str:
-    """What makes two variants one plan: the same placement, splits and replicas."""
-    doc = json.dumps([sorted(s.placement.items()), [(x.op, x.dim, x.n) for x in s.splits],
-                      s.replicas])
-    return hashlib.sha1(doc.encode()).hexdigest()[:12]
 
 
 def adapt(runs: dict[str, Run], steps: int) -> tuple[str, list[dict]]:
@@ -225,7 +216,7 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
            "links": {f"{a} -> {b}": [f.intercept, f.slope, f.samples, f.r2]
                      for (a, b), f in models.comm.fits().items()},
            "fidelity_error": {v: (predicted[v] - step[v]) / step[v] for v in VARIANTS},
-           "plan": {v: plan_key(strategies[v]) for v in VARIANTS},
+           "plan": {v: strategies[v].key() for v in VARIANTS},
            "adaptive": {"choice": adaptive, "decisions": decisions,
                         "step_s": step[adaptive],
                         "ratio_to_its_fifo": step[adaptive] / step[FIFO_OF.get(adaptive,

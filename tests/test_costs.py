@@ -254,18 +254,23 @@ def test_how_late_a_busy_device_serves_a_request_reaches_the_simulator():
     assert p.serve_delay == [3e-3, 0.0]
 
 
-def test_steps_over_one_device_and_over_several_keep_their_own_overhead():
+def test_a_plan_profiled_over_several_devices_pays_its_own_overhead_others_one_devices():
     m = CostModels()
     assert m.step_overhead(1) == m.step_overhead(2) == m.step_overhead() == 0.0
-    for s in (1e-3, 2e-3, 3e-3):
-        m.record_overhead(s, 1)
-    assert m.step_overhead(1) == m.step_overhead(2) == pytest.approx(2e-3)  # none of its own
     for s in (5e-3, -1e-3, 4e-3):  # a replay may run longer than the step
-        m.record_overhead(s, 2)
-    assert m.step_overhead(1) == pytest.approx(2e-3)
-    assert m.step_overhead(3) == pytest.approx(4e-3)
+        m.record_overhead(s, 2, "dp")
+    # nothing on one device known yet: every plan pays what the one profiled did
+    assert m.step_overhead(1) == m.step_overhead(2, "other") == pytest.approx(4e-3)
+    for s in (1e-3, 2e-3, 3e-3):
+        m.record_overhead(s, 1, "single")  # one device: no plan of its own
+    assert m.step_overhead(2, "dp") == m.step_overhead(3, "dp") == pytest.approx(4e-3)
+    assert m.step_overhead(2, "other") == m.step_overhead(3) == pytest.approx(2e-3)
+    assert m.step_overhead(1) == m.step_overhead(1, "dp") == pytest.approx(2e-3)
     assert m.step_overhead() == pytest.approx(2e-3)  # the least: a bound
+    assert list(m.plan_overhead) == ["dp"]
     again = CostModels.from_dict(json.loads(json.dumps(m.to_dict())))
+    assert {k: list(q) for k, q in again.plan_overhead.items()} == {"dp": [5e-3, -1e-3, 4e-3]}
+    assert again.step_overhead(2, "dp") == pytest.approx(4e-3)
     assert {k: list(q) for k, q in again.overhead.items()} == \
         {k: list(q) for k, q in m.overhead.items()}
     # a document from before the split: its steps counted as on one device

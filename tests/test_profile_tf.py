@@ -90,11 +90,17 @@ def test_a_plan_over_two_devices_is_calibrated_on_its_own_replay():
     covered = replay(s, engine.devices, engine.costs(), engine.step, fifo=True)[1].makespan
     assert list(engine.models.overhead["multi"]) == [pytest.approx(untraced - covered)]
     assert engine.predict(s, fifo=True) == pytest.approx(untraced)
-    # a plan on one device keeps the overhead of steps on one device
+    assert list(engine.models.plan_overhead) == [s.key()]
+    # a plan on one device keeps the overhead of steps on one device, and so does a plan over
+    # both that was not profiled: what the profiled one took beyond its replay is its own
+    one_s = statistics.median(engine.models.overhead["one"])
+    assert one_s != pytest.approx(untraced - covered)
     one = engine.plan("single", engine.devices[:1])
-    assert engine.predict(one) == pytest.approx(
-        replay(one, engine.devices, engine.costs(), engine.step)[1].makespan +
-        statistics.median(engine.models.overhead["one"]))
+    spread = engine.plan("m-topo")
+    assert spread.key() != s.key() and len(set(spread.placement.values())) == 2
+    for plan in (one, spread):
+        assert engine.predict(plan) == pytest.approx(
+            replay(plan, engine.devices, engine.costs(), engine.step)[1].makespan + one_s)
 
 
 def test_a_plan_kept_by_control_dependencies_is_replayed_as_it_runs(profiled):

@@ -124,7 +124,7 @@ class Engine:
         self.models.update(p, timed=False)
         as_run, in_fifo = self.runs_as(strategy, fifo)
         covered = replay(as_run, self.devices, self.costs(), self.step, fifo=in_fifo)[1]
-        self.models.record_overhead(untraced_s - covered.makespan, used)
+        self.models.record_overhead(untraced_s - covered.makespan, used, strategy.key())
         return p
 
     def trace(self, sess: Any, feed_dict: Any = None, steps: int = 1, warmup: int = 0,

@@ -31,8 +31,9 @@ class CostSource(Protocol):
     # receiver seconds])``: the share of a transfer's time that the two devices' compute
     # streams spend on it, and the seconds of a call in a burst (``CommCostModel.burst_cpu``;
     # without them, the share of the latency); without the method, none;
-    # ``step_overhead(devices_used=None) -> seconds`` a step over that many devices takes
-    # beyond its ops and transfers (None: the least; default 0);
+    # ``step_overhead(devices_used=None, plan=None) -> seconds`` a step over that many
+    # devices (of the plan of that ``Strategy.key``) takes beyond its ops and transfers
+    # (None: the least; default 0);
     # ``device_step(device) -> seconds`` a step pays to run anything on ``device`` (a remote
     # worker's call; default 0); ``serve_delay(device) -> seconds`` at most a request for a
     # tensor waits for the device's busy cores (default 0); ``link_knee(src, dst) -> (bytes,
@@ -60,8 +61,9 @@ class ModelCosts:
     def transfer_cpu(self, src: str, dst: str) -> tuple[float, float, float, float]:
         return (*self.models.comm.cpu_share(src, dst), *self.models.comm.burst_cpu(src, dst))
 
-    def step_overhead(self, devices_used: int | None = None) -> float:
-        return self.models.step_overhead(devices_used)
+    def step_overhead(self, devices_used: int | None = None, plan: str | None = None
+                      ) -> float:
+        return self.models.step_overhead(devices_used, plan)
 
     def device_step(self, device: str) -> float:
         return self.models.reach(device)

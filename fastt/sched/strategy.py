@@ -31,6 +31,8 @@ placements and replays are built once for all.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -77,6 +79,13 @@ class Strategy:
     transfer_priorities: dict[str, Any] | None = None
     # the weights of a data-parallel plan that run unreplicated (``fastt.sched.hybrid``)
     kept_whole: list[str] = field(default_factory=list)
+
+    def key(self) -> str:
+        """What makes two strategies one plan: the same placement, splits and replicas (not
+        the order, nor the predictions)."""
+        doc = json.dumps([sorted(self.placement.items()),
+                          [(x.op, x.dim, x.n) for x in self.splits], self.replicas])
+        return hashlib.sha1(doc.encode()).hexdigest()[:12]
 
     def ops_per_device(self) -> dict[str, int]:
         counts = {d: 0 for d in self.devices}
@@ -149,16 +158,19 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
     # a step over more devices may pay more beyond its replay (the master's calls)
     fin, best, replicas = min(finished, key=lambda f: [
         t + step_overhead(shared.costs, f[0].placement) for t in f[0].times[::-1]])
-    predicted, simulated = (t + step_overhead(shared.costs, fin.placement) for t in fin.times)
     plan_time = shared.alone_s(time.perf_counter() - t0)
-    return Strategy(name=k.name, devices=[d.name for d in shared.devices], graph=fin.graph,
-                    placement=fin.placement, order=fin.order, predicted_step_time_s=predicted,
-                    simulated_step_time_s=simulated, plan_time_s=plan_time,
-                    splits=forced + best.splits, replicas=replicas, dpos_runs=runs,
-                    note=best.schedule.note, ordered=fin.ordered,
-                    transfer_priorities=fin.weights.summary() if fin.weights else None,
-                    kept_whole=kept_whole(shared.graph, best.graph, graph_weights(shared))
-                    if replicas > 1 else [])
+    s = Strategy(name=k.name, devices=[d.name for d in shared.devices], graph=fin.graph,
+                 placement=fin.placement, order=fin.order, predicted_step_time_s=0.0,
+                 simulated_step_time_s=0.0, plan_time_s=plan_time,
+                 splits=forced + best.splits, replicas=replicas, dpos_runs=runs,
+                 note=best.schedule.note, ordered=fin.ordered,
+                 transfer_priorities=fin.weights.summary() if fin.weights else None,
+                 kept_whole=kept_whole(shared.graph, best.graph, graph_weights(shared))
+                 if replicas > 1 else [])
+    # the plan found may be one already profiled: its own overhead then
+    s.predicted_step_time_s, s.simulated_step_time_s = (
+        t + step_overhead(shared.costs, fin.placement, s.key()) for t in fin.times)
+    return s
 
 
 def placed(shared: Planning, k: StrategyKind, forced: Sequence[Split] = ()
@@ -308,7 +320,7 @@ def predict(strategy: Strategy, devices: Sequence[Device], costs: CostSource,
     """``strategy``'s step time under ``costs`` (e.g. cost models updated since it was
     planned): its placement and order (with ``fifo``, TensorFlow's own first-come order)
     replayed (contention-free links unless ``link_concurrency``), plus the step's
-    overhead."""
+    overhead (its own where it was profiled, ``CostModels.step_overhead``)."""
     return replay(strategy, devices, costs, original, copy_bytes_per_s,
                   link_concurrency=link_concurrency, fifo=fifo)[1].makespan + \
-        step_overhead(costs, strategy.placement)
+        step_overhead(costs, strategy.placement, strategy.key())
