@@ -354,3 +354,34 @@ def test_placed_aside_is_placed_as_here(monkeypatch):
     assert tight.known(("place", "heft", id(g)))
     with pytest.raises(DoesNotFit):
         tight.place(KINDS["heft"], g)
+
+
+class _Profiled(StaticCosts):
+    """Static costs whose steps pay ``own`` beyond their replay where the plan is ``key``,
+    nothing elsewhere (a profiled plan's calibration, ``CostModels.step_overhead``)."""
+
+    def __init__(self, seconds, device_set, key="", own=0.0):
+        super().__init__(seconds, device_set)
+        self.key, self.own = key, own
+
+    def step_overhead(self, devices_used=None, plan=None):
+        return self.own if plan is not None and plan == self.key else 0.0
+
+
+def test_a_profiled_plan_is_judged_by_its_own_overhead_when_planned_again():
+    ds = parse("2xV100")
+    g = training_graph(B=16)
+    times = costs(ds, g).seconds
+    first = plan(g, ds.devices, _Profiled(times, ds), "os-dpos")
+    assert len(set(first.placement.values())) == 2
+    single = plan(g, ds.devices, _Profiled(times, ds), "single")
+    # profiled, the plan took more than the gap to one device beyond its replay
+    gap = single.predicted_step_time_s - first.predicted_step_time_s
+    c = _Profiled(times, ds, first.key(), own=2 * gap)
+    again = plan(g, ds.devices, c, "os-dpos")
+    assert again.key() != first.key()
+    assert again.predicted_step_time_s <= single.predicted_step_time_s + 1e-12
+    # and a plan predicted as it was chosen: with its own overhead where it has one
+    same = plan(g, ds.devices, _Profiled(times, ds, first.key(), own=0.1 * gap), "os-dpos")
+    assert same.key() == first.key()
+    assert same.predicted_step_time_s == pytest.approx(first.predicted_step_time_s + 0.1 * gap)

@@ -81,11 +81,8 @@ class Strategy:
     kept_whole: list[str] = field(default_factory=list)
 
     def key(self) -> str:
-        """What makes two strategies one plan: the same placement, splits and replicas (not
-        the order, nor the predictions)."""
-        doc = json.dumps([sorted(self.placement.items()),
-                          [(x.op, x.dim, x.n) for x in self.splits], self.replicas])
-        return hashlib.sha1(doc.encode()).hexdigest()[:12]
+        """What makes two strategies one plan (``plan_key``)."""
+        return plan_key(self.placement, self.splits, self.replicas)
 
     def ops_per_device(self) -> dict[str, int]:
         counts = {d: 0 for d in self.devices}
@@ -104,6 +101,14 @@ class Strategy:
                 "placement": self.placement, "order": self.order, "ordered": self.ordered,
                 "transfer_priorities": self.transfer_priorities, "kept_whole": self.kept_whole,
                 "note": self.note}
+
+
+def plan_key(placement: dict[str, str], splits: Sequence[Split], replicas: int) -> str:
+    """What makes two plans one: the same placement, splits and replicas (not the order, nor
+    the predictions)."""
+    doc = json.dumps([sorted(placement.items()), [(x.op, x.dim, x.n) for x in splits],
+                      replicas])
+    return hashlib.sha1(doc.encode()).hexdigest()[:12]
 
 
 def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
@@ -139,7 +144,7 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
     t0 = time.perf_counter()
     shared.begin()
     if k.search:
-        near, runs = _searched(shared, starts(shared, k, forced), workers, split)
+        near, runs = _searched(shared, starts(shared, k, forced), workers, split, forced)
     else:
         cands = placed(shared, k, forced)
         # of the starting points that fit, the fastest plan (DPOS: never worse than any)
@@ -155,9 +160,11 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
         expected = max(finish_s, shared.finish_s(pl.problem))
         finished.append((_finish(shared, pl, k.search, expected), pl, reps))
         finish_s = max(finish_s, time.perf_counter() - t)
-    # a step over more devices may pay more beyond its replay (the master's calls)
+    # each with what its step takes beyond its replay: its own where it was profiled, else
+    # what a step on one device takes (CostModels.step_overhead)
     fin, best, replicas = min(finished, key=lambda f: [
-        t + step_overhead(shared.costs, f[0].placement) for t in f[0].times[::-1]])
+        t + _overhead(shared, f[0].placement, forced + f[1].splits, f[2])
+        for t in f[0].times[::-1]])
     plan_time = shared.alone_s(time.perf_counter() - t0)
     s = Strategy(name=k.name, devices=[d.name for d in shared.devices], graph=fin.graph,
                  placement=fin.placement, order=fin.order, predicted_step_time_s=0.0,
@@ -167,7 +174,6 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
                  transfer_priorities=fin.weights.summary() if fin.weights else None,
                  kept_whole=kept_whole(shared.graph, best.graph, graph_weights(shared))
                  if replicas > 1 else [])
-    # the plan found may be one already profiled: its own overhead then
     s.predicted_step_time_s, s.simulated_step_time_s = (
         t + step_overhead(shared.costs, fin.placement, s.key()) for t in fin.times)
     return s
@@ -256,8 +262,17 @@ NEAR = 1.10  # OS-DPOS finishes (order, transfer priorities) the plans this clos
 # pipeline over 16 micro-batches on 8 V100s took it from 80.0 ms free (88.4 contended) to 70.5
 
 
-def _searched(shared: Planning, points: list[Start], workers: int,
-              split: bool) -> tuple[list[tuple[Plan, int]], int]:
+def _overhead(shared: Planning, placement: dict[str, str], splits: Sequence[Split],
+              replicas: int) -> float:
+    """What a step of this plan takes beyond its replay: its own where it was profiled
+    (``CostModels.step_overhead``)."""
+    if not getattr(shared.costs, "step_overhead", None):
+        return 0.0
+    return step_overhead(shared.costs, placement, plan_key(placement, splits, replicas))
+
+
+def _searched(shared: Planning, points: list[Start], workers: int, split: bool,
+              forced: Sequence[Split] = ()) -> tuple[list[tuple[Plan, int]], int]:
     """OS-DPOS: from each starting graph, DPOS and every other placer that starts there (the
     data-parallel layout on the data-parallel graph; one device, HEFT, m-TOPO, m-ETF and m-SCT
     on the model graph; PipeDream alone on the micro-batched graphs); the split search from
@@ -285,13 +300,22 @@ def _searched(shared: Planning, points: list[Start], workers: int,
     # Links carry one transfer at a time in truth, which DPOS's model ignores: of what was
     # planned, keep what runs fastest when they do (e.g. one device over a spread whose
     # transfers would queue).
-    ranked = sorted([(result, reps)] + plans, key=lambda pr: shared.replay(
-        pr[0].problem, pr[0].schedule)[::-1])
-    best = shared.replay(ranked[0][0].problem, ranked[0][0].schedule)[1]
+    # A plan profiled already is judged with what its steps took beyond its replay.
+    names = [d.name for d in shared.devices]
+
+    def timed(pr: tuple[Plan, int]) -> tuple[float, float]:
+        pl, r = pr
+        p, s = pl.problem, pl.schedule
+        extra = _overhead(shared, {p.names[i]: names[s.device[i]] for i in range(p.n)},
+                          [*forced, *pl.splits], r)
+        free, contended = shared.replay(p, s)
+        return free + extra, contended + extra
+
+    ranked = sorted([(result, reps)] + plans, key=lambda pr: timed(pr)[::-1])
+    best = timed(ranked[0])[1]
     # finishing may take back what contention costs (weight transfers by need), never what
     # free links cost: a plan whose contention-free replay is near the best is finished too
-    near = [pr for pr in ranked
-            if shared.replay(pr[0].problem, pr[0].schedule)[0] <= NEAR * best]
+    near = [pr for pr in ranked if timed(pr)[0] <= NEAR * best]
     return near, result.tried + len(points)
 
 
