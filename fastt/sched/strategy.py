@@ -163,7 +163,7 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
     # each with what its step takes beyond its replay: its own where it was profiled, else
     # what a step on one device takes (CostModels.step_overhead)
     fin, best, replicas = min(finished, key=lambda f: [
-        t + _overhead(shared, f[0].placement, forced + f[1].splits, f[2])
+        t + _overhead(shared.costs, f[0].placement, forced + f[1].splits, f[2])
         for t in f[0].times[::-1]])
     plan_time = shared.alone_s(time.perf_counter() - t0)
     s = Strategy(name=k.name, devices=[d.name for d in shared.devices], graph=fin.graph,
@@ -174,8 +174,8 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
                  transfer_priorities=fin.weights.summary() if fin.weights else None,
                  kept_whole=kept_whole(shared.graph, best.graph, graph_weights(shared))
                  if replicas > 1 else [])
-    s.predicted_step_time_s, s.simulated_step_time_s = (
-        t + step_overhead(shared.costs, fin.placement, s.key()) for t in fin.times)
+    extra = _overhead(shared.costs, fin.placement, s.splits, replicas)
+    s.predicted_step_time_s, s.simulated_step_time_s = (t + extra for t in fin.times)
     return s
 
 
@@ -262,13 +262,13 @@ NEAR = 1.10  # OS-DPOS finishes (order, transfer priorities) the plans this clos
 # pipeline over 16 micro-batches on 8 V100s took it from 80.0 ms free (88.4 contended) to 70.5
 
 
-def _overhead(shared: Planning, placement: dict[str, str], splits: Sequence[Split],
+def _overhead(costs: CostSource, placement: dict[str, str], splits: Sequence[Split],
               replicas: int) -> float:
-    """What a step of this plan takes beyond its replay: its own where it was profiled
-    (``CostModels.step_overhead``)."""
-    if not getattr(shared.costs, "step_overhead", None):
-        return 0.0
-    return step_overhead(shared.costs, placement, plan_key(placement, splits, replicas))
+    """What a step of this plan takes beyond its replay under ``costs``: its own where it
+    was profiled (``CostModels.step_overhead``)."""
+    if not getattr(costs, "step_overhead", None):
+        return 0.0  # nor the key's cost (a large graph's placement)
+    return step_overhead(costs, placement, plan_key(placement, splits, replicas))
 
 
 def _searched(shared: Planning, points: list[Start], workers: int, split: bool,
@@ -302,20 +302,18 @@ def _searched(shared: Planning, points: list[Start], workers: int, split: bool,
     # transfers would queue).
     # A plan profiled already is judged with what its steps took beyond its replay.
     names = [d.name for d in shared.devices]
-
-    def timed(pr: tuple[Plan, int]) -> tuple[float, float]:
-        pl, r = pr
+    times: dict[int, tuple[float, float]] = {}
+    for pl, r in [(result, reps)] + plans:
         p, s = pl.problem, pl.schedule
-        extra = _overhead(shared, {p.names[i]: names[s.device[i]] for i in range(p.n)},
+        extra = _overhead(shared.costs, {p.names[i]: names[s.device[i]] for i in range(p.n)},
                           [*forced, *pl.splits], r)
         free, contended = shared.replay(p, s)
-        return free + extra, contended + extra
-
-    ranked = sorted([(result, reps)] + plans, key=lambda pr: timed(pr)[::-1])
-    best = timed(ranked[0])[1]
+        times[id(pl)] = (free + extra, contended + extra)
+    ranked = sorted([(result, reps)] + plans, key=lambda pr: times[id(pr[0])][::-1])
+    best = times[id(ranked[0][0])][1]
     # finishing may take back what contention costs (weight transfers by need), never what
     # free links cost: a plan whose contention-free replay is near the best is finished too
-    near = [pr for pr in ranked if timed(pr)[0] <= NEAR * best]
+    near = [pr for pr in ranked if times[id(pr[0])][0] <= NEAR * best]
     return near, result.tried + len(points)
 
 
@@ -347,4 +345,4 @@ def predict(strategy: Strategy, devices: Sequence[Device], costs: CostSource,
     overhead (its own where it was profiled, ``CostModels.step_overhead``)."""
     return replay(strategy, devices, costs, original, copy_bytes_per_s,
                   link_concurrency=link_concurrency, fifo=fifo)[1].makespan + \
-        step_overhead(costs, strategy.placement, strategy.key())
+        _overhead(costs, strategy.placement, strategy.splits, strategy.replicas)
