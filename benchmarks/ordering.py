@@ -105,26 +105,28 @@ def main() -> None:
     models = dict(list(MODELS.items())[:2]) if args.quick else MODELS
     steps, repeats = (5, 3) if args.quick else (args.steps, args.repeats)
     os.makedirs(args.out, exist_ok=True)
-    rows = []
+    rows, load_before = [], os.getloadavg()[0]
     for n, kw in models.items():  # results are rewritten after each model
         rows.append(bench(n, kw, steps, repeats))
-        write(args.out, rows, steps, repeats)
+        write(args.out, rows, steps, repeats, (load_before, os.getloadavg()[0]))
 
 
-def write(out: str, rows: list, steps: int, repeats: int) -> None:
+def write(out: str, rows: list, steps: int, repeats: int, load: tuple[float, float]) -> None:
     meta = {"python": platform.python_version(), "tensorflow": tf.__version__,
             "cpus": os.cpu_count(), "steps_per_block": steps, "repeats": repeats,
-            "devices": DEVICES, "strategy": "dpos (profiled costs, no splits)"}
+            "devices": DEVICES, "strategy": "dpos (profiled costs, no splits)",
+            "load_average": {"before": load[0], "after": load[1]}}
     with open(os.path.join(out, "ordering.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
     lines = ["# Op ordering: FIFO vs control dependencies vs the priority executor", "",
              f"One DPOS strategy per model over 2 logical CPU devices; median over {repeats} "
              f"rotating blocks of {steps} steps; ratio = step time / FIFO step time in the "
              f"same repeat (below 1 is faster). TensorFlow {tf.__version__}, "
-             f"{os.cpu_count()} cores. Logical CPU devices share one thread pool.", "",
-             "fastt's choice: the session plugin's rule (priority executor, replaced by FIFO "
-             "only when significantly faster), decided on separate steps before the timed "
-             "blocks.", "",
+             f"{os.cpu_count()} cores (load average {load[0]:.2f} before, {load[1]:.2f} "
+             "after the last model). Logical CPU devices share one thread pool.", "",
+             "fastt's choice: the session plugin's rule (the priority executor first, then the "
+             "same placement in FIFO order, kept unless significantly slower: a tie drops the "
+             "order), decided on separate steps before the timed blocks.", "",
              "| model | ops | FIFO (ms) | control deps (ratio) | priority executor (ratio) | "
              "fastt's choice | its ratio | decision (ratio, CI) |",
              "|---|---|---|---|---|---|---|---|"]
