@@ -286,9 +286,9 @@ def real_section(real: dict, out: str) -> list[str]:
               "direction (how OS-DPOS picks its final plan). Error = (predicted - measured) / "
               "measured. The cost models charge kernels that overlap on a device their share "
               "of it, are calibrated against untraced steps (tracing's own work out, the "
-              "step's overhead in, with a lone device's gaps between kernels; for a plan over "
-              "both workers, what the profiled two-worker plans' untraced steps took beyond "
-              "their own replays), fit each link "
+              "step's overhead in, with a lone device's gaps between kernels; a plan "
+              "profiled over both workers, what its untraced steps took beyond its own "
+              "replay), fit each link "
               "on the lower decile of its transfers, charge gRPC transfers to the cores of "
               "both ends (probed share; a call in a burst its probed seconds), hold a "
               "tensor a busy one-core sender produced before it took the request (its "
@@ -297,9 +297,10 @@ def real_section(real: dict, out: str) -> list[str]:
               "run with its order enforced is replayed as control dependencies keep it: "
               "first come, first served within the edges the rewrite adds. The profiled "
               "plans (one worker, data-parallel, fastt) were calibrated on their own untraced "
-              "steps; m-topo and the replanned plan were not profiled before being predicted "
-              "(a plan over both workers takes the two-worker calibration of the "
-              "data-parallel plan, and of fastt's where it spans both).",
+              "steps; m-topo, data-parallel-ps and the replanned plan were not profiled "
+              "before being predicted (a plan not profiled pays what a step on one worker "
+              "takes beyond its replay; the replanned plan, where it is a profiled one, that "
+              "one's).",
               "",
               "| model | variant | measured (ms) | predicted (ms) | error | contended (ms) | "
               "error |", "|---|---|---:|---:|---:|---:|---:|"]
