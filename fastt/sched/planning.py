@@ -297,18 +297,13 @@ def _place_aside() -> list[tuple[Any, float]]:
     return [shared._built[("place", k.name, id(g))][:2] for k, g in todo]
 
 
-def step_overhead(costs: CostSource, placement: Mapping[str, str] | None = None,
-                  plan: str | None = None) -> float:
-    """What a step of ``placement`` (``plan``: its ``Strategy.key``, where known) takes
-    beyond its ops and transfers, when ``costs`` knows it (else 0); None: the least over the
-    ways a step spreads (a bound)."""
+def step_overhead(costs: CostSource, placement: Mapping[str, str] | None = None) -> float:
+    """What a step of ``placement`` takes beyond its ops and transfers, when ``costs`` knows
+    it (else 0); None: the least over the ways a step spreads (a bound)."""
     known = getattr(costs, "step_overhead", None)
     if not known:
         return 0.0
-    if placement is None:
-        return float(known(None))
-    used = len(set(placement.values()))
-    return float(known(used, plan) if plan is not None else known(used))
+    return float(known(None if placement is None else len(set(placement.values()))))
 
 
 def _replay_key(p: Problem, plan: int, ordered: bool) -> tuple:

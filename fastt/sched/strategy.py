@@ -46,9 +46,10 @@ from fastt.sched.hybrid import kept_whole
 from fastt.sched.osdpos import BUDGET_S, Plan, compiler, os_dpos
 from fastt.sched.problem import Device, Problem
 from fastt.sched.registry import KINDS, StrategyKind, kind
+from fastt.sched.schedule import Schedule
 from fastt.sched.simulate import SimResult, simulate, simulate_fifo
 from fastt.sched.splitting import Split
-from fastt.sched.planning import SPLIT_SHARE, Planning, feasible, step_overhead
+from fastt.sched.planning import SPLIT_SHARE, Planning, feasible
 from fastt.sched.starts import (MICRO_BATCHED, Start, graph_weights, micro_batched,
                                 micro_batched_plans, starts)
 from fastt.sched.transfer_order import Prioritized
@@ -252,9 +253,8 @@ def _finish(shared: Planning, plan: Plan, choose_order: bool,
     if weights is not None and weights.kept:
         return _Final(weights.graph, weights.placement, weights.order, weights.times,
                       ordered, weights)
-    names = [d.name for d in shared.devices]
-    placement = {p.names[i]: names[s.device[i]] for i in range(p.n)}
-    return _Final(g, placement, [p.names[i] for i in s.order()], times, ordered, weights)
+    return _Final(g, _placement(shared, p, s), [p.names[i] for i in s.order()], times,
+                  ordered, weights)
 
 
 NEAR = 1.10  # OS-DPOS finishes (order, transfer priorities) the plans this close to its best
@@ -266,9 +266,16 @@ def _overhead(costs: CostSource, placement: dict[str, str], splits: Sequence[Spl
               replicas: int) -> float:
     """What a step of this plan takes beyond its replay under ``costs``: its own where it
     was profiled (``CostModels.step_overhead``)."""
-    if not getattr(costs, "step_overhead", None):
+    known = getattr(costs, "step_overhead", None)
+    if not known:
         return 0.0  # nor the key's cost (a large graph's placement)
-    return step_overhead(costs, placement, plan_key(placement, splits, replicas))
+    return float(known(len(set(placement.values())), plan_key(placement, splits, replicas)))
+
+
+def _placement(shared: Planning, p: Problem, s: Schedule) -> dict[str, str]:
+    """Op -> device name of schedule ``s`` of ``p``."""
+    names = [d.name for d in shared.devices]
+    return {p.names[i]: names[s.device[i]] for i in range(p.n)}
 
 
 def _searched(shared: Planning, points: list[Start], workers: int, split: bool,
@@ -300,13 +307,14 @@ def _searched(shared: Planning, points: list[Start], workers: int, split: bool,
     # Links carry one transfer at a time in truth, which DPOS's model ignores: of what was
     # planned, keep what runs fastest when they do (e.g. one device over a spread whose
     # transfers would queue).
-    # A plan profiled already is judged with what its steps took beyond its replay.
-    names = [d.name for d in shared.devices]
+    # A plan profiled already is judged with what its steps took beyond its replay (its
+    # placement built only where the costs know such a thing).
+    keyed = bool(getattr(shared.costs, "step_overhead", None))
     times: dict[int, tuple[float, float]] = {}
     for pl, r in [(result, reps)] + plans:
         p, s = pl.problem, pl.schedule
-        extra = _overhead(shared.costs, {p.names[i]: names[s.device[i]] for i in range(p.n)},
-                          [*forced, *pl.splits], r)
+        extra = _overhead(shared.costs, _placement(shared, p, s), [*forced, *pl.splits],
+                          r) if keyed else 0.0
         free, contended = shared.replay(p, s)
         times[id(pl)] = (free + extra, contended + extra)
     ranked = sorted([(result, reps)] + plans, key=lambda pr: times[id(pr[0])][::-1])
