@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import time
 from typing import Any, Callable
 
@@ -75,7 +76,8 @@ def keeps_candidate(kept: Callable[[], object], candidate: Callable[[], object],
     compared with its rule (``fastt.plugin.measure.compare``), ``steps`` more on each side
     while undecided, at most ``looks`` times. The verdict as a dict; "keep" is whether the
     candidate replaces the kept graph (only when significantly faster; with ``tie_keeps``,
-    also when undecided: the kept plan's own order against TensorFlow's)."""
+    also when undecided: the kept plan's own order against TensorFlow's); "kept_s" and
+    "candidate_s" the median step of each, which calibrate their plans as the plugin's do."""
     from fastt.plugin.measure import CONFIDENCE, compare
 
     a: list[float] = []
@@ -88,7 +90,8 @@ def keeps_candidate(kept: Callable[[], object], candidate: Callable[[], object],
         if v.verdict != "undecided":
             break
     keep = v.verdict == "faster" or (tie_keeps and v.verdict == "undecided")
-    return {**v.as_dict(), "keep": keep, "steps": len(a)}
+    return {**v.as_dict(), "keep": keep, "steps": len(a), "kept_s": statistics.median(a),
+            "candidate_s": statistics.median(b)}
 
 
 def cpu_model() -> str:

@@ -35,7 +35,10 @@ chosen variant's in the timed blocks.
 Fidelity: each variant's step time as the simulator predicts it from the same cost models
 (placement replayed, one transfer at a time per link direction; an enforced order replayed as
 control dependencies keep it: first come, first served within the edges the rewrite adds;
-``no order`` first come, first served) next to the measured one. Writes real.json, and each
+``no order`` first come, first served) next to the measured one. The cost models are
+calibrated as the plugin's are: each graph a decision measured, by its median there (its
+latest), from then on; the plans no decision ran (m-TOPO, data-parallel-ps, unless the same
+plan ran) by the profiles alone. Writes real.json, and each
 model's cost models to results/real_costs/ (to replay the predictions; not kept in git); with
 ``--models`` (and not ``--quick``) those models' rows replace theirs in an existing full run's,
 measured on the same processor (on another one it stops: ``--out DIR`` keeps them apart).
@@ -181,6 +184,12 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
     for r in runs.values():
         block(r.step, max(steps // 2, 2))  # warm up
     adaptive, decisions = adapt(runs, steps)
+    calibrated = {}
+    for d in decisions:  # as the plugin does: each graph's latest measurement calibrates it
+        for role in ("kept", "candidate"):
+            name = d[role]
+            calibrated[name] = d[f"{role}_s"]
+            engine.calibrate(strategies[name], calibrated[name], fifo=name in FIFO)
     # The FIFO variants are replayed first come, first served. "predicted": links without
     # contention (what the planner assumes); "contended": one transfer at a time per link
     # direction.
@@ -208,6 +217,8 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
            "step_s": step, "times_s": times,
            # the profiled plans' untraced steps when profiled (the cost models' calibration)
            "profiled_step_s": profiled,
+           # each graph's untraced step in its latest decision, which calibrates it then
+           "calibrated_step_s": calibrated,
            "samples_per_s": {v: model.batch / t for v, t in step.items()},
            "speedup_over_one_worker": {v: step["one worker"] / t for v, t in step.items()},
            "speedup_over_dp": {v: step["data-parallel"] / t for v, t in step.items()},

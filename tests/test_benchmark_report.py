@@ -189,5 +189,24 @@ def test_the_drift_table_sets_each_profiled_step_against_its_blocks():
             {"model": "old"}]  # a run from before: no profiled steps
     text = "\n".join(drift_table({"rows": rows}))
     assert "| m | 400.0 -> 460.0 (+15%) | 500.0 -> 450.0 (-10%) |" in text
-    assert "Median change +2%, from -10% to +15%." in text
+    assert "From the profile to the blocks: median change +2%, from -10% to +15% (2 plans)." \
+        in text and "decision" not in text
     assert drift_table({"rows": [{"model": "old"}]}) == []
+    # where a decision ran a plan, its step there too, which calibrates it then
+    rows[0]["calibrated_step_s"] = {"one worker": 0.440}
+    text = "\n".join(drift_table({"rows": rows}))
+    assert "| m | 400.0 -> 440.0 -> 460.0 (+15% / +5%) | 500.0 -> 450.0 (-10%) |" in text
+    assert "From the decision to the blocks: median change +5%, from +5% to +5% (1 plans)." \
+        in text and "calibrated on the latest" in text
+
+
+def test_the_fidelity_error_is_given_apart_for_plans_that_ran_before_their_blocks():
+    from benchmarks.report import _ran_before
+    row = {"plan": {"one worker": "k1", "fastt": "k2", "m-topo": "k3", "dp-ps": "k2"},
+           "profiled_step_s": {"one worker": 0.4}, "calibrated_step_s": {"fastt": 0.5},
+           "predicted_s": {"one worker": 0.44, "fastt": 0.5, "m-topo": 0.9, "dp-ps": 0.45},
+           "step_s": {"one worker": 0.4, "fastt": 0.5, "m-topo": 1.0, "dp-ps": 0.5}}
+    [_, line] = _ran_before({"rows": [row]}, ["one worker", "fastt", "m-topo", "dp-ps"])
+    # dp-ps is the plan fastt is: it ran
+    assert "plans that ran before the blocks: 10.0% over 3 runs (worst 10.0%)" in line
+    assert "never ran before they were predicted: 10.0% over 1 runs (worst 10.0%)" in line

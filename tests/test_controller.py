@@ -39,6 +39,7 @@ class FakeBackend:
         self.drift = drift  # clock -> factor on every step time (the machine drifting)
         self.planned_fifo: set[str] = set()  # "<name>/fifo": planned in TensorFlow's order
         self.misfit = misfit  # why the original graph does not fit its device ("" if it does)
+        self.calibrations = []  # (strategy name, ordered, seconds) per calibration
 
     def starting_strategy(self):
         return "data-parallel"
@@ -50,6 +51,12 @@ class FakeBackend:
         assert meta == "trace"
         assert untraced_s is not None and untraced_s > 0  # the running graph was measured
         self.profiles += 1
+
+    def calibrate(self, strategy, ordered, untraced_s):
+        # a measurement is of the graph running, as it runs
+        assert strategy is self.running and (strategy is None or ordered == self.ordered)
+        self.calibrations.append((None if strategy is None else strategy.name, ordered,
+                                  untraced_s))
 
     def cost_change(self):
         return self.change
@@ -262,6 +269,10 @@ def test_a_candidate_found_faster_is_kept_only_if_its_baseline_measured_again_ag
     assert d["verdict"] == "faster" and d["recheck"]["verdict"] == "slower"
     assert d["recheck"]["steps"] >= 6
     assert ctl.original_median_s == pytest.approx(0.0085)  # the fresher baseline from now on
+    # each graph's latest measurement calibrates its plan: the candidate's, then the
+    # original's measured again
+    assert [(n, round(t, 6)) for n, _, t in b.calibrations] == [("data-parallel", 0.008925),
+                                                                (None, 0.0085)]
     # without the drift the same candidate is kept after the recheck agrees
     b = FakeBackend({None: 0.010, "data-parallel": 0.0085}, predicted={"data-parallel": 0.004})
     ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,

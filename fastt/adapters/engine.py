@@ -59,6 +59,7 @@ class Engine:
         self._shapes: dict[TensorRef, tuple[int, ...]] = {}
         self._step: tuple[Graph, tuple[str, ...], Graph] | None = None
         self._misfit: tuple[Graph, str] | None = None  # (step graph, ``original_misfit``)
+        self._original: tuple[Graph, Strategy] | None = None  # (step graph, its plan)
 
     # -- the graph -------------------------------------------------------------------------
     @property
@@ -122,10 +123,37 @@ class Engine:
             self.models.update(p)
             return p
         self.models.update(p, timed=False)
-        as_run, in_fifo = self.runs_as(strategy, fifo)
-        covered = replay(as_run, self.devices, self.costs(), self.step, fifo=in_fifo)[1]
-        self.models.record_overhead(untraced_s - covered.makespan, used, strategy.key())
+        self.models.record_overhead(self._beyond_replay(strategy, untraced_s, fifo), used,
+                                    strategy.key())
         return p
+
+    def calibrate(self, strategy: Strategy | None, untraced_s: float, fifo: bool = False
+                  ) -> None:
+        """``strategy``'s (None: the original's, on the first device) latest untraced step
+        time, measured as it runs (``fifo``: in TensorFlow's own order): from now on its own
+        calibration (``CostModels.calibrate``), so that a plan that ran is predicted by its
+        freshest measurement, not by a profile the host has since moved from. Nothing
+        before a first profile."""
+        if self.models is None:
+            return
+        s = strategy if strategy is not None else self.original_plan()
+        self.models.calibrate(s.key(), self._beyond_replay(s, untraced_s, fifo))
+
+    def original_plan(self) -> Strategy:
+        """The original graph as a plan: every op of the step on the first device (where it
+        runs)."""
+        step = self.step
+        if self._original is None or self._original[0] is not step:
+            self._original = (step, plan(self.ir, self.devices[:1], self.costs(), "single",
+                                         fetches=self.fetches))
+        return self._original[1]
+
+    def _beyond_replay(self, strategy: Strategy, untraced_s: float, fifo: bool) -> float:
+        """What an untraced step of ``strategy`` (``fifo``: run in TensorFlow's own order)
+        took beyond its replay under the current cost models."""
+        as_run, in_fifo = self.runs_as(strategy, fifo)
+        return untraced_s - replay(as_run, self.devices, self.costs(), self.step,
+                                   fifo=in_fifo)[1].makespan
 
     def trace(self, sess: Any, feed_dict: Any = None, steps: int = 1, warmup: int = 0,
               graph: Graph | None = None, untraced_s: float | None = None,

@@ -46,6 +46,12 @@ class PluginBackend:
                             cur.profile_graph if cur.strategy is not None else None,
                             self.plugin.feed_shapes, cur.strategy, cur.fifo)
 
+    def calibrate(self, strategy: Strategy | None, ordered: bool, untraced_s: float) -> None:
+        """A graph's latest measured step (``strategy`` None: the original) calibrates its
+        plan from now on."""
+        fifo = strategy is None or not ordered or self.order_mechanism() == "none"
+        self.engine.calibrate(strategy, untraced_s, fifo)
+
     def cost_change(self) -> float:
         return self.engine.cost_change()
 

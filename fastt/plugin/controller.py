@@ -38,6 +38,7 @@ class Backend(Protocol):
     def starting_strategy(self) -> str: ...
     def original_misfit(self) -> str: ...
     def profile(self, run_metadata: Any, untraced_s: float | None = None) -> None: ...
+    def calibrate(self, strategy: Any | None, ordered: bool, untraced_s: float) -> None: ...
     def cost_change(self) -> float: ...
     def plan(self, name: str) -> Any: ...
     def predict(self, strategy: Any, fifo: bool = False) -> float: ...
@@ -234,6 +235,7 @@ class Controller:
             return  # more steps
         self._measuring = None
         entry.sample, entry.verdict, entry.measured_s = sample, verdict, sample.times
+        self.backend.calibrate(entry.strategy, entry.ordered, statistics.median(sample.times))
         entry.baseline = say.label(previous)
         if verdict.verdict == "undecided" and previous is not None and previous.ordered and \
                 not entry.ordered and entry.strategy is previous.strategy:
@@ -274,6 +276,9 @@ class Controller:
             self.original, self.original_s = again, again.times
         else:
             previous.sample, previous.measured_s = again, again.times
+        self.backend.calibrate(previous.strategy if previous else None,
+                               previous.ordered if previous else True,
+                               statistics.median(again.times))
         entry.recheck, entry.recheck_sample = verdict, again
         faster = verdict.verdict == "faster"
         if not faster:
