@@ -26,7 +26,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from benchmarks.ranking import drift_table, ranking_section  # noqa: E402
+from benchmarks.fidelity import fidelity_section  # noqa: E402
 
 SHORT = {"single": "single", "data-parallel": "DP", "data-parallel-ps": "DP-PS", "dpos": "DPOS",
          "os-dpos": "OS-DPOS",
@@ -280,73 +280,9 @@ def real_section(real: dict, out: str) -> list[str]:
                      f"{' '.join(map(str, r['ops_per_device']))} | {splits} | "
                      f"{r['plan_time_s']:.2f} | "
                      f"{' '.join(map(str, r.get('ops_per_device_dp', []))) or '-'} |")
-    lines += ["", "## Simulator fidelity (real testbed)", "",
-              "Predicted: the simulator's step time from the profiled cost models, links "
-              "contention-free (DPOS's model); contended: one transfer at a time per link "
-              "direction (how OS-DPOS picks its final plan). Error = (predicted - measured) / "
-              "measured. The cost models charge kernels that overlap on a device their share "
-              "of it, are calibrated against untraced steps (tracing's own work out, the "
-              "step's overhead in, with a lone device's gaps between kernels; a plan "
-              "profiled over both workers, what its untraced steps took beyond its own "
-              "replay), fit each link "
-              "on the lower decile of its transfers, charge gRPC transfers to the cores of "
-              "both ends (probed share; a call in a burst its probed seconds), hold a "
-              "tensor a busy one-core sender produced before it took the request (its "
-              "probed wait, or its first pause), and add the "
-              "master's call to a remote worker (probed) to plans that use one. A plan "
-              "run with its order enforced is replayed as control dependencies keep it: "
-              "first come, first served within the edges the rewrite adds. A plan that ran "
-              "before the blocks (profiled: one worker, data-parallel, fastt; or measured in "
-              "a decision) is calibrated on its latest untraced steps, as the plugin's are; "
-              "a plan that never ran (m-topo, data-parallel-ps, unless the same plan ran) "
-              "pays what a step on one worker takes beyond its replay.",
-              "",
-              "| model | variant | measured (ms) | predicted (ms) | error | contended (ms) | "
-              "error |", "|---|---|---:|---:|---:|---:|---:|"]
-    errors: dict[str, list[float]] = {"predicted_s": [], "predicted_contended_s": []}
-    for r in real["rows"]:
-        for v in variants:
-            if v not in r.get("predicted_s", {}):
-                continue  # not a plan of fastt's (TensorFlow's MWMS)
-            cells = []
-            for key, errs in errors.items():
-                t = r.get(key, {}).get(v)
-                e = None if t is None else (t - r["step_s"][v]) / r["step_s"][v]
-                if e is not None:
-                    errs.append(abs(e))
-                cells += [_fmt(t and 1e3 * t), "n/a" if e is None else f"{100 * e:+.0f}%"]
-            lines.append(f"| {r['model']} | {v} | {1e3 * r['step_s'][v]:.2f} | " +
-                         " | ".join(cells) + " |")
-    if errors["predicted_s"]:
-        lines += ["", "Median absolute error: " + ", ".join(
-            f"{label} {100 * statistics.median(errs):.0f}%" for label, errs in
-            zip(("predicted", "contended"), errors.values()) if errs) +
-            f" over {len(errors['predicted_s'])} runs.", *_ran_before(real, variants), "",
-            "![fidelity](fidelity.png)", ""]
-    lines += drift_table(real)
-    lines += ranking_section(real, variants)
+    lines += fidelity_section(real, variants, out)
     _real_plots(real, variants, out)
     return lines
-
-
-def _ran_before(real: dict, variants: list[str]) -> list[str]:
-    """The predictions' median absolute error apart for the plans that ran before the
-    blocks (profiled, or measured in a decision: calibrated on their own steps) and for
-    those that never ran before they were predicted (the model's own reach)."""
-    errs: dict[bool, list[float]] = {True: [], False: []}
-    for r in real["rows"]:
-        keys = r.get("plan", {})
-        ran = {keys.get(v, v) for v in (*r.get("profiled_step_s", {}),
-                                        *r.get("calibrated_step_s", {}))}
-        for v in variants:
-            t = r.get("predicted_s", {}).get(v)
-            if t is not None:
-                errs[keys.get(v, v) in ran].append(abs(t - r["step_s"][v]) / r["step_s"][v])
-    return ["", "Median absolute error of " + "; of ".join(
-        f"{label}: {100 * statistics.median(e):.1f}% over {len(e)} runs (worst "
-        f"{100 * max(e):.1f}%)" for label, e in
-        (("the plans that ran before the blocks", errs[True]),
-         ("those that never ran before they were predicted", errs[False])) if e) + "."]
 
 
 def _real_plots(real: dict, variants: list[str], out: str) -> None:
@@ -366,23 +302,6 @@ def _real_plots(real: dict, variants: list[str], out: str) -> None:
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
     fig.tight_layout()
     fig.savefig(os.path.join(out, "real_samples.png"), dpi=110)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(4.6, 4.2))
-    for v in (v for v in variants if all(v in r["predicted_s"] for r in rows)):
-        ax.scatter([1e3 * r["step_s"][v] for r in rows], [1e3 * r["predicted_s"][v] for r in rows],
-                   label=v, s=18)
-    values = [1e3 * t for r in rows for t in (*r["predicted_s"].values(),
-                                              *(r["step_s"][v] for v in r["predicted_s"]))]
-    ax.plot([min(values) / 1.5, max(values) * 1.5], [min(values) / 1.5, max(values) * 1.5],
-            color="black", linewidth=0.8, label="predicted = measured")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("measured step (ms)")
-    ax.set_ylabel("predicted step (ms)")
-    ax.set_title("Simulator vs measurement")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "fidelity.png"), dpi=110)
     plt.close(fig)
 
 

@@ -201,7 +201,7 @@ def test_the_drift_table_sets_each_profiled_step_against_its_blocks():
 
 
 def test_the_fidelity_error_is_given_apart_for_plans_that_ran_before_their_blocks():
-    from benchmarks.report import _ran_before
+    from benchmarks.fidelity import _ran_before
     row = {"plan": {"one worker": "k1", "fastt": "k2", "m-topo": "k3", "dp-ps": "k2"},
            "profiled_step_s": {"one worker": 0.4}, "calibrated_step_s": {"fastt": 0.5},
            "predicted_s": {"one worker": 0.44, "fastt": 0.5, "m-topo": 0.9, "dp-ps": 0.45},
