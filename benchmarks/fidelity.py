@@ -33,8 +33,8 @@ def fidelity_section(real: dict, variants: list[str], out: str) -> list[str]:
              "master's call to a remote worker (probed) to plans that use one. A plan "
              "run with its order enforced is replayed as control dependencies keep it: "
              "first come, first served within the edges the rewrite adds. A plan that ran "
-             "before the blocks (profiled: one worker, data-parallel, fastt; or measured in "
-             "a decision) is calibrated on its latest untraced steps, as the plugin's are; "
+             "before the blocks (profiled: one worker, data-parallel, fastt; or measured: "
+             "the replanned plan) is calibrated on its own untraced steps, as the plugin's are; "
              "a plan that never ran (m-topo, data-parallel-ps, unless the same plan ran) "
              "pays what a step on one worker takes beyond its replay.",
              "",
@@ -68,7 +68,7 @@ def fidelity_section(real: dict, variants: list[str], out: str) -> list[str]:
 
 def _ran_before(real: dict, variants: list[str]) -> list[str]:
     """The predictions' median absolute error apart for the plans that ran before the
-    blocks (profiled, or measured in a decision: calibrated on their own steps) and for
+    blocks (profiled, or measured: calibrated on their own steps) and for
     those that never ran before they were predicted (the model's own reach)."""
     errs: dict[bool, list[float]] = {True: [], False: []}
     for r in real["rows"]:
