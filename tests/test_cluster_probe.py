@@ -117,3 +117,31 @@ def test_devices_of_one_process_have_no_cpu_share_to_probe():
     # nothing to request: TensorFlow hands the tensors over
     assert probe_serve_delay([cpu(0), cpu(1)], config=config) == {
         canonical(cpu(0)): 0.0, canonical(cpu(1)): 0.0}
+
+
+def test_each_size_keeps_its_fastest_sample_over_the_sweeps(monkeypatch):
+    from fastt.adapters import probe
+    from fastt.profiler import TransferSample
+    a, b = "/job:worker/replica:0/task:0/device:CPU:0", "/job:worker/replica:0/task:1/device:CPU:0"
+    sizes = tuple(4 ** k * 1024 for k in range(6))
+
+    def sweep(latency, bump=None):
+        return [TransferSample(a, b, n, latency + n / 2e9 + (0.05 if n == bump else 0.0))
+                for n in sizes]
+    taken = []
+    monkeypatch.setattr(probe, "_sweep", lambda *args: taken.append(1) or next(sweeps))
+    line = [1.2e-4 + n / 2e9 for n in sizes]
+    # a burst of load through the whole first sweep; in the second, one size caught by one;
+    # then each sweep one size: the fastest of each size lie on a line, no third sweep
+    for first, second in ((sweep(7.7e-4), sweep(1.2e-4)),
+                          (sweep(1.2e-4, bump=sizes[3]), sweep(1.2e-4, bump=sizes[5]))):
+        sweeps = iter([first, second, sweep(1.3e-4)])
+        taken.clear()
+        got = probe.probe_pair(a, b, sizes=sizes)
+        assert len(taken) == 2 and [t.seconds for t in got] == pytest.approx(line)
+    # both caught on the same size: points off a line, so a third sweep
+    sweeps = iter([sweep(1.2e-4, bump=sizes[5]), sweep(1.2e-4, bump=sizes[5]), sweep(1.3e-4)])
+    taken.clear()
+    got = probe.probe_pair(a, b, sizes=sizes)
+    assert len(taken) == 3 and got[5].seconds == pytest.approx(1.3e-4 + sizes[5] / 2e9)
+    assert [t.seconds for t in got[:5]] == pytest.approx(line[:5])

@@ -269,8 +269,8 @@ def test_a_candidate_found_faster_is_kept_only_if_its_baseline_measured_again_ag
     assert d["verdict"] == "faster" and d["recheck"]["verdict"] == "slower"
     assert d["recheck"]["steps"] >= 6
     assert ctl.original_median_s == pytest.approx(0.0085)  # the fresher baseline from now on
-    # each graph's latest measurement calibrates its plan: the candidate's, then the
-    # original's measured again
+    # each graph's measurement calibrates its plan: the candidate's, then the original's
+    # measured again
     assert [(n, round(t, 6)) for n, _, t in b.calibrations] == [("data-parallel", 0.008925),
                                                                 (None, 0.0085)]
     # without the drift the same candidate is kept after the recheck agrees

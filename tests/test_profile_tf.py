@@ -101,14 +101,15 @@ def test_a_plan_over_two_devices_is_calibrated_on_its_own_replay():
     for plan in (one, spread):
         assert engine.predict(plan) == pytest.approx(
             replay(plan, engine.devices, engine.costs(), engine.step)[1].makespan + one_s)
-    # a graph's latest untraced steps calibrate its plan from then on: the original's (on the
-    # first device), the data-parallel plan's measured again
+    # a graph's untraced steps measured again calibrate its plan too: the original's (on the
+    # first device), the data-parallel plan's, beside its profile's
     assert engine.original_plan().key() == one.key()
     engine.calibrate(None, 0.5, fifo=True)
     engine.calibrate(s, 0.25, fifo=True)
     assert engine.predict(one, fifo=True) == pytest.approx(0.5)
-    assert engine.predict(s, fifo=True) == pytest.approx(0.25)
-    assert list(engine.models.plan_overhead[s.key()]) == [pytest.approx(0.25 - covered)]
+    assert list(engine.models.plan_overhead[s.key()]) == [pytest.approx(untraced - covered),
+                                                          pytest.approx(0.25 - covered)]
+    assert engine.predict(s, fifo=True) == pytest.approx((untraced + 0.25) / 2)
     assert engine.predict(spread) == pytest.approx(  # not measured: as before
         replay(spread, engine.devices, engine.costs(), engine.step)[1].makespan + one_s)
 
