@@ -77,7 +77,7 @@ def keeps_candidate(kept: Callable[[], object], candidate: Callable[[], object],
     while undecided, at most ``looks`` times. The verdict as a dict; "keep" is whether the
     candidate replaces the kept graph (only when significantly faster; with ``tie_keeps``,
     also when undecided: the kept plan's own order against TensorFlow's); "kept_s" and
-    "candidate_s" the median step of each, which calibrate their plans as the plugin's do."""
+    "candidate_s" the median step of each."""
     from fastt.plugin.measure import CONFIDENCE, compare
 
     a: list[float] = []

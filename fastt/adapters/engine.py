@@ -129,11 +129,10 @@ class Engine:
 
     def calibrate(self, strategy: Strategy | None, untraced_s: float, fifo: bool = False
                   ) -> None:
-        """``strategy``'s (None: the original's, on the first device) latest untraced step
-        time, measured as it runs (``fifo``: in TensorFlow's own order): from now on its own
-        calibration (``CostModels.calibrate``), so that a plan that ran is predicted by its
-        freshest measurement, not by a profile the host has since moved from. Nothing
-        before a first profile."""
+        """``strategy``'s (None: the original's, on the first device) untraced step time, the
+        median of a steady sample measured as it runs (``fifo``: in TensorFlow's own order):
+        one more record of its own calibration (``CostModels.calibrate``), so that a plan
+        that ran is predicted by what it measured. Nothing before a first profile."""
         if self.models is None:
             return
         s = strategy if strategy is not None else self.original_plan()

@@ -47,8 +47,8 @@ class PluginBackend:
                             self.plugin.feed_shapes, cur.strategy, cur.fifo)
 
     def calibrate(self, strategy: Strategy | None, ordered: bool, untraced_s: float) -> None:
-        """A graph's latest measured step (``strategy`` None: the original) calibrates its
-        plan from now on."""
+        """A graph's measured step (``strategy`` None: the original): one more record of its
+        plan's calibration."""
         fifo = strategy is None or not ordered or self.order_mechanism() == "none"
         self.engine.calibrate(strategy, untraced_s, fifo)
 
