@@ -174,9 +174,9 @@ def drift_table(real: dict) -> list[str]:
     changes = []
     for r in rows:
         cells = []
+        sampled = {**r["profiled_step_s"], **r.get("calibrated_step_s", {})}
         for v in plans:
-            then = {**r["profiled_step_s"], **r.get("calibrated_step_s", {})}.get(v)
-            now = r["step_s"].get(v)
+            then, now = sampled.get(v), r["step_s"].get(v)
             if not then or not now:
                 cells.append("n/a")
                 continue

@@ -61,7 +61,7 @@ class CostModels:
         be negative, where the replay runs longer."""
         self.overhead[_spread(devices_used)].append(float(seconds))
         if plan is not None and devices_used > 1:
-            self.plan_overhead.setdefault(plan, deque(maxlen=10)).append(float(seconds))
+            self.calibrate(plan, seconds)
 
     def calibrate(self, plan: str, seconds: float) -> None:
         """What a steady sample of untraced steps of the plan of that ``Strategy.key`` (on any
