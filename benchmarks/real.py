@@ -6,7 +6,7 @@ Per model, as the session plugin does it: profile the original step on worker 0 
 steps; the active probe for the links), plan data parallelism, run and profile it (both
 workers' compute, cross-process transfers), then plan from the refined cost models. Then
 these variants run on the same cluster, in blocks of S steps, rotating who goes first, R
-repeats (10); the median step time of each is reported as samples/second:
+repeats (15); the median step time of each is reported as samples/second:
 
 - ``one worker``: the original graph as the user's script runs it (all on worker 0);
 - ``data-parallel``: in-graph replicas, one per worker, each with its own copy of the
@@ -38,9 +38,13 @@ control dependencies keep it: first come, first served within the edges the rewr
 ``no order`` first come, first served) next to the measured one. The cost models are
 calibrated as the plugin's are, on each graph's steady untraced sample: the profiled ones
 (one worker, data-parallel, fastt) when profiled, the replanned plan when first measured (as
-the plugin measures a candidate); a plan never run (m-TOPO, data-parallel-ps, unless the same
-plan ran) pays what a step on one worker takes beyond its replay. Writes real.json, and each
-model's cost models to results/real_costs/ (to replay the predictions; not kept in git); with
+the plugin measures a candidate). Each sample but the one worker's profile alternates
+blocks with the one worker's graph and is scaled to its step time (``Reference``): the
+host's speed moves by up to a third within a minute, and a sample taken alone with it; the
+plugin, which runs one graph at a time, has its A-B-A recheck instead. A plan never run
+(m-TOPO, data-parallel-ps, unless the same plan ran) pays what a step on one worker takes
+beyond its replay. Writes real.json, and each model's cost models to results/real_costs/ (to
+replay the predictions; not kept in git); with
 ``--models`` (and not ``--quick``) those models' rows replace theirs in an existing full run's,
 measured on the same processor (on another one it stops: ``--out DIR`` keeps them apart).
 """
@@ -78,9 +82,12 @@ FIFO_OF = {"fastt": "fastt, no order", "fastt, replanned": "fastt, replanned, no
 # run in TensorFlow's own order
 FIFO = ("one worker", "data-parallel", "data-parallel-ps", *FIFO_OF.values())
 # Blocks per variant: at 5, repeats of the committed run ordered some models' plans as their
-# medians do in only 56-66% of bootstrap redraws (the report's perfect-prediction column)
-REPEATS = 10
+# medians do in only 56-66% of bootstrap redraws (the report's perfect-prediction column); at
+# 10, AlexNet's in 64%, a transformer layer's in 72%
+REPEATS = 15
 RETRIES = 2  # runs again of a step TensorFlow aborted
+BLOCK = 10  # steps per block of a calibration sample, as the timed blocks' default
+PAIRS = 6  # blocks a calibration sample alternates with the reference's
 MWMS = "MWMS"  # TensorFlow's MultiWorkerMirroredStrategy on the same cores (benchmarks/mwms.py)
 
 
@@ -119,12 +126,38 @@ def warm_up(run: Run) -> float:
     return statistics.median(times[found[0]:])
 
 
+class Reference:
+    """The one worker's graph as the yardstick of the calibration samples: its step time is
+    the median of its records (its profile's sample, then its blocks beside each other
+    graph's), each of which also calibrates it, as the plugin's recheck calibrates the graph
+    it measures again."""
+
+    def __init__(self, engine: Engine, run: Run, untraced_s: float) -> None:
+        self.engine, self.run, self.records = engine, run, [untraced_s]
+
+    def beside(self, run: Run, steps: int = BLOCK) -> float:
+        """The untraced step time of ``run``, once steady (``warm_up``), measured in
+        ``PAIRS`` blocks of ``steps`` alternating with the reference's, as the timed blocks
+        are measured: the ratio of the two medians times the reference's step time. The
+        host's speed moves by up to a third within a minute (one worker's AlexNet step: 436
+        ms over 30 steps, 583 over the next 60), and so does any sample taken alone."""
+        warm_up(run)
+        own, ref = [], []
+        for _ in range(PAIRS):
+            own.append(block(run.step, steps))
+            ref.append(block(self.run.step, steps))
+        self.records.append(statistics.median(ref))
+        self.engine.calibrate(None, self.records[-1])
+        return statistics.median(self.records) * statistics.median(own) / self.records[-1]
+
+
 def profile_into(engine: Engine, run: Run, graph, steps: int, strategy=None,
-                 fifo: bool = False) -> float:
+                 fifo: bool = False, reference: Reference | None = None) -> float:
     """``steps`` traced steps of ``run`` (whose graph is ``graph``, running ``strategy`` in
     TensorFlow's own order when ``fifo``; None: the original), once warm, into the engine's
-    cost models; returns its untraced step time then."""
-    untraced = warm_up(run)
+    cost models; returns its untraced step time then (measured ``beside`` a ``reference``
+    graph and its step time, when given)."""
+    untraced = warm_up(run) if reference is None else reference.beside(run)
     engine.trace(run.sess, run.feed, steps=steps, graph=graph, untraced_s=untraced,
                  strategy=strategy, fifo=fifo)
     return untraced
@@ -154,6 +187,7 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
     t0 = time.perf_counter()
     runs = {"one worker": Run(cluster.target, engine.graph_def(), m)}
     profiled = {"one worker": profile_into(engine, runs["one worker"], None, 3)}
+    reference = Reference(engine, runs["one worker"], profiled["one worker"])
     engine.probe()
     strategies = {"data-parallel": engine.plan("data-parallel")}
     graphs = {}
@@ -166,7 +200,8 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
     start("data-parallel")
     profiled["data-parallel"] = profile_into(engine, runs["data-parallel"],
                                              graphs["data-parallel"], 3,
-                                             strategies["data-parallel"], fifo=True)
+                                             strategies["data-parallel"], fifo=True,
+                                             reference=reference)
     strategies = {
         "one worker": engine.plan("single", devices[:1]),  # as it runs
         "data-parallel": engine.plan("data-parallel"),
@@ -177,12 +212,13 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
     strategies["data-parallel-ps"] = engine.plan("data-parallel-ps")
     start("fastt", "fastt, no order", "fastt, no splits", "m-topo", "data-parallel-ps")
     profiled["fastt"] = profile_into(engine, runs["fastt"], graphs["fastt"], 3,
-                                     strategies["fastt"])
+                                     strategies["fastt"], reference=reference)
     strategies["fastt, replanned"] = engine.plan("os-dpos", workers=2)
     strategies["fastt, replanned, no order"] = strategies["fastt, replanned"]
     start("fastt, replanned", "fastt, replanned, no order")
-    # measured as the plugin measures a candidate, whose sample then calibrates its plan
-    calibrated = {"fastt, replanned": warm_up(runs["fastt, replanned"])}
+    # measured once steady, as the plugin measures a candidate, whose sample then calibrates
+    # its plan (here beside the one worker's graph)
+    calibrated = {"fastt, replanned": reference.beside(runs["fastt, replanned"])}
     engine.calibrate(strategies["fastt, replanned"], calibrated["fastt, replanned"])
     prep_s = time.perf_counter() - t0
     for r in runs.values():
@@ -217,6 +253,8 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
            "profiled_step_s": profiled,
            # the replanned plan's untraced step when measured (its calibration)
            "calibrated_step_s": calibrated,
+           # the one worker's records: its profile's sample, its blocks beside each other one
+           "reference_step_s": reference.records,
            "samples_per_s": {v: model.batch / t for v, t in step.items()},
            "speedup_over_one_worker": {v: step["one worker"] / t for v, t in step.items()},
            "speedup_over_dp": {v: step["data-parallel"] / t for v, t in step.items()},
