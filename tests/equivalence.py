@@ -24,7 +24,8 @@ from fastt.sched.split_rules import rules
 from fastt.sched.splitting import Split
 from fastt.sched import transfer_order
 from fastt.sched import baselines
-from fastt.sched.data_parallel import data_parallel, replica_of
+from fastt.sched.data_parallel import data_parallel
+from fastt.sched.replicas import replica_of
 from fastt.sched.hybrid import kept_whole, weights
 from fastt.sched.dpos import rank_u
 from fastt.sched.pipedream import layers, place_stages

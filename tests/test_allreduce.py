@@ -9,7 +9,8 @@ from fastt.ir import Graph
 from fastt.sched import fitting
 from fastt.sched.allreduce import all_reduce, followers, mirrors, sync_writes
 from fastt.sched.baselines import data_parallel as dp_placer
-from fastt.sched.data_parallel import data_parallel, replica_of
+from fastt.sched.data_parallel import data_parallel
+from fastt.sched.replicas import replica_of
 from fastt.sched.device_spec import parse
 from fastt.sched.problem import Problem
 from fastt.sched.simulate import simulate

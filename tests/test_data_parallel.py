@@ -3,7 +3,8 @@ import pytest
 from fastt.errors import FasttError
 from fastt.ir import Graph
 from fastt.sched.data_parallel import BATCH_SHAPE, batch_size, data_parallel, \
-    fold_static_shapes, replica_of
+    fold_static_shapes
+from fastt.sched.replicas import replica_of
 from fastt.sched.split_rules import rules
 from fastt.sched.update_order import lost_update_orders, reads_before_updates
 from tests.helpers import op

@@ -7,7 +7,8 @@ from fastt.costs.source import StaticCosts
 from fastt.errors import Declined
 from fastt.ir import Graph
 from fastt.sched.allreduce import all_reduce, mirrors
-from fastt.sched.data_parallel import data_parallel, replica_of
+from fastt.sched.data_parallel import data_parallel
+from fastt.sched.replicas import replica_of
 from fastt.sched.device_spec import DeviceSet
 from fastt.sched.hybrid import Weight, keep_whole, kept_whole, promising, weights
 from fastt.sched.planning import Planning

@@ -35,7 +35,7 @@ from typing import Callable, Iterable
 
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec, writes_variable
 from fastt.op_types import READS
-from fastt.sched.data_parallel import replica_of
+from fastt.sched.replicas import replica_of
 from fastt.sched.ring import MIRROR, mirror_name, ring_ops
 
 BUCKET_BYTES = 25 * 2 ** 20  # PyTorch DDP's default bucket

@@ -23,7 +23,8 @@ from typing import Callable, Iterable
 from fastt.errors import DoesNotFit
 from fastt.ir import Graph
 from fastt.op_types import SHAPE_OPS
-from fastt.sched.data_parallel import BATCH_SHAPE, replica_of
+from fastt.sched.data_parallel import BATCH_SHAPE
+from fastt.sched.replicas import replica_of
 from fastt.sched.dpos import eft_list_schedule, group_memory, rank_u
 from fastt.sched.problem import Problem
 from fastt.sched.schedule import Schedule, ready_times

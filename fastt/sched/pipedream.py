@@ -16,7 +16,7 @@ from typing import Mapping
 from fastt.errors import DoesNotFit
 from fastt.ir import Graph
 from fastt.sched.baselines import place_replicas, replica_layout
-from fastt.sched.data_parallel import replica_of
+from fastt.sched.replicas import replica_of
 from fastt.sched.dpos import rank_u
 from fastt.sched.pipeline import Stage, balanced, partition
 from fastt.sched.problem import Problem

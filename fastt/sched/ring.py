@@ -15,7 +15,7 @@ from typing import Any
 
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
 from fastt.op_types import COLLECTIVE_TYPES
-from fastt.sched.data_parallel import replica_of
+from fastt.sched.replicas import replica_of
 from fastt.sched.split_rules import part_sizes
 
 SCOPE = "fastt_allreduce"
