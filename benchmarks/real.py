@@ -135,17 +135,17 @@ class Reference:
     def __init__(self, engine: Engine, run: Run, untraced_s: float) -> None:
         self.engine, self.run, self.records = engine, run, [untraced_s]
 
-    def beside(self, run: Run, steps: int = BLOCK) -> float:
+    def beside(self, run: Run) -> float:
         """The untraced step time of ``run``, once steady (``warm_up``), measured in
-        ``PAIRS`` blocks of ``steps`` alternating with the reference's, as the timed blocks
+        ``PAIRS`` blocks of ``BLOCK`` steps alternating with the reference's, as the timed blocks
         are measured: the ratio of the two medians times the reference's step time. The
         host's speed moves by up to a third within a minute (one worker's AlexNet step: 436
         ms over 30 steps, 583 over the next 60), and so does any sample taken alone."""
         warm_up(run)
         own, ref = [], []
         for _ in range(PAIRS):
-            own.append(block(run.step, steps))
-            ref.append(block(self.run.step, steps))
+            own.append(block(run.step, BLOCK))
+            ref.append(block(self.run.step, BLOCK))
         self.records.append(statistics.median(ref))
         self.engine.calibrate(None, self.records[-1])
         return statistics.median(self.records) * statistics.median(own) / self.records[-1]

@@ -67,12 +67,8 @@ def main() -> None:
         rows = []
         for k in range(opts.repeats):
             # who goes first alternates, so that a machine drifting one way hits both
-            if k % 2:
-                mine, speedup, ended = run(args, fastt=True)
-                plain, _, _ = run(args, fastt=False)
-            else:
-                plain, _, _ = run(args, fastt=False)
-                mine, speedup, ended = run(args, fastt=True)
+            got = {on: run(args, fastt=on) for on in ((True, False) if k % 2 else (False, True))}
+            plain, (mine, speedup, ended) = got[False][0], got[True]
             rows.append({"repeat": k, "plain_images_per_s": plain, "fastt_images_per_s": mine,
                          "seen_ratio": mine / plain, "fastt_speedup": speedup,
                          "ended_on": ended})
