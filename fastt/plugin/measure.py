@@ -10,10 +10,16 @@ enough steps follow it, and the two halves of what follows do not differ (by mor
 significantly: see below).
 
 Two graphs compare by the ratio of their median step times with a 95% bootstrap confidence
-interval (percentile method, resampling each sample with replacement; seeded, so a decision
-is reproducible from the samples in the dump): faster when the whole interval lies below 1,
-slower when above, undecided otherwise, and then more steps are measured. A comparison is
-also undecided when the machine's other load changed between the two samples.
+interval (percentile method; seeded, so a decision is reproducible from the samples in the
+dump): faster when the whole interval lies below 1, slower when above, undecided otherwise,
+and then more steps are measured. Consecutive steps are not independent (a machine slows
+down for a while, not for one step): each sample is resampled in circular blocks of
+consecutive steps (Politis and Romano, "A circular block-resampling procedure for stationary
+data", 1992) whose length follows the sample's own autocorrelation (Politis and White,
+"Automatic block-length selection for the dependent bootstrap", Econometric Reviews 23(1),
+2004, with the correction of Patton, Politis and White, 2009); an independent sample gets
+blocks of one step, the plain bootstrap. A comparison is also undecided when the machine's
+other load changed between the two samples.
 """
 from __future__ import annotations
 
@@ -107,8 +113,8 @@ def compare(baseline: list[float], candidate: list[float], seed: int = 0,
                          f"{len(cand)}")
     ratio = float(np.median(cand) / np.median(base))
     rng = np.random.default_rng(seed)
-    b = np.median(rng.choice(base, (BOOTSTRAP, len(base))), axis=1)
-    c = np.median(rng.choice(cand, (BOOTSTRAP, len(cand))), axis=1)
+    b = np.median(_resampled(base, rng), axis=1)
+    c = np.median(_resampled(cand, rng), axis=1)
     tail = 100 * (1 - confidence) / 2
     low, high = (float(v) for v in np.percentile(c / b, [tail, 100 - tail]))
     if abs(load_change) > LOAD_CHANGE:
@@ -116,3 +122,39 @@ def compare(baseline: list[float], candidate: list[float], seed: int = 0,
                        f"the machine's other load moved by {load_change:+.2f} cores")
     verdict = "faster" if high < 1.0 else "slower" if low > 1.0 else "undecided"
     return Verdict(ratio, low, high, confidence, verdict)
+
+
+def block_length(x: np.ndarray) -> int:
+    """Politis and White's (2004, corrected 2009) estimate of the optimal block length of the
+    circular block bootstrap of ``x``: from the autocovariances up to twice the first lag
+    after which ``K`` in a row are insignificant, through a flat-top lag window. 1 for a
+    sample without autocorrelation; at most a third of the sample. O(n * M)."""
+    n = len(x)
+    d = x - x.mean()
+    var = float(d @ d) / n
+    if n < 8 or var <= 1e-18 * float(x.mean()) ** 2:  # a constant sample, up to rounding
+        return 1
+    k_n = max(5, int(np.ceil(np.sqrt(np.log10(n)))))
+    m_max = int(np.ceil(np.sqrt(n))) + k_n
+    lags = min(m_max + k_n, n - 1)
+    acov = np.array([float(d[:n - k] @ d[k:]) / n for k in range(lags + 1)])
+    insignificant = np.abs(acov[1:] / var) < 2.0 * np.sqrt(np.log10(n) / n)
+    m = next((j for j in range(lags - k_n + 1) if insignificant[j:j + k_n].all()), m_max)
+    big_m = min(2 * max(m, 1), m_max, lags)
+    t = np.arange(1, big_m + 1) / big_m
+    window = np.where(t <= 0.5, 1.0, 2.0 * (1.0 - t))  # the flat-top (trapezoid) lag window
+    g = 2.0 * float(np.sum(window * np.arange(1, big_m + 1) * acov[1:big_m + 1]))
+    spectrum0 = acov[0] + 2.0 * float(np.sum(window * acov[1:big_m + 1]))
+    if g == 0.0 or spectrum0 <= 0.0:
+        return 1
+    b = (2.0 * g * g / ((4.0 / 3.0) * spectrum0 ** 2)) ** (1 / 3) * n ** (1 / 3)
+    return int(min(max(1, round(b)), n // 3))
+
+
+def _resampled(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``BOOTSTRAP`` circular block resamples of ``x`` (one per row), blocks of
+    ``block_length(x)`` consecutive steps."""
+    n, b = len(x), block_length(x)
+    starts = rng.integers(0, n, (BOOTSTRAP, -(-n // b)))
+    idx = (starts[:, :, None] + np.arange(b)).reshape(BOOTSTRAP, -1)[:, :n] % n
+    return x[idx]
