@@ -58,7 +58,8 @@ def fidelity_section(real: dict, variants: list[str], out: str) -> list[str]:
         lines += ["", "Median absolute error: " + ", ".join(
             f"{label} {100 * statistics.median(errs):.0f}%" for label, errs in
             zip(("predicted", "contended"), errors.values()) if errs) +
-            f" over {len(errors['predicted_s'])} runs.", *_ran_before(real, variants), "",
+            f" over {len(errors['predicted_s'])} runs.", *_ran_before(real, variants),
+            *_net_of_drift(real, variants), "",
             "![fidelity](fidelity.png)", ""]
     lines += drift_table(real)
     lines += ranking_section(real, variants)
@@ -84,6 +85,27 @@ def _ran_before(real: dict, variants: list[str]) -> list[str]:
         f"{100 * max(e):.1f}%)" for label, e in
         (("the plans that ran before the blocks", errs[True]),
          ("those that never ran before they were predicted", errs[False])) if e) + "."]
+
+
+def _net_of_drift(real: dict, variants: list[str]) -> list[str]:
+    """The predictions' error once each model's common shift is taken out: the one worker's
+    median in the blocks over its level when the models were calibrated (the median of its
+    records then), which moves every plan of the model alike. It says how much of the error
+    is the host's speed between preparation and blocks and how much the model's."""
+    errs = []
+    for r in real["rows"]:
+        records, one = r.get("reference_step_s"), r["step_s"].get("one worker")
+        if not records or not one:
+            continue  # runs before the one worker's records were kept
+        shift = one / statistics.median(records)
+        errs += [abs(t * shift - r["step_s"][v]) / r["step_s"][v]
+                 for v in variants if (t := r.get("predicted_s", {}).get(v)) is not None]
+    if not errs:
+        return []
+    return ["", "Net of the host's drift (each model's predictions scaled by the one worker's "
+            "median in the blocks over its level when the cost models were calibrated): "
+            f"median absolute error {100 * statistics.median(errs):.1f}% over {len(errs)} "
+            f"runs, worst {100 * max(errs):.1f}%."]
 
 
 def _plot(rows: list[dict], variants: list[str], out: str) -> None:
