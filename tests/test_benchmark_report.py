@@ -209,3 +209,15 @@ def test_the_fidelity_error_is_given_apart_for_plans_that_ran_before_their_block
     # dp-ps is the plan fastt is: it ran
     assert "plans that ran before the blocks: 10.0% over 3 runs (worst 10.0%)" in line
     assert "never ran before they were predicted: 10.0% over 1 runs (worst 10.0%)" in line
+
+
+def test_the_error_net_of_drift_scales_each_models_predictions_by_the_one_workers_shift():
+    from benchmarks.fidelity import _net_of_drift
+    # the one worker's records were 100, 120 and 110 ms (level 110); its blocks ran at 132 ms:
+    # the host slowed by 1.2 for every plan of the model alike
+    row = {"reference_step_s": [0.100, 0.120, 0.110],
+           "predicted_s": {"one worker": 0.110, "fastt": 0.100},
+           "step_s": {"one worker": 0.132, "fastt": 0.100}}
+    [_, line] = _net_of_drift({"rows": [row, {"step_s": {}}]}, ["one worker", "fastt"])
+    assert "median absolute error 10.0% over 2 runs, worst 20.0%." in line
+    assert _net_of_drift({"rows": [{"step_s": {"one worker": 0.1}}]}, ["one worker"]) == []
