@@ -5,11 +5,13 @@ original graph, 1.00 when it ended on the original) is set against the ratio of 
 own throughputs.
 
     python benchmarks/throughput_agreement.py [--repeats 3] [--out benchmarks/results]
+                                              [--dumps DIR]
 
 Writes throughput_agreement.json and throughput_agreement.md: per script and repeat, both
 throughputs, their ratio, fastt's speedup and the strategy it ended on; per script the median
 ratio, the median speedup, their disagreement, whether the repeats ended on the same strategy,
-and the machine's load average before and after.
+and the machine's load average before and after. With ``--dumps``, each fastt run writes its
+dumps (``FASTT_DUMP_DIR``) to ``DIR/<script>-<repeat>``: the samples behind each decision.
 """
 from __future__ import annotations
 
@@ -37,12 +39,13 @@ _CLOSED = re.compile(r"fastt: session closed after \d+ training steps on (the or
                      r"strategy \d+ \((?P<name>[^)]+)\), (?P<speedup>[\d.]+)x over the original)")
 
 
-def run(args: list[str], fastt: bool) -> tuple[float, float | None, str]:
-    """(images/sec, fastt's speedup, the strategy it ended on) of one run."""
+def run(args: list[str], fastt: bool, dumps: str = "") -> tuple[float, float | None, str]:
+    """(images/sec, fastt's speedup, the strategy it ended on) of one run (``dumps``: where
+    fastt writes its dumps; none when empty)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTT")}
     env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
     if fastt:
-        env.update(FASTT="1", FASTT_DEVICES="cpu:2")
+        env.update(FASTT="1", FASTT_DEVICES="cpu:2", FASTT_DUMP_DIR=dumps)
     p = subprocess.run([sys.executable, SCRIPT, *args], env=env, capture_output=True,
                        text=True, timeout=1800, check=True)
     tput = float(re.search(r"images/sec: (\S+)", p.stdout).group(1))
@@ -60,6 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    parser.add_argument("--dumps", default="", help="keep each fastt run's dumps under DIR")
     opts = parser.parse_args()
     results = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                            "load_before": os.getloadavg()}, "cases": {}}
@@ -67,7 +71,8 @@ def main() -> None:
         rows = []
         for k in range(opts.repeats):
             # who goes first alternates, so that a machine drifting one way hits both
-            got = {on: run(args, fastt=on) for on in ((True, False) if k % 2 else (False, True))}
+            dumps = os.path.join(opts.dumps, f"{name}-{k}") if opts.dumps else ""
+            got = {on: run(args, on, dumps) for on in ((True, False) if k % 2 else (False, True))}
             plain, (mine, speedup, ended) = got[False][0], got[True]
             rows.append({"repeat": k, "plain_images_per_s": plain, "fastt_images_per_s": mine,
                          "seen_ratio": mine / plain, "fastt_speedup": speedup,
