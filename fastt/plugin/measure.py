@@ -126,9 +126,10 @@ def compare(baseline: list[float], candidate: list[float], seed: int = 0,
 
 def block_length(x: np.ndarray) -> int:
     """Politis and White's (2004, corrected 2009) estimate of the optimal block length of the
-    circular block bootstrap of ``x``: from the autocovariances up to twice the first lag
-    after which ``K`` in a row are insignificant, through a flat-top lag window. 1 for a
-    sample without autocorrelation; at most a third of the sample. O(n * M)."""
+    circular block bootstrap of ``x``: from the autocovariances up to ``M``, twice the first
+    lag after which ``max(5, sqrt(log10 n))`` in a row are insignificant, through a flat-top
+    lag window. 1 for a sample without autocorrelation; at most a third of the sample.
+    O(n * M)."""
     n = len(x)
     d = x - x.mean()
     var = float(d @ d) / n
