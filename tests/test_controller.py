@@ -94,10 +94,15 @@ class FakeBackend:
         return t * (self.rng.lognormal(0.0, self.noise) if self.noise else 1.0)
 
 
+def controller_of(settings, backend, **kw):
+    """A controller on the fake backend's clock: fastt's own work takes no time on it."""
+    return Controller(settings, backend, clock=lambda: backend.clock, **kw)
+
+
 def step(ctl, backend):
     """One training step as the runtime drives it: started, maybe traced (three times as
     slow), run, reported."""
-    ctl.step_started(backend.clock)
+    ctl.step_started()
     trace = ctl.before_step()
     backend.traced.append(trace)
     backend.clock += backend.step_time() * (3 if trace else 1)
@@ -129,7 +134,7 @@ SETTINGS = Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps
 def test_faster_strategies_are_kept_and_superseded():
     b = FakeBackend({None: 0.010, "data-parallel": 0.008, "os-dpos": 0.006},
                     predicted={"data-parallel": 0.008, "os-dpos": 0.006})
-    ctl = Controller(SETTINGS, b)
+    ctl = controller_of(SETTINGS, b)
     until(ctl, b, lambda: ctl.phase == "profile")
     assert len(ctl.original_s) >= 6
     assert ctl.original_s == pytest.approx([0.010] * len(ctl.original_s))
@@ -148,7 +153,7 @@ def test_faster_strategies_are_kept_and_superseded():
 def test_a_slower_strategy_is_rolled_back_to_the_one_before(caplog):
     b = FakeBackend({None: 0.010, "data-parallel": 0.020, "os-dpos": 0.009},
                     predicted={"data-parallel": 0.005, "os-dpos": 0.004})
-    ctl = Controller(SETTINGS, b)
+    ctl = controller_of(SETTINGS, b)
     with caplog.at_level(logging.INFO, logger="fastt"):
         until(ctl, b, decided(ctl, 1))
     assert ctl.history[0].status == "rolled_back" and "slower than the original" in \
@@ -168,7 +173,7 @@ def test_a_plan_that_fits_is_kept_over_an_original_that_does_not(caplog):
                     misfit="the original graph would hold 70.0 MiB on one device, more than "
                            "its 60.0 MiB")
     b.starting_strategy = lambda: "os-dpos"
-    ctl = Controller(SETTINGS, b)
+    ctl = controller_of(SETTINGS, b)
     with caplog.at_level(logging.INFO, logger="fastt"):
         until(ctl, b, decided(ctl, 1))
     first = ctl.history[0]
@@ -180,7 +185,7 @@ def test_a_plan_that_fits_is_kept_over_an_original_that_does_not(caplog):
     b = FakeBackend({None: 0.010, "os-dpos": 0.008}, predicted={"os-dpos": 0.005},
                     misfit="the original graph would hold 70.0 MiB")
     b.starting_strategy = lambda: "os-dpos"
-    ctl = Controller(SETTINGS, b)
+    ctl = controller_of(SETTINGS, b)
     until(ctl, b, decided(ctl, 1))
     assert ctl.history[0].status == "active" and b.activations == ["os-dpos"]
     assert ctl.history[0].recheck is None
@@ -191,7 +196,7 @@ def test_the_original_is_timed_once_its_warm_up_is_over():
     original's time is its steady one, not the warm-up's."""
     warm = [43.1, 18.2, 13.0, 10.5, 9.5] + list(np.linspace(9.0, 1.0, 35))
     b = FakeBackend({None: 0.010}, noise=0.05, warmup=warm)
-    ctl = Controller(Settings(enabled=True, warmup_steps=5, profile_steps=1,
+    ctl = controller_of(Settings(enabled=True, warmup_steps=5, profile_steps=1,
                               measure_steps=20), b)
     until(ctl, b, lambda: ctl.phase != "warmup")
     assert ctl.original.settled and ctl.original.warmup >= 25
@@ -202,7 +207,7 @@ def test_the_original_is_timed_once_its_warm_up_is_over():
 def test_a_gain_the_noise_does_not_support_is_not_taken(gain, status):
     b = FakeBackend({None: 0.010, "data-parallel": 0.010 * (1 - gain)},
                     predicted={"data-parallel": 0.005}, noise=0.10)
-    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=1, measure_steps=20,
+    ctl = controller_of(Settings(enabled=True, warmup_steps=3, profile_steps=1, measure_steps=20,
                               max_rounds=1), b)
     until(ctl, b, decided(ctl, 1))
     entry = ctl.history[0]
@@ -218,7 +223,7 @@ def test_a_load_change_during_a_measurement_measures_again(monkeypatch):
     loads = iter([0.0] + [0.2 + 0.3 * k for k in range(20)])
     monkeypatch.setattr(controller, "other_load", lambda start, end: next(loads))
     b = FakeBackend({None: 0.010, "data-parallel": 0.005}, predicted={"data-parallel": 0.004})
-    ctl = Controller(SETTINGS, b)
+    ctl = controller_of(SETTINGS, b)
     until(ctl, b, decided(ctl, 1), limit=2000)
     entry = ctl.history[0]
     assert entry.decision()["verdict"] == "load changed" and entry.status == "rolled_back"
@@ -229,7 +234,7 @@ def test_short_steps_are_measured_for_a_second_where_the_load_can_be_read(monkey
     # 1 ms steps: 3 warm-up + 6 measured steps take 9 ms, too short for /proc/stat's ticks
     # to say whether the machine's load moved; the sample waits for a second of steps.
     b = FakeBackend({None: 0.001, "data-parallel": 0.0005}, predicted={"data-parallel": 0.0004})
-    ctl = Controller(SETTINGS, b)
+    ctl = controller_of(SETTINGS, b)
     drive(ctl, b, 50)
     with caplog.at_level(logging.INFO, logger="fastt"):
         ctl.log_closing()  # a session this short says why nothing was tried
@@ -242,7 +247,7 @@ def test_short_steps_are_measured_for_a_second_where_the_load_can_be_read(monkey
     # where the load cannot be read (not Linux), the steps alone decide
     monkeypatch.setattr(controller, "Reading", _NoProcStat)
     b = FakeBackend({None: 0.001})
-    ctl = Controller(SETTINGS, b)
+    ctl = controller_of(SETTINGS, b)
     assert until(ctl, b, lambda: ctl.original is not None) < 20
 
 
@@ -258,7 +263,7 @@ def test_a_candidate_found_faster_is_kept_only_if_its_baseline_measured_again_ag
     drift = lambda clock: 1.0 if clock < 1.1 else 0.85  # noqa: E731
     b = FakeBackend({None: 0.010, "data-parallel": 0.0105}, predicted={"data-parallel": 0.004},
                     drift=drift)
-    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
+    ctl = controller_of(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
                               max_rounds=1, order=False), b)
     until(ctl, b, decided(ctl, 1))
     entry = ctl.history[0]
@@ -275,7 +280,7 @@ def test_a_candidate_found_faster_is_kept_only_if_its_baseline_measured_again_ag
                                                                 (None, 0.0085)]
     # without the drift the same candidate is kept after the recheck agrees
     b = FakeBackend({None: 0.010, "data-parallel": 0.0085}, predicted={"data-parallel": 0.004})
-    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
+    ctl = controller_of(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
                               max_rounds=1, order=False), b)
     until(ctl, b, decided(ctl, 1))
     entry = ctl.history[0]
@@ -286,7 +291,7 @@ def test_a_candidate_found_faster_is_kept_only_if_its_baseline_measured_again_ag
 @pytest.mark.parametrize("phase", ["measure", "recheck"])
 def test_a_session_closing_before_a_decision_records_the_strategy_unfinished(phase, caplog):
     b = FakeBackend({None: 0.010, "data-parallel": 0.0085}, predicted={"data-parallel": 0.004})
-    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
+    ctl = controller_of(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
                               max_rounds=1, order=False), b)
     until(ctl, b, lambda: ctl.phase == phase)
     drive(ctl, b, 2)
@@ -314,7 +319,7 @@ def test_a_session_closing_before_a_decision_records_the_strategy_unfinished(pha
 def test_no_activation_when_the_plan_is_not_predicted_faster():
     b = FakeBackend({None: 0.010, "data-parallel": 0.008, "os-dpos": 0.007},
                     predicted={"data-parallel": 0.004, "os-dpos": 0.005})
-    ctl = Controller(SETTINGS, b)
+    ctl = controller_of(SETTINGS, b)
     until(ctl, b, lambda: ctl.phase == "steady")
     assert b.plans == ["data-parallel", "os-dpos", "os-dpos"]
     # kept after its baseline ran once more (A-B-A), then no plan predicted faster
@@ -324,7 +329,7 @@ def test_no_activation_when_the_plan_is_not_predicted_faster():
 def test_stable_cost_models_end_planning_then_periodic_reprofiling():
     b = FakeBackend({None: 0.010, "data-parallel": 0.008, "os-dpos": 0.006},
                     predicted={"data-parallel": 0.008, "os-dpos": 0.006}, change=0.01)
-    ctl = Controller(SETTINGS, b)
+    ctl = controller_of(SETTINGS, b)
     until(ctl, b, decided(ctl, 2))  # the chosen strategy is planned once in any case
     assert b.plans == ["data-parallel", "os-dpos"]
     drive(ctl, b, 2)  # profiled again: stable -> steady
@@ -342,7 +347,7 @@ def test_stable_cost_models_end_planning_then_periodic_reprofiling():
 @pytest.mark.parametrize("where", ["plan", "activate"])
 def test_a_failure_returns_to_the_original_graph_with_one_warning(where, caplog):
     b = FakeBackend({None: 0.010, "data-parallel": 0.008}, fail_on=where)
-    ctl = Controller(SETTINGS, b)
+    ctl = controller_of(SETTINGS, b)
     with caplog.at_level(logging.WARNING, logger="fastt"):
         until(ctl, b, lambda: ctl.phase == "off")
         drive(ctl, b, 20)
@@ -355,14 +360,14 @@ def test_a_failure_returns_to_the_original_graph_with_one_warning(where, caplog)
 
 def test_strict_mode_raises():
     b = FakeBackend({None: 0.010}, fail_on="plan")
-    ctl = Controller(Settings(enabled=True, warmup_steps=2, profile_steps=1, strict=True), b)
+    ctl = controller_of(Settings(enabled=True, warmup_steps=2, profile_steps=1, strict=True), b)
     with pytest.raises(RuntimeError, match="planner broke"):
         drive(ctl, b, 200)  # 10 ms steps: the original's sample spans a second
 
 
 def test_with_dumps_one_measured_step_is_traced_and_left_out_of_the_timings():
     b = FakeBackend({None: 0.010, "data-parallel": 0.008}, warmup=[5.0])
-    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
+    ctl = controller_of(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
                               max_rounds=1, dump_dir="dumps", order=False), b)
     until(ctl, b, lambda: ctl.phase == "measure")  # warmed up, profiled, activated
     b.on_graph, start = 0, len(b.traced)  # the next step builds the executors: slow
@@ -376,12 +381,12 @@ def test_with_dumps_one_measured_step_is_traced_and_left_out_of_the_timings():
     assert entry.status == "active" and b.profiles == 2
     assert entry.timeline is None  # written with the dump, not kept
     assert ctl.session == f"{os.getpid()}-{ctl.session.split('-')[1]}"  # names its dumps
-    plain = Controller(SETTINGS, FakeBackend({None: 0.010, "data-parallel": 0.008}))
+    plain = controller_of(SETTINGS, FakeBackend({None: 0.010, "data-parallel": 0.008}))
     until(plain, plain.backend, lambda: plain.phase == "measure")
     start = len(plain.backend.traced)
     until(plain, plain.backend, lambda: plain.phase not in ("measure", "recheck"))
     assert not any(plain.backend.traced[start:]) and plain.backend.timelines == [None]
-    assert Controller(SETTINGS, plain.backend).session != plain.session
+    assert controller_of(SETTINGS, plain.backend).session != plain.session
 
 
 @pytest.mark.parametrize("fifo_time,kept", [(0.005, "fifo"), (0.007, "ordered"),
@@ -392,7 +397,7 @@ def test_the_order_is_enforced_only_where_it_measures_faster(fifo_time, kept, ca
     b = FakeBackend({None: 0.010, "data-parallel": 0.006, "data-parallel/fifo": fifo_time},
                     predicted={"data-parallel": 0.006, "data-parallel/fifo": 0.0065},
                     noise=0.05)
-    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
+    ctl = controller_of(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
                               max_rounds=1), b)
     with caplog.at_level(logging.INFO, logger="fastt"):
         until(ctl, b, decided(ctl, 2))
@@ -416,10 +421,40 @@ def test_a_plan_predicted_faster_in_tensorflows_order_runs_in_it_from_the_start(
     b = FakeBackend({None: 0.010, "data-parallel": 0.009, "data-parallel/fifo": 0.006},
                     predicted={"data-parallel": 0.006})
     b.planned_fifo.add("data-parallel/fifo")
-    ctl = Controller(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
+    ctl = controller_of(Settings(enabled=True, warmup_steps=3, profile_steps=2, measure_steps=6,
                               max_rounds=1), b)
     until(ctl, b, decided(ctl, 1))
     (entry,) = ctl.history
     assert not entry.ordered and entry.status == "active" and not b.ordered
     until(ctl, b, lambda: ctl.phase == "steady")
     assert len(ctl.history) == 1  # no second trial of the same order
+
+
+def test_step_times_leave_out_fastts_own_work(monkeypatch):
+    """The Python fastt runs after a step (the steady-state check, the comparison) falls
+    between two step starts; it is not the graph's time. A look comes every BATCH steps."""
+    monkeypatch.setattr(controller, "Reading", _NoProcStat)  # no second-long sample
+    b = FakeBackend({None: 0.010, "data-parallel": 0.006},
+                    predicted={"data-parallel": 0.005})
+    looks = []
+
+    def slow(fn, unsettled=0):
+        def wrapped(*args, **kw):
+            looks.append((ctl.phase, len(b.traced)))
+            b.clock += 0.050  # fifty milliseconds of Python per call
+            return None if len(looks) <= unsettled else fn(*args, **kw)
+        return wrapped
+
+    # the first looks find the steps still warming up: more looks, each after a step
+    monkeypatch.setattr(controller, "steady_start", slow(controller.steady_start, 4))
+    monkeypatch.setattr(controller, "compare", slow(controller.compare))
+    ctl = controller_of(SETTINGS, b)
+    until(ctl, b, decided(ctl, 1))
+    assert len(looks) > 6
+    assert ctl.original_s == pytest.approx([0.010] * len(ctl.original_s))
+    entry = ctl.history[0]
+    assert entry.measured_s == pytest.approx([0.006] * len(entry.measured_s))
+    assert entry.status == "active"
+    warmup = [n for phase, n in looks if phase == "warmup"]
+    assert len(warmup) >= 5
+    assert all(later - earlier == controller.BATCH for earlier, later in zip(warmup, warmup[1:]))

@@ -4,7 +4,6 @@ when the controller asks, like ``SessionPlugin.run``."""
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,7 +38,7 @@ def call(p: "SessionPlugin", c: StepCallable, args: tuple[Any, ...], run_metadat
     p.guard.check()
     ctl = p.detector.controller_for(c.signature, c.names) if not p.detector.off else None
     if ctl is not None:
-        ctl.step_started(time.perf_counter())
+        ctl.step_started()
     trace = ctl.before_step() if ctl else False
     if ctl is not None and p.engine.models is None:
         p.feed_shapes = {n: np.shape(a) for n, a in zip(c.options.feed, args)}

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import logging
 import statistics
+import time
 from typing import Any, Callable, Protocol
 
 from fastt.errors import WorkerLostError
 from fastt.plugin import messages as say
 from fastt.plugin.entry import Entry, Sample, session_id
 from fastt.plugin.load import Reading, other_load
-from fastt.plugin.measure import CONFIDENCE, compare, steady_start
+from fastt.plugin.measure import BATCH, CONFIDENCE, compare, steady_start
 from fastt.plugin.settings import Settings
 
 log = logging.getLogger("fastt")
@@ -47,8 +48,9 @@ class Backend(Protocol):
 
 
 class Controller:
-    def __init__(self, settings: Settings, backend: Backend, session: str = "") -> None:
-        self.settings, self.backend = settings, backend
+    def __init__(self, settings: Settings, backend: Backend, session: str = "",
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.settings, self.backend, self._clock = settings, backend, clock
         self.session = session or session_id()  # names it in strategy dumps
         self.phase = "warmup"
         self.step = 0
@@ -61,6 +63,7 @@ class Controller:
         self._window = Reading()  # when they started
         self._window_step = 0  # and at which training step
         self._last_start: float | None = None
+        self._own = 0.0  # seconds fastt's own work took after the last step ran
         self._clean = False  # whether the last step's time is the graph's alone
         self._restarts = 0  # of the current measurement, after the load changed
         self._traced = 0
@@ -88,15 +91,18 @@ class Controller:
         return bool(self.settings.dump_dir) and m is not None and m.timeline is None \
             and len(self._times) == 1
 
-    def step_started(self, now: float) -> None:
-        """A training step starts (``now``: ``time.perf_counter()``): the time since the last
-        one started is a step time of the graph being measured, unless fastt worked in
+    def step_started(self) -> None:
+        """A training step starts: the time since the last one started, less what fastt's own
+        ``after_step`` took, is a step time of the graph being measured (what the user's loop
+        does between steps counts; fastt's bookkeeping does not), unless fastt worked in
         between (traced, planned, activated)."""
+        now = self._clock()
         if self._last_start is not None and self._clean:
-            self._times.append(now - self._last_start)
+            self._times.append(now - self._last_start - self._own)
         self._last_start = now
 
     def after_step(self, run_metadata: Any = None) -> None:
+        began = self._clock()
         self.step += 1
         phase = self.phase
         try:
@@ -107,6 +113,7 @@ class Controller:
             self.fail(e)
         self._clean = run_metadata is None and \
             self.phase == phase in ("warmup", "measure", "recheck")
+        self._own = self._clock() - began
 
     def fail(self, error: BaseException) -> None:
         """Something inside fastt failed: back to the original graph, stop planning."""
@@ -193,13 +200,15 @@ class Controller:
         self._times, self._window, self._window_step = [], Reading(), self.step
         self._looks, self._next_look = 0, 0
 
-    def _sample(self, extra: int = 0) -> Sample | None:
-        """The graph's sample once its steps have settled and ``measure_steps`` (plus
-        ``extra``) followed, over at least ``measure_seconds`` where the machine's load is
-        read (``fastt.plugin.load`` cannot tell from a shorter window whether it moved); at
-        the cap, the last ones, marked unsettled; None before."""
-        need = self.settings.measure_steps + extra
+    def _sample(self) -> Sample | None:
+        """The graph's sample once its steps have settled and ``measure_steps`` followed, over
+        at least ``measure_seconds`` where the machine's load is read (``fastt.plugin.load``
+        cannot tell from a shorter window whether it moved); at the cap, the last ones,
+        marked unsettled; None before, and between looks (one every ``BATCH`` steps)."""
+        need = self.settings.measure_steps
         times = self._times
+        if len(times) % BATCH:
+            return None  # MSER-5 reads whole batches; and a look costs milliseconds of Python
         if self._reads_load and sum(times) < self.settings.measure_seconds:
             return None  # too short to tell whether the machine's load moved meanwhile
         found = steady_start(times, self.settings.warmup_steps, need)
@@ -215,8 +224,10 @@ class Controller:
             return
         entry = self._measuring
         assert entry is not None
+        if len(self._times) < self._next_look:
+            return
         sample = self._sample()
-        if sample is None or len(self._times) < self._next_look:
+        if sample is None:
             return
         previous = self.active
         base = previous.sample if previous is not None else self.original

@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import time
 import weakref
 from typing import Any
 
@@ -95,7 +94,7 @@ class SessionPlugin:
             return self._dispatch(req, fetches, feed_dict, options, run_metadata)
         if self.engine.models is None:
             self.feed_shapes = {n: v.shape for n, v in req.feeds.items()}
-        ctl.step_started(time.perf_counter())
+        ctl.step_started()
         trace = ctl.before_step()
         meta = _tf1.RunMetadata() if trace else run_metadata
         opts = with_fields(options, trace_level=_tf1.RunOptions.FULL_TRACE) if trace else options
