@@ -70,8 +70,8 @@ def main() -> None:
     for name, args in CASES.items():
         rows = []
         for k in range(opts.repeats):
-            # who goes first alternates, so that a machine drifting one way hits both
             dumps = os.path.join(opts.dumps, f"{name}-{k}") if opts.dumps else ""
+            # who goes first alternates, so that a machine drifting one way hits both
             got = {on: run(args, on, dumps) for on in ((True, False) if k % 2 else (False, True))}
             plain, (mine, speedup, ended) = got[False][0], got[True]
             rows.append({"repeat": k, "plain_images_per_s": plain, "fastt_images_per_s": mine,
