@@ -89,15 +89,16 @@ def _ran_before(real: dict, variants: list[str]) -> list[str]:
 
 def _net_of_drift(real: dict, variants: list[str]) -> list[str]:
     """The predictions' error once each model's common shift is taken out: the one worker's
-    median in the blocks over its level when the models were calibrated (the median of its
-    records then), which moves every plan of the model alike. It says how much of the error
-    is the host's speed between preparation and blocks and how much the model's."""
+    median in the blocks over its level when the models were calibrated (``reference_level_s``;
+    in runs before it was kept, the median of its records), which moves every plan of the
+    model alike. It says how much of the error is the host's speed between preparation and
+    blocks and how much the model's."""
     errs = []
     for r in real["rows"]:
         records, one = r.get("reference_step_s"), r["step_s"].get("one worker")
         if not records or not one:
             continue  # runs before the one worker's records were kept
-        shift = one / statistics.median(records)
+        shift = one / r.get("reference_level_s", statistics.median(records))
         errs += [abs(t * shift - r["step_s"][v]) / r["step_s"][v]
                  for v in variants if (t := r.get("predicted_s", {}).get(v)) is not None]
     if not errs:

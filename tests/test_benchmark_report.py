@@ -221,3 +221,7 @@ def test_the_error_net_of_drift_scales_each_models_predictions_by_the_one_worker
     [_, line] = _net_of_drift({"rows": [row, {"step_s": {}}]}, ["one worker", "fastt"])
     assert "median absolute error 10.0% over 2 runs, worst 20.0%." in line
     assert _net_of_drift({"rows": [{"step_s": {"one worker": 0.1}}]}, ["one worker"]) == []
+    # where the run kept the level its samples were scaled to, that level is the yardstick
+    row["reference_level_s"] = 0.120  # the host slowed by 1.1
+    [_, line] = _net_of_drift({"rows": [row]}, ["one worker", "fastt"])
+    assert "median absolute error 9.2% over 2 runs, worst 10.0%." in line  # 8.3%, 10%
