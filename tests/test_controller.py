@@ -40,6 +40,7 @@ class FakeBackend:
         self.planned_fifo: set[str] = set()  # "<name>/fifo": planned in TensorFlow's order
         self.misfit = misfit  # why the original graph does not fit its device ("" if it does)
         self.calibrations = []  # (strategy name, ordered, seconds) per calibration
+        self.profile_s = 0.0  # seconds each traced step's profile takes
 
     def starting_strategy(self):
         return "data-parallel"
@@ -49,6 +50,7 @@ class FakeBackend:
 
     def profile(self, meta, untraced_s=None):
         assert meta == "trace"
+        self.clock += self.profile_s  # the profile's own Python
         assert untraced_s is not None and untraced_s > 0  # the running graph was measured
         self.profiles += 1
 
@@ -340,7 +342,9 @@ def test_stable_cost_models_end_planning_then_periodic_reprofiling():
     drive(ctl, b, 2)  # small change: no re-plan
     assert b.profiles == profiles + 2 and b.plans == ["data-parallel", "os-dpos"]
     b.change = 0.5
-    drive(ctl, b, 10 + 2)  # a significant change: re-planned
+    # the next re-profile waits until the last one's traced steps are 1% of those in between
+    assert until(ctl, b, lambda: ctl.phase == "profile") > 10
+    drive(ctl, b, 2)  # a significant change: re-planned
     assert b.plans[-1] == "os-dpos" and len(b.plans) == 3
 
 
@@ -458,3 +462,33 @@ def test_step_times_leave_out_fastts_own_work(monkeypatch):
     warmup = [n for phase, n in looks if phase == "warmup"]
     assert len(warmup) >= 5
     assert all(later - earlier == controller.BATCH for earlier, later in zip(warmup, warmup[1:]))
+
+
+def test_re_profiles_come_rarer_where_they_cost_more_than_a_percent_of_the_steps(
+        monkeypatch):
+    """A re-profile's traced steps and Python cost what hundreds of short steps do: the next
+    one waits until that is at most REPROFILE_SHARE of the steps in between; never sooner than
+    ``reprofile_every``."""
+    def rounds_over(profile_s, steps=20000):
+        b = FakeBackend({None: 0.010, "data-parallel": 0.008, "os-dpos": 0.006},
+                        predicted={"data-parallel": 0.007, "os-dpos": 0.005}, change=0.0)
+        ctl = controller_of(Settings(enabled=True, warmup_steps=3, profile_steps=3,
+                                     measure_steps=6, max_rounds=3, reprofile_every=500,
+                                     order=False), b)
+        until(ctl, b, lambda: ctl.phase == "steady")
+        assert b.running.name == "os-dpos"  # 6 ms steps
+        b.profile_s = profile_s
+        began, traced = b.clock, len(b.traced)
+        drive(ctl, b, steps)
+        spent = b.clock - began
+        return sum(b.traced[traced:]) // 3, (spent - 0.006 * steps) / spent
+
+    # the first after 500 steps; a traced step takes three: a round costs 36 ms beyond its
+    # steps, 1% of 600 steps
+    rounds, share = rounds_over(0.0)
+    assert rounds == 1 + (20000 - 503) // 603 and share <= controller.REPROFILE_SHARE
+    # and 0.3 s more of profiling: 5600 steps (the first round, after 500, over the share)
+    rounds, share = rounds_over(0.100)
+    assert rounds == 1 + (20000 - 503) // 5603 and share <= 1.15 * controller.REPROFILE_SHARE
+    monkeypatch.setattr(controller, "REPROFILE_SHARE", 0.5)  # never sooner than the setting
+    assert rounds_over(0.0)[0] == 20000 // 503

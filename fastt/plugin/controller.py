@@ -5,7 +5,8 @@ it, ``after_step(seconds, run_metadata)`` records it and, between two steps, pro
 activates, measures and rolls back through a ``Backend`` (the TensorFlow side). The phases:
 
     warmup -> profile -> plan -> measure -> (rolled back | active) -> profile -> ... -> steady
-    steady -> (every ``reprofile_every`` steps) profile -> plan only on a significant change
+    steady -> (every ``reprofile_every`` steps, or more where a round would take over 1% of
+               the steps in between) profile -> plan only on a significant change
 
 The first plan is the starting strategy (data parallel when the model fits one device, else a
 model-parallel spread), the next ones the chosen strategy; planning stops when the cost models
@@ -17,6 +18,7 @@ never to an original graph that does not fit its device's memory as the user set
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from typing import Any, Callable, Protocol
@@ -33,6 +35,7 @@ log = logging.getLogger("fastt")
 EXTEND = 3  # an undecided comparison measures up to EXTEND * measure steps more
 RESTARTS = 2  # times a measurement starts again after the machine's load changed
 LOOKS = 1 + EXTEND  # comparisons one measurement may make: each at 1 - (1 - CONFIDENCE) / LOOKS
+REPROFILE_SHARE = 0.01  # of the steady steps' time a periodic re-profile may take, at most
 
 
 class Backend(Protocol):
@@ -69,6 +72,8 @@ class Controller:
         self._traced = 0
         self._measuring: Entry | None = None
         self._since_profile = 0
+        self._reprofile_every = settings.reprofile_every  # stretched where a round costs more
+        self._reprofile_began: tuple[float, int] | None = None  # (clock, step) of this round
         self._chosen_planned = False  # stability ends planning once the chosen one ran
         self._settled = False  # the cost models were found stable once
         self._fifo_next: Entry | None = None  # kept with its order: measure it without
@@ -158,12 +163,30 @@ class Controller:
                     "fastt: cost models stable (change %.1f%%); keeping %s",
                     100 * self.backend.cost_change(), say.label(self.active))
             self._settled = True
+            if self._reprofile_began is not None:
+                self._stretch_reprofiles(*self._reprofile_began)
             self._steady_now()
             return
         self._plan_round()
 
+    def _stretch_reprofiles(self, began: float, at_step: int) -> None:
+        """The periodic re-profile that began at ``began`` (clock) after ``at_step`` ended:
+        the next one comes late enough that its cost beyond its steps' own time stays within
+        ``REPROFILE_SHARE`` of the steady steps in between (traced steps and the profile's
+        Python cost hundreds of milliseconds, a second of a 4 ms step's 500)."""
+        step_s = (self.active.measured_median_s if self.active else None) or \
+            self.original_median_s
+        if not step_s:
+            return
+        took = self._clock() - began - (self.step - at_step) * step_s
+        self._reprofile_every = max(self.settings.reprofile_every,
+                                    math.ceil(took / (REPROFILE_SHARE * step_s)))
+        log.debug("fastt: a re-profile took %.0f ms beyond its steps; the next in %d steps",
+                  1e3 * took, self._reprofile_every)
+
     def _plan_round(self) -> None:
         self.rounds += 1
+        self._reprofile_began = None  # a round that plans measures: not a re-profile's cost
         first = not self.history and self.settings.strategy in ("os-dpos", "dpos")
         name = self.backend.starting_strategy() if first else self.settings.strategy
         strategy = self.backend.plan(name)
@@ -339,8 +362,9 @@ class Controller:
 
     def _steady(self, _: Any) -> None:
         self._since_profile += 1
-        if self.settings.reprofile_every and self._since_profile >= self.settings.reprofile_every:
+        if self.settings.reprofile_every and self._since_profile >= self._reprofile_every:
             self.rounds = max(self.rounds, 1)  # re-plans only on a significant change
+            self._reprofile_began = (self._clock(), self.step)
             self._start_profile()
 
     def _off(self, _: Any) -> None:
