@@ -11,7 +11,8 @@ Writes throughput_agreement.json and throughput_agreement.md: per script and rep
 throughputs, their ratio, fastt's speedup and the strategy it ended on; per script the median
 ratio, the median speedup, their disagreement, whether the repeats ended on the same strategy,
 and the machine's load average before and after. With ``--dumps``, each fastt run writes its
-dumps (``FASTT_DUMP_DIR``) to ``DIR/<script>-<repeat>``: the samples behind each decision.
+dumps (``FASTT_DUMP_DIR``) to ``DIR/<script>-<repeat>``: the samples behind each decision,
+and its log (``stderr.txt``).
 """
 from __future__ import annotations
 
@@ -46,8 +47,14 @@ def run(args: list[str], fastt: bool, dumps: str = "") -> tuple[float, float | N
     env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
     if fastt:
         env.update(FASTT="1", FASTT_DEVICES="cpu:2", FASTT_DUMP_DIR=dumps)
+        if dumps:  # its log too, re-profiles included
+            os.makedirs(dumps, exist_ok=True)
+            env.update(FASTT_LOG_LEVEL="DEBUG")
     p = subprocess.run([sys.executable, SCRIPT, *args], env=env, capture_output=True,
                        text=True, timeout=1800, check=True)
+    if dumps:  # fastt's log beside its dumps: what it did when, in the script's own words
+        with open(os.path.join(dumps, "stderr.txt"), "w") as f:
+            f.write(p.stderr)
     tput = float(re.search(r"images/sec: (\S+)", p.stdout).group(1))
     if not fastt:
         return tput, None, ""
