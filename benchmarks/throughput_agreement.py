@@ -52,7 +52,7 @@ def run(args: list[str], fastt: bool, dumps: str = "") -> tuple[float, float | N
             env.update(FASTT_LOG_LEVEL="DEBUG")
     p = subprocess.run([sys.executable, SCRIPT, *args], env=env, capture_output=True,
                        text=True, timeout=1800, check=True)
-    if dumps:  # fastt's log beside its dumps: what it did when, in the script's own words
+    if fastt and dumps:  # its log beside its dumps: what it did when
         with open(os.path.join(dumps, "stderr.txt"), "w") as f:
             f.write(p.stderr)
     tput = float(re.search(r"images/sec: (\S+)", p.stdout).group(1))
