@@ -165,6 +165,7 @@ class Controller:
             self._settled = True
             if self._reprofile_began is not None:
                 self._stretch_reprofiles(*self._reprofile_began)
+                self._reprofile_began = None
             self._steady_now()
             return
         self._plan_round()
@@ -172,8 +173,9 @@ class Controller:
     def _stretch_reprofiles(self, began: float, at_step: int) -> None:
         """The periodic re-profile that began at ``began`` (clock) after ``at_step`` ended:
         the next one comes late enough that its cost beyond its steps' own time stays within
-        ``REPROFILE_SHARE`` of the steady steps in between (traced steps and the profile's
-        Python cost hundreds of milliseconds, a second of a 4 ms step's 500)."""
+        ``REPROFILE_SHARE`` of the steady steps in between (a round cost 11-43 ms beyond its
+        steps on the throughput scripts' MLP and CNN, 0.5-1% of 500 of their steps; a
+        larger graph's traced steps and profile cost more)."""
         step_s = (self.active.measured_median_s if self.active else None) or \
             self.original_median_s
         if not step_s:
