@@ -130,12 +130,13 @@ class Reference:
     """The one worker's graph as the yardstick of the calibration samples. Its records: its
     profile's sample, then its blocks beside each other graph's, each of which also
     calibrates it, as the plugin's recheck calibrates the graph it measures again. Its step
-    time, the ``level``, is the median of the blocks alone: the profile's sample ran alone,
-    and a graph alone ran 7-22% faster than in blocks alternating with another in 6 of 7
-    models of run 14 (the transformer layer's: 39.0 ms alone, 48.3-50.3 beside), as the timed
-    blocks alternate. With the profile's sample in the median, the first graphs measured
-    beside it were scaled to a level between the two (the transformer's data-parallel plan
-    to 48.6 ms, 0.97 of the one worker's calibration where it had measured 1.09 of it)."""
+    time, the ``level``, is the median of those blocks only: the profile's sample ran alone,
+    and the one worker alone ran 7-22% faster than in blocks alternating with another graph
+    in all 7 models of run 14 (the transformer layer's: 39.0 ms alone, 48.3-50.3 beside), and
+    3-37% faster in 6 of 7 of run 15; the timed blocks alternate. With the profile's sample
+    in the median, the first graphs measured beside it were scaled to a level between the two
+    (the transformer's data-parallel plan to 48.6 ms, 0.97 of the one worker's calibration
+    where it had measured 1.09 of it)."""
 
     def __init__(self, engine: Engine, run: Run, untraced_s: float) -> None:
         self.engine, self.run, self.records = engine, run, [untraced_s]
