@@ -65,9 +65,9 @@ class Controller:
         self._times: list[float] = []  # the graph being measured: its step-to-step times
         self._window = Reading()  # when they started
         self._window_step = 0  # and at which training step
+        self._looks, self._next_look = 0, 0  # comparisons made; steps the next one waits for
         self._last_start: float | None = None
         self._own = 0.0  # seconds fastt's own work took after the last step ran
-        self._found = False  # whether the current window's steps have given a sample yet
         self._clean = False  # whether the last step's time is the graph's alone
         self._restarts = 0  # of the current measurement, after the load changed
         self._traced = 0
@@ -224,7 +224,6 @@ class Controller:
 
     def _new_window(self) -> None:
         self._times, self._window, self._window_step = [], Reading(), self.step
-        self._found = False  # whether this window's steps have given a sample yet
         self._looks, self._next_look = 0, 0
 
     def _sample(self) -> Sample | None:
@@ -232,18 +231,19 @@ class Controller:
         at least ``measure_seconds`` where the machine's load is read (``fastt.plugin.load``
         cannot tell from a shorter window whether it moved); at the cap, the last ones,
         marked unsettled; None before, and between looks (one every ``BATCH`` steps until
-        the window's first sample)."""
+        a comparison asks for more steps)."""
         need = self.settings.measure_steps
         times = self._times
-        if not self._found and len(times) % BATCH:
-            return None  # MSER-5 reads whole batches; and a look costs milliseconds of Python
+        if not self._next_look and len(times) % BATCH:
+            # MSER-5 reads whole batches, and a look costs milliseconds of Python; a longer
+            # sample an undecided comparison asked for is looked at when due
+            return None
         if self._reads_load and sum(times) < self.settings.measure_seconds:
             return None  # too short to tell whether the machine's load moved meanwhile
         found = steady_start(times, self.settings.warmup_steps, need)
         if found is None:
             return None
         start, ok = found
-        self._found = True  # a longer sample, asked for later, is looked at when asked
         load = other_load(self._window, Reading()) if self._reads_load else None
         return Sample(times[start:], start, ok, load)
 
