@@ -5,8 +5,9 @@
 Per model, as the session plugin does it: profile the original step on worker 0 (traced
 steps; the active probe for the links), plan data parallelism, run and profile it (both
 workers' compute, cross-process transfers), then plan from the refined cost models. Then
-these variants run on the same cluster, in blocks of S steps, rotating who goes first, R
-repeats (15); the median step time of each is reported as samples/second:
+these variants run on the same cluster, in blocks of S steps (10; more where the one worker's
+step is fast, so that a block spans at least a second, as the plugin's samples do), rotating
+who goes first, R repeats (15); the median step time of each is reported as samples/second:
 
 - ``one worker``: the original graph as the user's script runs it (all on worker 0);
 - ``data-parallel``: in-graph replicas, one per worker, each with its own copy of the
@@ -51,6 +52,7 @@ measured on the same processor (on another one it stops: ``--out DIR`` keeps the
 from __future__ import annotations
 
 import logging
+import math
 import os
 import platform
 import statistics
@@ -86,8 +88,12 @@ FIFO = ("one worker", "data-parallel", "data-parallel-ps", *FIFO_OF.values())
 # 10, AlexNet's in 64%, a transformer layer's in 72%
 REPEATS = 15
 RETRIES = 2  # runs again of a step TensorFlow aborted
-BLOCK = 10  # steps per block of a calibration sample, as the timed blocks' default
 PAIRS = 6  # blocks a calibration sample alternates with the reference's
+# The least time a block spans (a calibration sample's and a timed one), the plugin's least
+# sample (FASTT_MEASURE_SECONDS): at 10 steps LeNet's blocks took 0.1 s, in which one
+# scheduler tick of another process is a tenth, and its OS-DPOS plan was calibrated at 1.69x
+# the one worker beside it where it measured 1.32x in the timed blocks (run 15)
+MIN_BLOCK_S = Settings().measure_seconds
 MWMS = "MWMS"  # TensorFlow's MultiWorkerMirroredStrategy on the same cores (benchmarks/mwms.py)
 
 
@@ -111,6 +117,12 @@ class Run:
                     raise
                 print(f"a step aborted, run again: {str(e).splitlines()[0]}", file=sys.stderr,
                       flush=True)
+
+
+def block_steps(steps: int, step_s: float, min_block_s: float = MIN_BLOCK_S) -> int:
+    """Steps per block for a model whose one worker steps in ``step_s``: ``steps``, or as
+    many more as span ``min_block_s``."""
+    return max(steps, math.ceil(min_block_s / step_s)) if step_s > 0 else steps
 
 
 def warm_up(run: Run) -> float:
@@ -138,8 +150,8 @@ class Reference:
     (the transformer's data-parallel plan to 48.6 ms, 0.97 of the one worker's calibration
     where it had measured 1.09 of it)."""
 
-    def __init__(self, engine: Engine, run: Run, untraced_s: float) -> None:
-        self.engine, self.run, self.records = engine, run, [untraced_s]
+    def __init__(self, engine: Engine, run: Run, untraced_s: float, steps: int) -> None:
+        self.engine, self.run, self.records, self.steps = engine, run, [untraced_s], steps
 
     @property
     def level(self) -> float:
@@ -149,15 +161,16 @@ class Reference:
 
     def beside(self, run: Run) -> float:
         """The untraced step time of ``run``, once steady (``warm_up``), measured in
-        ``PAIRS`` blocks of ``BLOCK`` steps alternating with the reference's, as the timed blocks
-        are measured: the ratio of the two medians times the reference's step time. The
-        host's speed moves by up to a third within a minute (one worker's AlexNet step: 436
-        ms over 30 steps, 583 over the next 60), and so does any sample taken alone."""
+        ``PAIRS`` blocks (as long as the timed ones) alternating with the reference's, as the
+        timed blocks are measured: the ratio of the two medians times the reference's step
+        time. The host's speed moves by up to a third within a minute (one worker's AlexNet
+        step: 436 ms over 30 steps, 583 over the next 60), and so does any sample taken
+        alone."""
         warm_up(run)
         own, ref = [], []
         for _ in range(PAIRS):
-            own.append(block(run.step, BLOCK))
-            ref.append(block(self.run.step, BLOCK))
+            own.append(block(run.step, self.steps))
+            ref.append(block(self.run.step, self.steps))
         self.records.append(statistics.median(ref))
         self.engine.calibrate(None, self.records[-1])
         return self.level * statistics.median(own) / self.records[-1]
@@ -191,7 +204,8 @@ def adapt(runs: dict[str, Run], steps: int) -> tuple[str, list[dict]]:
     return kept, decisions
 
 
-def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: int) -> dict:
+def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: int,
+          min_block_s: float = MIN_BLOCK_S) -> dict:
     m = model.build()
     devices = [Device(cluster.device(i)) for i in range(2)]
     engine = Engine(m.graph, devices, [m.train_op.name, m.loss.name], target=cluster.target,
@@ -199,7 +213,8 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
     t0 = time.perf_counter()
     runs = {"one worker": Run(cluster.target, engine.graph_def(), m)}
     profiled = {"one worker": profile_into(engine, runs["one worker"], None, 3)}
-    reference = Reference(engine, runs["one worker"], profiled["one worker"])
+    steps = block_steps(steps, profiled["one worker"], min_block_s)
+    reference = Reference(engine, runs["one worker"], profiled["one worker"], steps)
     engine.probe()
     strategies = {"data-parallel": engine.plan("data-parallel")}
     graphs = {}
@@ -260,7 +275,7 @@ def bench(cluster: LocalCluster, model: zoo_models.Model, steps: int, repeats: i
     row = {"model": model.name, "zoo": model.zoo_name, "kwargs": model.kwargs,
            "batch": model.batch, "ops": len(engine.ir), "prepare_s": prep_s,
            "plan_time_s": strategies["fastt"].plan_time_s,
-           "step_s": step, "times_s": times,
+           "steps_per_block": steps, "step_s": step, "times_s": times,
            # the profiled plans' untraced steps when profiled (the cost models' calibration)
            "profiled_step_s": profiled,
            # the replanned plan's untraced step when measured (its calibration)
@@ -306,6 +321,7 @@ def main() -> None:
     models = zoo_models.pick(zoo_models.REAL_QUICK if args.quick else zoo_models.REAL,
                              args.models)
     steps, repeats = (3, 3) if args.quick else (args.steps, max(args.repeats, 3))
+    min_block_s = 0.0 if args.quick else MIN_BLOCK_S
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(COSTS, exist_ok=True)
     path = os.path.join(args.out, "real.json")
@@ -313,7 +329,8 @@ def main() -> None:
     doc = previous_full_run(path, cpu) if args.models and not args.quick else None
     doc = doc or {"meta": {"python": platform.python_version(), "tensorflow": tf.__version__,
                            "cpu": cpu, "cpus": os.cpu_count(), "workers": 2, "cores_per_worker": 1,
-                           "steps_per_block": steps, "repeats": repeats, "quick": args.quick,
+                           "steps_per_block": steps, "min_block_s": min_block_s,
+                           "repeats": repeats, "quick": args.quick,
                            "load_average_at_start": os.getloadavg()[0]},
                   "rows": []}
     doc["meta"]["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
@@ -321,7 +338,7 @@ def main() -> None:
     with LocalCluster(workers=2, cores_per_worker=1) as cluster:
         for model in models:  # written after each model
             load = os.getloadavg()[0]
-            row = bench(cluster, model, steps, repeats)
+            row = bench(cluster, model, steps, repeats, min_block_s)
             doc["rows"] = with_row(doc["rows"], {**row, "load_average_at_start": load}, order)
             write_json(path, doc)
 

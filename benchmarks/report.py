@@ -228,12 +228,24 @@ def _speedup_plot(rows: list[tuple[str, dict]], path: str, scaling: str) -> None
     plt.close(fig)
 
 
+def _block_steps(real: dict) -> str:
+    """How many steps the real testbed's blocks took: one count, or each model's where a
+    block spans a least time."""
+    meta = real["meta"]
+    if not meta.get("min_block_s"):
+        return f"{meta['steps_per_block']} steps"
+    each = ", ".join(f"{r['model']} {r.get('steps_per_block', meta['steps_per_block'])}"
+                     for r in real["rows"])
+    return (f"at least {meta['steps_per_block']} steps, and at least {meta['min_block_s']:g} s "
+            f"({each})")
+
+
 def real_section(real: dict, out: str) -> list[str]:
     meta = real["meta"]
     variants = list(real["rows"][0]["step_s"]) if real["rows"] else []
     lines = ["## Real testbed (2 TensorFlow gRPC workers on 127.0.0.1, one core each)", "",
              f"Samples/second, median of {meta['repeats']} rotating blocks of "
-             f"{meta['steps_per_block']} steps per variant, all variants in one run "
+             f"{_block_steps(real)} per variant, all variants in one run "
              f"(TensorFlow {meta['tensorflow']}{', ' + meta['cpu'] if meta.get('cpu') else ''}; "
              f"1-minute load average at the start: "
              f"{meta.get('load_average_at_start', float('nan')):.1f}). "

@@ -225,3 +225,12 @@ def test_the_error_net_of_drift_scales_each_models_predictions_by_the_one_worker
     row["reference_level_s"] = 0.120  # the host slowed by 1.1
     [_, line] = _net_of_drift({"rows": [row]}, ["one worker", "fastt"])
     assert "median absolute error 9.2% over 2 runs, worst 10.0%." in line  # 8.3%, 10%
+
+
+def test_the_real_testbeds_block_length_is_given_per_model_where_a_block_spans_a_least_time():
+    rows = [{"model": "lenet", "steps_per_block": 92}, {"model": "alexnet",
+                                                        "steps_per_block": 10}]
+    assert report._block_steps({"meta": {"steps_per_block": 10}, "rows": rows}) == "10 steps"
+    timed = {"meta": {"steps_per_block": 10, "min_block_s": 1.0}, "rows": rows}
+    assert report._block_steps(timed) == ("at least 10 steps, and at least 1 s "
+                                          "(lenet 92, alexnet 10)")
