@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from fastt.plugin import controller
+from fastt.plugin import controller, window
 from fastt.plugin.controller import Controller
 from fastt.plugin.settings import Settings
 
@@ -223,7 +223,7 @@ def test_a_gain_the_noise_does_not_support_is_not_taken(gain, status):
 
 def test_a_load_change_during_a_measurement_measures_again(monkeypatch):
     loads = iter([0.0] + [0.2 + 0.3 * k for k in range(20)])
-    monkeypatch.setattr(controller, "other_load", lambda start, end: next(loads))
+    monkeypatch.setattr(window, "other_load", lambda start, end: next(loads))
     b = FakeBackend({None: 0.010, "data-parallel": 0.005}, predicted={"data-parallel": 0.004})
     ctl = controller_of(SETTINGS, b)
     until(ctl, b, decided(ctl, 1), limit=2000)
@@ -247,7 +247,7 @@ def test_short_steps_are_measured_for_a_second_where_the_load_can_be_read(monkey
     until(ctl, b, decided(ctl, 1), limit=5000)
     assert sum(ctl.history[0].measured_s) >= 0.99
     # where the load cannot be read (not Linux), the steps alone decide
-    monkeypatch.setattr(controller, "Reading", _NoProcStat)
+    monkeypatch.setattr(window, "Reading", _NoProcStat)
     b = FakeBackend({None: 0.001})
     ctl = controller_of(SETTINGS, b)
     assert until(ctl, b, lambda: ctl.original is not None) < 20
@@ -437,7 +437,7 @@ def test_a_plan_predicted_faster_in_tensorflows_order_runs_in_it_from_the_start(
 def test_step_times_leave_out_fastts_own_work(monkeypatch):
     """The Python fastt runs after a step (the steady-state check, the comparison) falls
     between two step starts; it is not the graph's time. A look comes every BATCH steps."""
-    monkeypatch.setattr(controller, "Reading", _NoProcStat)  # no second-long sample
+    monkeypatch.setattr(window, "Reading", _NoProcStat)  # no second-long sample
     b = FakeBackend({None: 0.010, "data-parallel": 0.006},
                     predicted={"data-parallel": 0.005})
     looks = []
@@ -450,7 +450,7 @@ def test_step_times_leave_out_fastts_own_work(monkeypatch):
         return wrapped
 
     # the first looks find the steps still warming up: more looks, each after a step
-    monkeypatch.setattr(controller, "steady_start", slow(controller.steady_start, 4))
+    monkeypatch.setattr(window, "steady_start", slow(window.steady_start, 4))
     monkeypatch.setattr(controller, "compare", slow(controller.compare))
     ctl = controller_of(SETTINGS, b)
     until(ctl, b, decided(ctl, 1))
@@ -461,7 +461,7 @@ def test_step_times_leave_out_fastts_own_work(monkeypatch):
     assert entry.status == "active"
     warmup = [n for phase, n in looks if phase == "warmup"]
     assert len(warmup) >= 5
-    assert all(later - earlier == controller.BATCH for earlier, later in zip(warmup, warmup[1:]))
+    assert all(later - earlier == window.BATCH for earlier, later in zip(warmup, warmup[1:]))
 
 
 def test_re_profiles_come_rarer_where_they_cost_more_than_a_percent_of_the_steps(

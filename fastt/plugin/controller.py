@@ -1,8 +1,9 @@
 """The session plugin's decisions, step by step (no TensorFlow here).
 
 A ``Controller`` sees every run of the training step: ``before_step()`` says whether to trace
-it, ``after_step(seconds, run_metadata)`` records it and, between two steps, profiles, plans,
-activates, measures and rolls back through a ``Backend`` (the TensorFlow side). The phases:
+it, ``step_started()`` times it (``fastt.plugin.window``), ``after_step(run_metadata)``
+records it and, between two steps, profiles, plans, activates, measures and rolls back
+through a ``Backend`` (the TensorFlow side). The phases:
 
     warmup -> profile -> plan -> measure -> (rolled back | active) -> profile -> ... -> steady
     steady -> (every ``reprofile_every`` steps, or more where a round would take over 1% of
@@ -26,9 +27,9 @@ from typing import Any, Callable, Protocol
 from fastt.errors import WorkerLostError
 from fastt.plugin import messages as say
 from fastt.plugin.entry import Entry, Sample, session_id
-from fastt.plugin.load import Reading, other_load
-from fastt.plugin.measure import BATCH, CONFIDENCE, compare, steady_start
+from fastt.plugin.measure import CONFIDENCE, compare
 from fastt.plugin.settings import Settings
+from fastt.plugin.window import Window
 
 log = logging.getLogger("fastt")
 
@@ -62,13 +63,7 @@ class Controller:
         self.active: Entry | None = None  # None: the original graph
         self.original_s: list[float] = []
         self.original: Sample | None = None
-        self._times: list[float] = []  # the graph being measured: its step-to-step times
-        self._window = Reading()  # when they started
-        self._window_step = 0  # and at which training step
-        self._looks, self._next_look = 0, 0  # comparisons made; steps the next one waits for
-        self._last_start: float | None = None
-        self._own = 0.0  # seconds fastt's own work took after the last step ran
-        self._clean = False  # whether the last step's time is the graph's alone
+        self._win = Window(settings, clock)  # the graph being measured: its step times
         self._restarts = 0  # of the current measurement, after the load changed
         self._traced = 0
         self._measuring: Entry | None = None
@@ -82,9 +77,6 @@ class Controller:
         self._phases: dict[str, Callable[[Any], None]] = {
             "warmup": self._warmup, "profile": self._profile, "measure": self._measure,
             "recheck": self._recheck, "steady": self._steady, "off": self._off}
-        # the machine's other load can be read here (Linux; a cluster's workers are other
-        # processes, whose load is the graph's own): each sample then spans the time that takes
-        self._reads_load = settings.cluster is None and Reading().busy is not None
 
     # -- what the runtime calls around each training step ---------------------------------
     def before_step(self) -> bool:
@@ -95,17 +87,13 @@ class Controller:
     def _timeline_due(self) -> bool:
         m = self._measuring
         return bool(self.settings.dump_dir) and m is not None and m.timeline is None \
-            and len(self._times) == 1
+            and len(self._win.times) == 1
 
     def step_started(self) -> None:
         """A training step starts: the time since the last one started, less what fastt's own
-        ``after_step`` took, is a step time of the graph being measured (what the user's loop
-        does between steps counts; fastt's bookkeeping does not), unless fastt worked in
-        between (traced, planned, activated)."""
-        now = self._clock()
-        if self._last_start is not None and self._clean:
-            self._times.append(now - self._last_start - self._own)
-        self._last_start = now
+        ``after_step`` took, is a step time of the graph being measured, unless fastt worked
+        in between (traced, planned, activated): ``Window.step_started``."""
+        self._win.step_started()
 
     def after_step(self, run_metadata: Any = None) -> None:
         began = self._clock()
@@ -117,9 +105,9 @@ class Controller:
             raise  # no graph can run on a broken cluster
         except Exception as e:  # noqa: BLE001 - never break training
             self.fail(e)
-        self._clean = run_metadata is None and \
+        self._win.clean = run_metadata is None and \
             self.phase == phase in ("warmup", "measure", "recheck")
-        self._own = self._clock() - began
+        self._win.own = self._clock() - began
 
     def fail(self, error: BaseException) -> None:
         """Something inside fastt failed: back to the original graph, stop planning."""
@@ -146,7 +134,7 @@ class Controller:
 
     # -- phases --------------------------------------------------------------------------
     def _warmup(self, _: Any) -> None:
-        sample = self._sample()
+        sample = self._win.sample()
         if sample is not None:
             self.original, self.original_s = sample, sample.times
             self._start_profile()
@@ -220,32 +208,7 @@ class Controller:
         self._measuring = entry
         self.backend.activate(entry.strategy, ordered=entry.ordered)
         self.phase, self._restarts = "measure", 0
-        self._new_window()
-
-    def _new_window(self) -> None:
-        self._times, self._window, self._window_step = [], Reading(), self.step
-        self._looks, self._next_look = 0, 0
-
-    def _sample(self) -> Sample | None:
-        """The graph's sample once its steps have settled and ``measure_steps`` followed, over
-        at least ``measure_seconds`` where the machine's load is read (``fastt.plugin.load``
-        cannot tell from a shorter window whether it moved); at the cap, the last ones,
-        marked unsettled; None before, and between looks (one every ``BATCH`` steps until
-        a comparison asks for more steps)."""
-        need = self.settings.measure_steps
-        times = self._times
-        if not self._next_look and len(times) % BATCH:
-            # MSER-5 reads whole batches, and a look costs milliseconds of Python; a longer
-            # sample an undecided comparison asked for is looked at when due
-            return None
-        if self._reads_load and sum(times) < self.settings.measure_seconds:
-            return None  # too short to tell whether the machine's load moved meanwhile
-        found = steady_start(times, self.settings.warmup_steps, need)
-        if found is None:
-            return None
-        start, ok = found
-        load = other_load(self._window, Reading()) if self._reads_load else None
-        return Sample(times[start:], start, ok, load)
+        self._win.reset(self.step)
 
     def _measure(self, run_metadata: Any) -> None:
         if run_metadata is not None and self._measuring is not None:
@@ -253,9 +216,9 @@ class Controller:
             return
         entry = self._measuring
         assert entry is not None
-        if len(self._times) < self._next_look:
+        if len(self._win.times) < self._win.next_look:
             return
-        sample = self._sample()
+        sample = self._win.sample()
         if sample is None:
             return
         previous = self.active
@@ -267,11 +230,11 @@ class Controller:
         if verdict.verdict == "load changed" and self._restarts < RESTARTS:
             self._restarts += 1
             log.debug("fastt: %s; measuring strategy %d again", verdict.reason, entry.n)
-            self._new_window()
+            self._win.reset(self.step)
             return
-        self._looks += 1
-        if verdict.verdict == "undecided" and self._looks < LOOKS:
-            self._next_look = len(self._times) + self.settings.measure_steps
+        self._win.looks += 1
+        if verdict.verdict == "undecided" and self._win.looks < LOOKS:
+            self._win.next_look = len(self._win.times) + self.settings.measure_steps
             return  # more steps
         self._measuring = None
         entry.sample, entry.verdict, entry.measured_s = sample, verdict, sample.times
@@ -294,21 +257,21 @@ class Controller:
             self._rechecking = entry
             self._activate(previous)
             self.phase, self._restarts = "recheck", 0
-            self._new_window()
+            self._win.reset(self.step)
             return
         self._conclude(entry, previous, verdict.verdict == "faster", on_it=True)
 
     def _recheck(self, _: Any) -> None:
         entry = self._rechecking
         assert entry is not None and entry.sample is not None
-        again = self._sample()
+        again = self._win.sample()
         if again is None:
             return
         verdict = compare(again.times, entry.sample.times, seed=entry.n,
                           load_change=entry.sample.load_change(again))
         if verdict.verdict == "load changed" and self._restarts < RESTARTS:
             self._restarts += 1
-            self._new_window()
+            self._win.reset(self.step)
             return
         self._rechecking = None
         previous = self.active
@@ -405,7 +368,7 @@ class Controller:
         if entry is not None:
             self._measuring = self._rechecking = None
             entry.status = "unfinished"
-            entry.reason = say.unfinished(entry, self.step - self._window_step, self.active)
+            entry.reason = say.unfinished(entry, self.step - self._win.start_step, self.active)
             entry.dump = self.backend.record(entry, self.history)
             entry.timeline = None
             log.info(say.left_unfinished(entry))
@@ -417,8 +380,8 @@ class Controller:
         when not the one kept)."""
         if self.phase == "warmup":  # too short a session to measure the original graph
             log.info(say.closed_in_warmup(
-                self.step, self._times, self.settings.measure_steps,
-                self.settings.measure_seconds if self._reads_load else 0.0))
+                self.step, self._win.times, self.settings.measure_steps,
+                self.settings.measure_seconds if self._win.reads_load else 0.0))
         else:
             log.info(say.closed(self.step, running or self.active, self.original_median_s,
                                 len(self.history), self.settings.dump_dir))
