@@ -221,6 +221,27 @@ def test_a_gain_the_noise_does_not_support_is_not_taken(gain, status):
         assert d["steps"] + d["warmup_steps"] >= 20 + 3 * 20
 
 
+def test_an_undecided_comparison_looks_again_once_its_more_steps_ran(monkeypatch):
+    """Each look costs milliseconds of Python: an undecided comparison asks for
+    ``measure_steps`` more steps and is not looked at again before they ran."""
+    looks = []
+
+    def counting(*args, **kw):
+        if ctl.phase == "measure":
+            looks.append(ctl.step)
+        return compare(*args, **kw)
+
+    compare = controller.compare
+    monkeypatch.setattr(controller, "compare", counting)
+    b = FakeBackend({None: 0.010, "data-parallel": 0.0098},
+                    predicted={"data-parallel": 0.005}, noise=0.10)
+    ctl = controller_of(Settings(enabled=True, warmup_steps=3, profile_steps=1, measure_steps=20,
+                                 max_rounds=1), b)
+    until(ctl, b, decided(ctl, 1))
+    assert ctl.history[0].decision()["verdict"] == "undecided" and len(looks) == 4
+    assert [later - earlier for earlier, later in zip(looks, looks[1:])] == [20, 20, 20]
+
+
 def test_a_load_change_during_a_measurement_measures_again(monkeypatch):
     loads = iter([0.0] + [0.2 + 0.3 * k for k in range(20)])
     monkeypatch.setattr(window, "other_load", lambda start, end: next(loads))

@@ -216,8 +216,6 @@ class Controller:
             return
         entry = self._measuring
         assert entry is not None
-        if len(self._win.times) < self._win.next_look:
-            return
         sample = self._win.sample()
         if sample is None:
             return

@@ -18,9 +18,9 @@ class Window:
 
     def __init__(self, settings: Settings, clock: Callable[[], float]) -> None:
         self.settings, self._clock = settings, clock
-        self.reads_load = settings.cluster is None and Reading().busy is not None
         self.times: list[float] = []
         self.reading = Reading()  # when they started
+        self.reads_load = settings.cluster is None and self.reading.busy is not None
         self.start_step = 0  # and at which training step
         self.looks, self.next_look = 0, 0  # comparisons made; steps the next one waits for
         self._last_start: float | None = None
@@ -47,9 +47,9 @@ class Window:
         at least ``measure_seconds`` where the machine's load is read (``fastt.plugin.load``
         cannot tell from a shorter window whether it moved); at the cap, the last ones,
         marked unsettled; None before, and between looks (one every ``BATCH`` steps until
-        a comparison asks for more steps)."""
+        a comparison asks for more steps, then once ``next_look`` steps ran)."""
         times = self.times
-        if not self.next_look and len(times) % BATCH:
+        if len(times) < self.next_look or (not self.next_look and len(times) % BATCH):
             # MSER-5 reads whole batches, and a look costs milliseconds of Python; a longer
             # sample an undecided comparison asked for is looked at when due
             return None
