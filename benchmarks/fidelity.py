@@ -36,8 +36,7 @@ def fidelity_section(real: dict, variants: list[str], out: str) -> list[str]:
              "before the blocks (profiled: one worker, data-parallel, fastt; or measured: "
              "the replanned plan) is calibrated on its own untraced steps, as the plugin's are; "
              "a plan that never ran (m-topo, data-parallel-ps, unless the same plan ran) "
-             "pays what a plan of its spread (one worker, or both) took beyond its replay when "
-             "profiled.",
+             "pays what a step on one worker takes beyond its replay.",
              "",
              "| model | variant | measured (ms) | predicted (ms) | error | contended (ms) | "
              "error |", "|---|---|---:|---:|---:|---:|---:|"]

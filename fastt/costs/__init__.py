@@ -87,25 +87,21 @@ class CostModels:
         transfers take; None: the least of the spreads (a bound); 0 before a profile.
 
         A plan measured before (``plan``, its ``Strategy.key``: profiled over several
-        devices, or ``calibrate``d) pays its own. Another pays the median of the last timed
-        profiles of its spread, else of the other (the probed reach of each device is in its
-        replay already). A step over several devices takes more beyond its replay than one on
-        one device (the real testbed's run 16: 7-42 ms against 2-8 ms): replayed offline over
-        that run's cost models, the 13 plans that never ran (m-TOPO, data-parallel-ps) were
-        missed by -15.6% in the median (all too fast) with one device's, and by -5.2% (7.7%
-        absolute; worst 28.9%, LeNet's data-parallel calibration at 1.73x the one worker
-        where its blocks measured 1.33x) with their spread's. Run 7's, before calibration
-        samples ran beside the one worker and spanned a second, had shown the reverse (6.3%
-        against 10.4%)."""
+        devices, or ``calibrate``d) pays its own. Another on one device: the median of the
+        last timed profiles on one device (else of those over several); over several: what a
+        step on one device pays (the probed reach of each device is in its replay already).
+        What a profiled plan's step takes beyond its replay is mostly its own: on the real
+        testbed, carried over to the 14 plans not profiled, it missed their measured steps by
+        10.4% in the median (+4.8% signed, worst +19.9%), where one device's missed them by
+        6.3% (-1.8% signed, worst 13.5%)."""
         if devices_used is None:
             known = [_median(q) for q in self.overhead.values() if q]
             return min(known) if known else 0.0
         own = self.plan_overhead.get(plan) if plan is not None else None
         if own:
             return _median(own)
-        same, other = (self.overhead[k] for k in (
-            ("one", "multi") if devices_used <= 1 else ("multi", "one")))
-        return _median(same or other) if same or other else 0.0
+        one, multi = self.overhead["one"], self.overhead["multi"]
+        return _median(one or multi) if one or multi else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "compute": self.compute.to_dict(),

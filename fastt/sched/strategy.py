@@ -162,7 +162,7 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
         finished.append((_finish(shared, pl, k.search, expected), pl, reps))
         finish_s = max(finish_s, time.perf_counter() - t)
     # each with what its step takes beyond its replay: its own where it was profiled, else
-    # what a step of its spread takes (CostModels.step_overhead)
+    # what a step on one device takes (CostModels.step_overhead)
     fin, best, replicas = min(finished, key=lambda f: [
         t + _overhead(shared.costs, f[0].placement, forced + f[1].splits, f[2])
         for t in f[0].times[::-1]])
