@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from benchmarks.ranking import drift_table, ranking_section  # noqa: E402
+from benchmarks.ranking import drift_table, ranking_section, sittings_table  # noqa: E402
 
 
 def fidelity_section(real: dict, variants: list[str], out: str) -> list[str]:
@@ -62,6 +62,7 @@ def fidelity_section(real: dict, variants: list[str], out: str) -> list[str]:
             *_net_of_drift(real, variants), "",
             "![fidelity](fidelity.png)", ""]
     lines += drift_table(real)
+    lines += sittings_table(real)
     lines += ranking_section(real, variants)
     _plot(real["rows"], variants, out)
     return lines

@@ -185,3 +185,53 @@ def drift_table(real: dict) -> list[str]:
         lines.append(f"| {r['model']} | " + " | ".join(cells) + " |")
     return lines + ["", f"Median change {100 * statistics.median(changes):+.0f}%, "
                         f"from {100 * min(changes):+.0f}% to {100 * max(changes):+.0f}%.", ""]
+
+
+SITTINGS = ("data-parallel", "fastt", "fastt, replanned")  # real.py's ROUNDS, in its order
+
+
+def sitting_ratios(r: dict) -> dict[str, tuple[float, float, float]] | None:
+    """Per plan over both workers of a row calibrated in two sittings: its step over the one
+    worker's beside it in each sitting, and in the timed blocks. The reference's records run
+    in real.py's order (its profile, the three first sittings, the three second ones), and a
+    sitting's step was scaled to the reference's level then (the median of its records so far
+    but the profile's); plans run as the one worker's are left out. None for an older row."""
+    refs, again = r.get("reference_step_s", []), r.get("recalibrated_step_s")
+    if not again or len(refs) != 1 + 2 * len(SITTINGS):
+        return None
+    first = {**r.get("profiled_step_s", {}), **r.get("calibrated_step_s", {})}
+    out = {}
+    for k, name in enumerate(SITTINGS):
+        if r["plan"][name] == r["plan"]["one worker"]:
+            continue
+        ratios = [step / statistics.median(refs[1:at + 1])
+                  for step, at in ((first[name], k + 1), (again[name], k + 1 + len(SITTINGS)))]
+        out[name] = (*ratios, r["step_s"][name] / r["step_s"]["one worker"])
+    return out
+
+
+def sittings_table(real: dict) -> list[str]:
+    """Per model, each plan over both workers against the one worker beside it in its two
+    calibration sittings and in its timed blocks: how far a sitting, and the median of the two
+    that calibrates the plan, land from the blocks."""
+    found = {r["model"]: s for r in real["rows"] if (s := sitting_ratios(r))}
+    if not found:
+        return []
+    lines = ["Sittings: each plan over both workers as a ratio to the one worker's step beside "
+             "it, in its first calibration sitting (when profiled or first measured), in its "
+             "second (once every graph was started), and in its timed blocks.", "",
+             "| model | plan | first | second | timed |", "|---|---|---:|---:|---:|"]
+    off: dict[str, list[float]] = {"first": [], "second": [], "both": []}
+    for model, plans in found.items():
+        for name, (a, b, t) in plans.items():
+            lines.append(f"| {model} | {name} | {a:.2f} | {b:.2f} | {t:.2f} |")
+            for key, x in (("first", a), ("second", b), ("both", (a + b) / 2)):
+                off[key].append(abs(x / t - 1))
+    lines += ["", "From the timed blocks' ratio, over " + str(len(off["first"])) + " plans: " +
+              "; ".join(f"{label} median {100 * statistics.median(v):.1f}%, worst "
+                        f"{100 * max(v):.1f}%, beyond 12% in {sum(x > 0.12 for x in v)}"
+                        for label, v in (("first sitting", off["first"]),
+                                         ("second sitting", off["second"]),
+                                         ("their mean (the calibration)", off["both"]))) +
+              ".", ""]
+    return lines

@@ -234,3 +234,27 @@ def test_the_real_testbeds_block_length_is_given_per_model_where_a_block_spans_a
     timed = {"meta": {"steps_per_block": 10, "min_block_s": 1.0}, "rows": rows}
     assert report._block_steps(timed) == ("at least 10 steps, and at least 1 s "
                                           "(lenet 92, alexnet 10)")
+
+
+def test_the_sittings_table_sets_each_calibration_sitting_against_the_timed_blocks():
+    from benchmarks.ranking import sittings_table
+    # the reference's records: its profile, beside the three first sittings, the three second
+    refs = [0.9, 2.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+    row = {"model": "m", "reference_step_s": refs,
+           "plan": {"one worker": "a", "data-parallel": "b", "fastt": "a",
+                    "fastt, replanned": "c"},
+           "profiled_step_s": {"one worker": 0.9, "data-parallel": 1.8, "fastt": 1.0},
+           "calibrated_step_s": {"fastt, replanned": 1.1},
+           "recalibrated_step_s": {"data-parallel": 1.5, "fastt": 1.0,
+                                   "fastt, replanned": 0.9},
+           "step_s": {"one worker": 1.0, "data-parallel": 1.4, "fastt": 1.0,
+                      "fastt, replanned": 1.0}}
+    text = "\n".join(sittings_table({"rows": [row, {"model": "old"}]}))
+    # the first sitting of data-parallel was scaled to the level of refs[1:2] (2.0), the
+    # replanned plan's to that of refs[1:4] (1.0); the second ones to refs[1:5], refs[1:7]
+    assert "| m | data-parallel | 0.90 | 1.50 | 1.40 |" in text
+    assert "| m | fastt, replanned | 1.10 | 0.90 | 1.00 |" in text
+    assert "| m | fastt |" not in text  # it ran as the one worker's plan
+    assert "first sitting median 22.9%, worst 35.7%, beyond 12% in 1" in text
+    assert "their mean (the calibration) median 7.1%, worst 14.3%, beyond 12% in 1" in text
+    assert sittings_table({"rows": [{"model": "old"}]}) == []

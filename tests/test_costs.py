@@ -279,6 +279,13 @@ def test_a_plan_measured_before_pays_its_own_overhead_others_one_devices():
     assert again.step_overhead(2, "dp") == pytest.approx(4.5e-3)  # of 5, -1, 4, 7
     assert again.step_overhead(1, "single") == pytest.approx(6e-3)
     assert again.step_overhead(1) == again.step_overhead(2, "other") == pytest.approx(2e-3)
+    # the same sample again (a profile's next traced step, replayed over updated models)
+    # takes the place of its record: one sample, one record
+    again.calibrate("dp", 9e-3, again=True)
+    assert list(again.plan_overhead["dp"]) == [5e-3, -1e-3, 4e-3, 9e-3]
+    again.record_overhead(1e-3, 2, "dp", again=True)
+    assert list(again.plan_overhead["dp"]) == [5e-3, -1e-3, 4e-3, 1e-3]
+    assert again.overhead["multi"][-1] == 1e-3  # a spread keeps every traced step's
     # a document from before the split: its steps counted as on one device
     old = {**m.to_dict(), "step_overhead_s": [1e-3, 3e-3]}
     assert CostModels.from_dict(old).step_overhead(2) == pytest.approx(2e-3)

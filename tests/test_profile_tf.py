@@ -84,13 +84,17 @@ def test_a_plan_over_two_devices_is_calibrated_on_its_own_replay():
             sess.run(train, feed)
             times.append(time.perf_counter() - t)
         untraced = statistics.median(times[1:])
-        [p] = engine.trace(sess, feed, steps=1, graph=graph, untraced_s=untraced, strategy=s,
-                           fifo=True)
-    assert len({c.device for c in p.compute}) == 2
+        ps = engine.trace(sess, feed, steps=2, graph=graph, untraced_s=untraced, strategy=s,
+                          fifo=True)
+    assert all(len({c.device for c in p.compute}) == 2 for p in ps)
     covered = replay(s, engine.devices, engine.costs(), engine.step, fifo=True)[1].makespan
-    assert list(engine.models.overhead["multi"]) == [pytest.approx(untraced - covered)]
+    # each traced step is a record of its spread; the plan's own calibration has one record
+    # per untraced sample, replayed over the models its last traced step updated
+    assert len(engine.models.overhead["multi"]) == 2
+    assert engine.models.overhead["multi"][-1] == pytest.approx(untraced - covered)
     assert engine.predict(s, fifo=True) == pytest.approx(untraced)
     assert list(engine.models.plan_overhead) == [s.key()]
+    assert list(engine.models.plan_overhead[s.key()]) == [pytest.approx(untraced - covered)]
     # a plan on one device keeps the overhead of steps on one device, and so does a plan over
     # both that was not profiled: what the profiled one took beyond its replay is its own
     one_s = statistics.median(engine.models.overhead["one"])

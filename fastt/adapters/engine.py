@@ -60,6 +60,9 @@ class Engine:
         self._step: tuple[Graph, tuple[str, ...], Graph] | None = None
         self._misfit: tuple[Graph, str] | None = None  # (step graph, ``original_misfit``)
         self._original: tuple[Graph, Strategy] | None = None  # (step graph, its plan)
+        # (plan key, untraced step) of the last traced step calibrated on its own replay: the
+        # next traced step of the same profile replaces its record rather than adding one
+        self._sampled: tuple[str, float] | None = None
 
     # -- the graph -------------------------------------------------------------------------
     @property
@@ -123,8 +126,10 @@ class Engine:
             self.models.update(p)
             return p
         self.models.update(p, timed=False)
+        sample = (strategy.key(), untraced_s)
         self.models.record_overhead(self._beyond_replay(strategy, untraced_s, fifo), used,
-                                    strategy.key())
+                                    sample[0], again=sample == self._sampled)
+        self._sampled = sample
         return p
 
     def calibrate(self, strategy: Strategy | None, untraced_s: float, fifo: bool = False
@@ -136,7 +141,10 @@ class Engine:
         if self.models is None:
             return
         s = strategy if strategy is not None else self.original_plan()
-        self.models.calibrate(s.key(), self._beyond_replay(s, untraced_s, fifo))
+        sample = (s.key(), untraced_s)
+        self.models.calibrate(sample[0], self._beyond_replay(s, untraced_s, fifo),
+                              again=sample == self._sampled)
+        self._sampled = sample
 
     def original_plan(self) -> Strategy:
         """The original graph as a plan: every op of the step on the first device (where it

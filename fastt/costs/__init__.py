@@ -54,23 +54,29 @@ class CostModels:
             self.record_overhead(max(profile.overhead_s - max(
                 (self.reach(d) for d in used), default=0.0), 0.0), len(used))
 
-    def record_overhead(self, seconds: float, devices_used: int, plan: str | None = None
-                        ) -> None:
+    def record_overhead(self, seconds: float, devices_used: int, plan: str | None = None,
+                        again: bool = False) -> None:
         """What a timed step over ``devices_used`` devices (of the plan of that
         ``Strategy.key``) took beyond its replay (reach included): on several devices it may
-        be negative, where the replay runs longer."""
+        be negative, where the replay runs longer. ``again``: the same untraced sample as the
+        plan's last record (``calibrate``)."""
         self.overhead[_spread(devices_used)].append(float(seconds))
         if plan is not None and devices_used > 1:
-            self.calibrate(plan, seconds)
+            self.calibrate(plan, seconds, again)
 
-    def calibrate(self, plan: str, seconds: float) -> None:
+    def calibrate(self, plan: str, seconds: float, again: bool = False) -> None:
         """What a steady sample of untraced steps of the plan of that ``Strategy.key`` (on any
         number of devices) took beyond its replay: one more record of its own overhead, the
         median of which it pays from now on. Kept beside the older records, not in their
         place: a fresh session's first sample may be far from its later steps (a
         data-parallel Inception's at 48.3 ms, against 36.4 when profiled and 39.6 in its
-        timed blocks on the real testbed)."""
-        self.plan_overhead.setdefault(plan, deque(maxlen=10)).append(float(seconds))
+        timed blocks on the real testbed). With ``again``, the same sample as the last record,
+        replayed over models updated since (a profile's next traced step), takes its place:
+        one sample, one record, however many steps were traced beside it."""
+        records = self.plan_overhead.setdefault(plan, deque(maxlen=10))
+        if again and records:
+            records.pop()
+        records.append(float(seconds))
 
     def reach(self, device: str) -> float:
         """Seconds a step pays to run anything on ``device`` (0 where not probed)."""
