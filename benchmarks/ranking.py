@@ -227,7 +227,8 @@ def sittings_table(real: dict) -> list[str]:
             lines.append(f"| {model} | {name} | {a:.2f} | {b:.2f} | {t:.2f} |")
             for key, x in (("first", a), ("second", b), ("both", (a + b) / 2)):
                 off[key].append(abs(x / t - 1))
-    lines += ["", "From the timed blocks' ratio, over " + str(len(off["first"])) + " plans: " +
+    n = len(off["first"])
+    lines += ["", f"From the timed blocks' ratio, over {n} plan{'s' * (n != 1)}: " +
               "; ".join(f"{label} median {100 * statistics.median(v):.1f}%, worst "
                         f"{100 * max(v):.1f}%, beyond 12% in {sum(x > 0.12 for x in v)}"
                         for label, v in (("first sitting", off["first"]),
