@@ -254,7 +254,7 @@ def test_how_late_a_busy_device_serves_a_request_reaches_the_simulator():
     assert p.serve_delay == [3e-3, 0.0]
 
 
-def test_a_plan_measured_before_pays_its_own_overhead_others_one_devices():
+def test_a_plan_measured_before_pays_its_own_overhead_others_their_spreads():
     m = CostModels()
     assert m.step_overhead(1) == m.step_overhead(2) == m.step_overhead() == 0.0
     for s in (5e-3, -1e-3, 4e-3):  # a replay may run longer than the step
@@ -264,21 +264,30 @@ def test_a_plan_measured_before_pays_its_own_overhead_others_one_devices():
     for s in (1e-3, 2e-3, 3e-3):
         m.record_overhead(s, 1, "single")  # one device: no plan of its own
     assert m.step_overhead(2, "dp") == m.step_overhead(3, "dp") == pytest.approx(4e-3)
-    assert m.step_overhead(2, "other") == m.step_overhead(3) == pytest.approx(2e-3)
+    # a plan over several devices that never ran: the plans over several devices' vote
+    assert m.step_overhead(2, "other") == m.step_overhead(3) == pytest.approx(4e-3)
     assert m.step_overhead(1) == m.step_overhead(1, "single") == pytest.approx(2e-3)
     assert m.step_overhead() == pytest.approx(2e-3)  # the least: a bound
-    assert list(m.plan_overhead) == ["dp"]
+    assert list(m.plan_overhead) == ["dp"] and m.spread_plans == {"dp"}
     again = CostModels.from_dict(json.loads(json.dumps(m.to_dict())))
     assert {k: list(q) for k, q in again.plan_overhead.items()} == {"dp": [5e-3, -1e-3, 4e-3]}
+    assert again.spread_plans == {"dp"}
     assert again.step_overhead(2, "dp") == pytest.approx(4e-3)
     assert {k: list(q) for k, q in again.overhead.items()} == \
         {k: list(q) for k, q in m.overhead.items()}
     # a plan measured again adds a record of its own, on any number of devices
     again.calibrate("dp", 7e-3)
-    again.calibrate("single", 6e-3)
+    again.calibrate("single", 6e-3, devices_used=1)
     assert again.step_overhead(2, "dp") == pytest.approx(4.5e-3)  # of 5, -1, 4, 7
     assert again.step_overhead(1, "single") == pytest.approx(6e-3)
-    assert again.step_overhead(1) == again.step_overhead(2, "other") == pytest.approx(2e-3)
+    assert again.step_overhead(1) == pytest.approx(2e-3)
+    assert again.step_overhead(2, "other") == pytest.approx(4.5e-3)  # one device's: no vote
+    # one vote per plan: a plan with many far records does not set the others
+    for s in (0.19, 0.2, 0.18, 0.19):
+        again.calibrate("mp", s, devices_used=2)
+    again.calibrate("ps", 6e-3, devices_used=2)
+    assert again.spread_plans == {"dp", "mp", "ps"}
+    assert again.step_overhead(2, "other") == pytest.approx(6e-3)  # of 4.5, 190, 6 ms
     # the same sample again (a profile's next traced step, replayed over updated models)
     # takes the place of its record: one sample, one record
     again.calibrate("dp", 9e-3, again=True)
@@ -287,7 +296,8 @@ def test_a_plan_measured_before_pays_its_own_overhead_others_one_devices():
     assert list(again.plan_overhead["dp"]) == [5e-3, -1e-3, 4e-3, 1e-3]
     assert again.overhead["multi"][-1] == 1e-3  # a spread keeps every traced step's
     # a document from before the split: its steps counted as on one device
-    old = {**m.to_dict(), "step_overhead_s": [1e-3, 3e-3]}
+    old = {k: v for k, v in m.to_dict().items() if k != "spread_plans"}
+    old["step_overhead_s"] = [1e-3, 3e-3]
     assert CostModels.from_dict(old).step_overhead(2) == pytest.approx(2e-3)
     with pytest.raises(CostModelError, match="step_overhead_s"):
         CostModels.from_dict({**m.to_dict(), "step_overhead_s": 3})

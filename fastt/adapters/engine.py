@@ -143,7 +143,8 @@ class Engine:
         s = strategy if strategy is not None else self.original_plan()
         sample = (s.key(), untraced_s)
         self.models.calibrate(sample[0], self._beyond_replay(s, untraced_s, fifo),
-                              again=sample == self._sampled)
+                              again=sample == self._sampled,
+                              devices_used=len(set(s.placement.values())))
         self._sampled = sample
 
     def original_plan(self) -> Strategy:
