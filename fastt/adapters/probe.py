@@ -185,6 +185,7 @@ def probe_cpu_share(src: str, dst: str, transfer_s: float, target: str = "",
 
 
 CALLS = 128  # small tensors a call probe moves in one step
+LOOKS = 3  # times a call probe measures an end again while its slowdown is not above 0
 
 
 def probe_call_cpu(src: str, dst: str, target: str = "", config: Any = None,
@@ -230,10 +231,17 @@ def probe_call_cpu(src: str, dst: str, target: str = "", config: Any = None,
             # noise (a few % of its length) stays small against their work
             feed = {n: int(min(max(2 * took / max(per_step, 1e-6), 10), 20000))}
             _chain_seconds(sess, [out, moved], feed, dev, prefix)  # warm
-            slowdown = [_chain_seconds(sess, [out, moved], feed, dev, prefix)
-                        - _chain_seconds(sess, [out, local[end]], feed, dev, prefix)
-                        for _ in range(repeats)]
-            seconds.append(max(_median(slowdown) / calls, 0.0))
+            for _ in range(LOOKS):
+                # a call takes something from both ends: a median at or below 0 is the
+                # host's noise beside the chain (seen once in a run with 1-7% steal), so
+                # it is measured again
+                slowdown = _median([_chain_seconds(sess, [out, moved], feed, dev, prefix)
+                                    - _chain_seconds(sess, [out, local[end]], feed, dev,
+                                                     prefix)
+                                    for _ in range(repeats)])
+                if slowdown > 0:
+                    break
+            seconds.append(max(slowdown / calls, 0.0))
     log.debug("CPU seconds of a %s -> %s call in a burst: sender %.1f us, receiver %.1f us",
               src, dst, 1e6 * seconds[0], 1e6 * seconds[1])
     return seconds[0], seconds[1]
