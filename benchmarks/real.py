@@ -76,6 +76,7 @@ from fastt.plugin.measure import steady_start  # noqa: E402
 from fastt.plugin.settings import Settings  # noqa: E402
 from fastt.plugin.remote import on_cluster  # noqa: E402
 from fastt.sched.problem import Device  # noqa: E402
+from tf_patches import error_messages  # noqa: E402
 
 tf1 = tf.compat.v1
 COSTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "real_costs")
@@ -330,6 +331,7 @@ def main() -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.getLogger("fastt").setLevel(logging.ERROR)
     tf1.disable_eager_execution()
+    error_messages.install()  # a step aborted "received twice" is run again, not parsed for minutes
     models = zoo_models.pick(zoo_models.REAL_QUICK if args.quick else zoo_models.REAL,
                              args.models)
     steps, repeats = (3, 3) if args.quick else (args.steps, max(args.repeats, 3))

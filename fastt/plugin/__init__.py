@@ -18,7 +18,7 @@ log = logging.getLogger("fastt")
 
 def install(settings: Settings | None = None) -> None:
     """Patch TensorFlow's sessions with ``settings`` (default: from the environment)."""
-    from tf_patches import session_hook
+    from tf_patches import error_messages, session_hook
 
     settings = settings or from_env()
     _log_to_stderr(settings.log_level)
@@ -34,12 +34,14 @@ def install(settings: Settings | None = None) -> None:
         assert settings.cluster is not None  # installed only with a cluster
         return retarget(settings.cluster, target, config)
     session_hook.install(plugin, retarget if settings.cluster is not None else None)
+    error_messages.install()  # a gRPC worker's abort quotes megabytes of fed tensors
     log.debug("fastt: sessions patched (%s)", settings)
 
 
 def uninstall() -> None:
-    from tf_patches import session_hook
+    from tf_patches import error_messages, session_hook
     session_hook.uninstall()
+    error_messages.uninstall()
 
 
 def _log_to_stderr(level: str) -> None:
