@@ -36,7 +36,8 @@ def fidelity_section(real: dict, variants: list[str], out: str) -> list[str]:
              "before the blocks (profiled: one worker, data-parallel, fastt; or measured: "
              "the replanned plan) is calibrated on its own untraced steps, as the plugin's are; "
              "a plan that never ran (m-topo, data-parallel-ps, unless the same plan ran) "
-             "pays what a step on one worker takes beyond its replay.",
+             "pays beyond its replay the median of what the plans over both workers that "
+             "ran pay, one vote per plan (on one worker: what a step there pays).",
              "",
              "| model | variant | measured (ms) | predicted (ms) | error | contended (ms) | "
              "error |", "|---|---|---:|---:|---:|---:|---:|"]

@@ -45,11 +45,12 @@ later rounds): each pays the median of its records. Each sample but the one work
 alternates blocks with the one worker's graph and is scaled to its step time
 (``Reference``): the host's speed moves by up to a third within a minute, and a sample taken
 alone with it; the plugin, which runs one graph at a time, has its A-B-A recheck instead.
-A plan never run (m-TOPO, data-parallel-ps, unless the same plan ran) pays what a step on one
-worker takes beyond its replay. Writes real.json, and each model's cost models to
-results/real_costs/ (to replay the predictions; not kept in git); with ``--models`` (and not
-``--quick``) those models' rows replace theirs in an existing full run's, measured on the same
-processor (on another one it stops: ``--out DIR`` keeps them apart).
+A plan never run (m-TOPO, data-parallel-ps, unless the same plan ran) pays beyond its replay
+the median of what the plans over both workers that ran pay, one vote per plan. Writes
+real.json, and each model's cost models to results/real_costs/ (to replay the predictions;
+not kept in git); with ``--models`` (and not ``--quick``) those models' rows replace theirs in
+an existing full run's, measured on the same processor (on another one it stops: ``--out DIR``
+keeps them apart).
 """
 from __future__ import annotations
 
