@@ -1,5 +1,5 @@
 """TensorFlow's error messages parsed in linear time (``tf_patches.error_messages``): the same
-result as TensorFlow's parser, and a message of megabytes without a tag (a gRPC worker's
+result as TensorFlow's parser, and a message of 2 MB without a tag (a gRPC worker's
 "received twice" abort quoting its fed tensors) parsed at once rather than for minutes."""
 import threading
 
@@ -35,7 +35,7 @@ def test_installed_sessions_use_it_and_uninstall_restores():
     assert error_interpolation.parse_message is error_messages._original
 
 
-def test_a_message_of_megabytes_without_a_tag_is_parsed():
+def test_a_2_mb_message_without_a_tag_is_parsed():
     # the shape of a "received twice" abort: the request quoted with its tensors' bytes
     message = ("From /job:worker/replica:0/task:0:\nThe same RunGraph (Worker) request was "
                "received twice. send { tensor_content: \"" + "\\004\\000" * 250_000 + "\" }")

@@ -34,7 +34,7 @@ def install(settings: Settings | None = None) -> None:
         assert settings.cluster is not None  # installed only with a cluster
         return retarget(settings.cluster, target, config)
     session_hook.install(plugin, retarget if settings.cluster is not None else None)
-    error_messages.install()  # a gRPC worker's abort quotes megabytes of fed tensors
+    error_messages.install()  # a gRPC worker's abort quotes its fed tensors
     log.debug("fastt: sessions patched (%s)", settings)
 
 
