@@ -1,6 +1,7 @@
 """Reading JSON documents with errors that name the file and what it should have been."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from typing import Any
@@ -24,6 +25,11 @@ def read_json(path: str | os.PathLike[str], what: str,
 def write_json(path: str | os.PathLike[str], doc: Any, indent: int | None = 1) -> None:
     """Write ``doc`` to ``path`` atomically (a reader never sees half a file)."""
     tmp = f"{os.fspath(path)}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=indent)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=indent)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, an interrupt: no half file left behind
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise

@@ -90,3 +90,7 @@ FREE = frozenset({"Const", "Identity", "ReadVariableOp"})
 
 # Collectives that run on a stream of their own (NCCL's on GPUs), beside the compute stream.
 COLLECTIVE_TYPES = frozenset({"NcclAllReduce"})
+#: Ops that run the script's own code or checks: an error they raise is the script's, the
+#: same with or without fastt (a plan moves them, never changes what they compute).
+USER_CODE = frozenset({
+    "Assert", "CheckNumerics", "CheckNumericsV2", "EagerPyFunc", "PyFunc", "PyFuncStateless"})

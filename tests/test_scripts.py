@@ -41,6 +41,22 @@ def run(script, out, fastt, dump=None):
     return p
 
 
+# Lines a script prints as it trains (step, iteration or epoch): compared number by number,
+# within reassociation of sums (a strategy adds in another order) and the printed digits.
+_STEP = re.compile(r"^(?:step|iter|epoch) \d+\b.*$", re.M)
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def _same_steps(plain, with_fastt):
+    a, b = _STEP.findall(plain), _STEP.findall(with_fastt)
+    assert len(a) == len(b), (a, b)
+    for x, y in zip(a, b):
+        nx, ny = _NUMBER.findall(x), _NUMBER.findall(y)
+        assert _NUMBER.sub("#", x) == _NUMBER.sub("#", y) and len(nx) == len(ny), (x, y)
+        assert [float(v) for v in ny] == pytest.approx([float(v) for v in nx], rel=1e-3,
+                                                       abs=2e-5), (x, y)
+
+
 def _value(text, key):
     m = re.search(rf"^{key}:? (\S+)$", text, re.M)
     assert m, f"no '{key}' line in:\n{text[-2000:]}"
@@ -59,6 +75,7 @@ def test_script_trains_the_same_with_fastt(script, tmp_path):
     assert float(_value(with_fastt.stdout, "final loss")) == pytest.approx(
         float(_value(plain.stdout, "final loss")), rel=1e-3)
     assert _RESULT.findall(with_fastt.stdout) == _RESULT.findall(plain.stdout)
+    _same_steps(plain.stdout, with_fastt.stdout)
     docs = [json.loads(open(p).read()) for p in
             glob.glob(str(tmp_path / "dump" / "strategy-*" / "strategy.json"))]
     statuses = {d["status"] for d in docs}

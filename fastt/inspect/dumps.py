@@ -11,6 +11,7 @@ and its failure was logged already.)
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -198,8 +199,9 @@ def write_declined(root: str, doc: dict[str, Any], strict: bool = False) -> str:
 def remove_declined(root: str, session: str) -> None:
     """Remove the record of ``session`` (it was planned after all)."""
     path = os.path.join(root, f"declined-{session}.json") if root else ""
-    if path and os.path.exists(path):
-        os.remove(path)
+    with contextlib.suppress(OSError):  # a record never stops training
+        if path and os.path.exists(path):
+            os.remove(path)
 
 
 def find_declined(root: str) -> list[dict[str, Any]]:

@@ -84,6 +84,12 @@ class Running:
             self.sess.close()
 
 
+def open_session(target: str, graph: tf.Graph, config: Any) -> Any:
+    """A plain TensorFlow session (no plugin) on ``graph``."""
+    with hook.plain_sessions():
+        return _tf1.Session(target, graph=graph, config=config)
+
+
 def start(graph_def: graph_pb2.GraphDef, strategy: Any, profile_graph: Graph,
           target: str, config: Any, current: Running, variables: list[str],
           iterators: list[str], initializers: list[str], counters: Sequence[str] = (),
@@ -95,8 +101,7 @@ def start(graph_def: graph_pb2.GraphDef, strategy: Any, profile_graph: Graph,
     g = tf.Graph()
     with g.as_default():
         _tf1.import_graph_def(graph_def, name="")
-    with hook.plain_sessions():
-        sess = _tf1.Session(target, graph=g, config=config)
+    sess = open_session(target, g, config)
     new = Running(strategy, g, sess, StateOps(g, variables + list(counters), iterators),
                   profile_graph, True)
     try:

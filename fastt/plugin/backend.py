@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 
 from fastt.adapters.engine import Engine
+from fastt.errors import WorkerLostError
 from fastt.plugin import activation, dump
 from fastt.plugin.entry import Entry
 from fastt.plugin.streams import continue_streams, skipped_note
@@ -28,6 +29,7 @@ class PluginBackend:
     def __init__(self, plugin: "SessionPlugin", engine: Engine) -> None:
         self.plugin, self.engine, self.settings = plugin, engine, plugin.settings
         self._streams_said = False
+        self._dump_said = False  # a dump that could not be written was said once
         engine.enforce = self.order_mechanism()  # its predictions replay what will run
 
     def starting_strategy(self) -> str:
@@ -78,7 +80,34 @@ class PluginBackend:
 
     def activate(self, strategy: Strategy | None, ordered: bool = True) -> None:
         """Run ``strategy`` (None: the original graph) in a new inner session holding the
-        running one's state; the running one closes."""
+        running one's state; the running one closes. When the original graph cannot be
+        started anew, the user's own session takes the state back (``_back_to_user``)."""
+        try:
+            self._start(strategy, ordered)
+        except WorkerLostError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's own session is the last resort
+            if strategy is None and self.plugin.current is not self.plugin.user:
+                self.back_to_user(f"could not start the original graph anew "
+                                  f"({type(e).__name__}: {e})")
+            else:
+                raise
+
+    def back_to_user(self, why: str, say: bool = True) -> None:
+        """The running graph's state into the user's own session, which serves the runs from
+        now on (its seeded random ops go on from where they were when fastt first
+        activated); ``why`` is said (unless ``say`` is off: said already)."""
+        p = self.plugin
+        cur = p.current
+        state = cur.snapshot if cur.snapshot is not None else cur.capture()
+        p.user_state().restore(p.user.run, state, p.iterator_inits.last)
+        if say:
+            log.warning("fastt: %s; the training state went back into the script's own "
+                        "session", why)
+        p.current = p.user
+        cur.close()
+
+    def _start(self, strategy: Strategy | None, ordered: bool) -> None:
         p = self.plugin
         config = p.inner_config()
         mechanism = self.order_mechanism() if ordered and strategy is not None else "none"
@@ -91,8 +120,9 @@ class PluginBackend:
             log.warning("fastt: %s", skipped_note(left))
         inits = [op.name for op in p.graph.get_collection(_tf1.GraphKeys.TABLE_INITIALIZERS)]
         p.guard.check(force=True)  # TensorFlow waits for ever on a lost server here
+        state = p.user_state()
         new = activation.start(gd, strategy, graph, p.target, config, p.current,
-                               p.user.state.variables, p.user.state.iterators, inits, counters,
+                               state.variables, state.iterators, inits, counters,
                                p.iterator_inits.last)
         new.fifo = mechanism == "none"
         old, p.current = p.current, new
@@ -112,7 +142,17 @@ class PluginBackend:
         ctl = self.plugin.controller
         if not self.settings.dump_dir or ctl is None:
             return ""
-        doc = dump.document(entry, history, ctl.original_s,
-                            self.order_mechanism() if entry.ordered else "none", ctl.session)
-        return dump.write(self.settings.dump_dir, entry, doc, self.engine.models,
-                          self.engine.devices, self.engine.step, self.settings.strict)
+        try:
+            doc = dump.document(entry, history, ctl.original_s,
+                                self.order_mechanism() if entry.ordered else "none",
+                                ctl.session)
+            return dump.write(self.settings.dump_dir, entry, doc, self.engine.models,
+                              self.engine.devices, self.engine.step, self.settings.strict)
+        except Exception as e:  # noqa: BLE001 - a dump never stops training
+            if self.settings.strict:
+                raise
+            if not self._dump_said:
+                self._dump_said = True
+                log.warning("fastt: could not write a dump in FASTT_DUMP_DIR=%s (%s: %s); "
+                            "training goes on", self.settings.dump_dir, type(e).__name__, e)
+            return entry.dump

@@ -61,6 +61,7 @@ class Controller:
         self.rounds = 0
         self.history: list[Entry] = []
         self.active: Entry | None = None  # None: the original graph
+        self._running: Entry | None = None  # whose graph runs (None: the original)
         self.original_s: list[float] = []
         self.original: Sample | None = None
         self._win = Window(settings, clock)  # the graph being measured: its step times
@@ -113,24 +114,28 @@ class Controller:
         """Something inside fastt failed: back to the original graph, stop planning."""
         if self.settings.strict:
             raise error
-        running = self._measuring or self.active  # None: the original graph runs already
+        failed = self._measuring or self.active  # the strategy that failed, if one did
+        running = self._running  # None: the original graph runs already
         reason = f"{type(error).__name__}: {error}"
-        log.warning("fastt: %s; training continues on the original graph", reason)
         if self._rechecking is not None:  # found faster, never kept
             self._rechecking.status, self._rechecking.reason = "failed", reason
             self._rechecking.dump = self.backend.record(self._rechecking, self.history)
         self.phase, self._measuring, self.active, self._rechecking = "off", None, None, None
-        if running is None:
-            return
-        running.status, running.reason = "failed", reason
-        try:
-            self.backend.activate(None)
-        except WorkerLostError:
-            raise
-        except Exception as e:  # noqa: BLE001
-            log.error("fastt: could not return to the original graph (%s: %s)",
-                      type(e).__name__, e)
-        running.dump = self.backend.record(running, self.history)
+        on = "the original graph"
+        if running is not None:
+            try:
+                self._activate(None)
+            except WorkerLostError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the graph running keeps the state
+                on = (f"{say.label(running)}: could not return to the original graph "
+                      f"({type(e).__name__}: {e})")
+        for entry in [failed] + ([running] if running is not failed else []):
+            if entry is None:
+                continue
+            entry.status, entry.reason = "failed", reason
+            entry.dump = self.backend.record(entry, self.history)
+        log.warning("fastt: %s; training continues on %s", reason, on)
 
     # -- phases --------------------------------------------------------------------------
     def _warmup(self, _: Any) -> None:
@@ -206,7 +211,7 @@ class Controller:
     def _measure_entry(self, entry: Entry) -> None:
         self.history.append(entry)
         self._measuring = entry
-        self.backend.activate(entry.strategy, ordered=entry.ordered)
+        self._activate(entry)
         self.phase, self._restarts = "measure", 0
         self._win.reset(self.step)
 
@@ -304,7 +309,7 @@ class Controller:
             elif not faster:
                 entry.reason += "; kept (FASTT_ROLLBACK=0)"
             if not on_it:
-                self.backend.activate(entry.strategy, ordered=entry.ordered)
+                self._activate(entry)
             entry.status = "active"
             if previous is not None:
                 previous.status = "superseded"
@@ -323,9 +328,10 @@ class Controller:
         return self.backend.original_misfit() if previous is None else ""
 
     def _activate(self, entry: Entry | None) -> None:
-        """Run ``entry``'s graph again (None: the original)."""
+        """Run ``entry``'s graph (None: the original)."""
         self.backend.activate(entry.strategy if entry else None,
                               ordered=entry.ordered if entry else True)
+        self._running = entry
 
     def _steady(self, _: Any) -> None:
         self._since_profile += 1
@@ -382,4 +388,5 @@ class Controller:
                 self.settings.measure_seconds if self._win.reads_load else 0.0))
         else:
             log.info(say.closed(self.step, running or self.active, self.original_median_s,
-                                len(self.history), self.settings.dump_dir))
+                                len(self.history), self.settings.dump_dir,
+                                dumped=any(e.dump for e in self.history)))

@@ -70,14 +70,20 @@ def decided(e: Entry, original_s: float | None) -> str:
 
 
 def closed(steps: int, on: Entry | None, original_s: float | None, tried: int,
-           dump_dir: str) -> str:
-    """The line a session logs when it closes on ``on`` after trying ``tried`` strategies."""
+           dump_dir: str, dumped: bool = True) -> str:
+    """The line a session logs when it closes on ``on`` after trying ``tried`` strategies
+    (``dumped``: a dump of them was written)."""
     where = label(on)
     if on is not None and on.measured_s:
         where += f", {speedup(original_s, on):.2f}x over the original"
+    if not dump_dir:
+        dumps = "dumps off (set FASTT_DUMP_DIR)"
+    elif dumped:
+        dumps = f"dumps in {dump_dir}"
+    else:
+        dumps = f"no dump could be written in FASTT_DUMP_DIR={dump_dir}"
     return (f"fastt: session closed after {steps} training steps on {where}; {tried} "
-            f"strategies tried, dumps" + (f" in {dump_dir}" if dump_dir else
-                                          " off (set FASTT_DUMP_DIR)"))
+            f"strategies tried, {dumps}")
 
 
 def closed_in_warmup(steps: int, times: list[float], measure_steps: int,

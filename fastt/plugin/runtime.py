@@ -20,6 +20,7 @@ import tensorflow as tf
 from fastt.adapters.engine import Engine
 from fastt.cluster.health import Watch
 from fastt.ir import Graph
+from fastt.op_types import USER_CODE
 from fastt.plugin import dump, remote
 from fastt.plugin.activation import Running
 from fastt.plugin.backend import PluginBackend
@@ -39,6 +40,21 @@ log = logging.getLogger("fastt")
 _tf1 = tf.compat.v1
 _RETRYABLE = (tf.errors.OutOfRangeError, tf.errors.CancelledError)
 _open: "weakref.WeakSet[SessionPlugin]" = weakref.WeakSet()  # closed at exit if still open
+
+
+def users_error(error: Exception, graph: tf.Graph, first: bool) -> bool:
+    """Whether ``error``, raised by a step on one of fastt's graphs, is the script's own: it
+    comes from an op of the script's code or checks (``USER_CODE``: a ``py_func``, an
+    ``Assert``), or, after the graph's first step ran, from reading the script's input."""
+    if not isinstance(error, tf.errors.OpError):
+        return False
+    name = error.node_def.name if error.node_def is not None else ""
+    try:
+        op = graph.get_operation_by_name(name)
+    except (KeyError, ValueError):
+        return False
+    kinds = USER_CODE if first else USER_CODE | {"IteratorGetNext", "IteratorGetNextSync"}
+    return op.type in kinds
 
 
 @atexit.register
@@ -65,13 +81,12 @@ class SessionPlugin:
         self.backend: PluginBackend | None = None
         self._closed = False
         self.feed_shapes: dict[str, tuple[int, ...]] = {}  # of the step's first run
-        variables, iterators = stateful_ops(self.graph)
         fan_in = RunFanIn(self.graph)  # what each run signature executes, found once
         self.streams = StreamCounter(self.graph, fan_in)
         self.inputs = InputStage(self.graph, fan_in)
         self.iterator_inits = IteratorInits(self.graph, fan_in)
-        self.user = Running(None, self.graph, sess, StateOps(self.graph, variables, iterators),
-                            Graph([]), inner=False, streams=self.streams)
+        self.user = Running(None, self.graph, sess, StateOps(self.graph, *stateful_ops(
+            self.graph)), Graph([]), inner=False, streams=self.streams)
         _open.add(self)
         self.current = self.user
 
@@ -145,14 +160,20 @@ class SessionPlugin:
             raise
 
     def recovered(self, cur: Running, error: Exception) -> bool:
-        """After ``error`` on a planned graph, back to the original graph (state from before
-        the failed step); whether to retry the call there. The end of the data and
-        cancellations are the user's, not fastt's; a lost server is an error."""
+        """After ``error`` on one of fastt's graphs, back to the original graph (state from
+        before the failed step); whether to retry the call there. The end of the data,
+        cancellations and errors of the script's own code (``users_error``) are the user's,
+        not fastt's: they reach the script unchanged and the step is not run again; a lost
+        server is an error."""
         self.guard.failed(error)
         ctl = self.controller
-        if cur.strategy is None or ctl is None or isinstance(error, _RETRYABLE):
+        if ctl is None or isinstance(error, _RETRYABLE) or \
+                users_error(error, self.graph, first=cur.snapshot is not None):
             return False
         ctl.fail(error)
+        if self.current is cur:  # fastt's copy of the original graph failed
+            assert self.backend is not None  # a graph other than the user's runs
+            self.backend.back_to_user("", say=False)
         return self.current is not cur
 
     @property
@@ -176,6 +197,15 @@ class SessionPlugin:
         self.backend.activate(cur.strategy)
         cur = self.current
         return cur, [cur.element(n) for n in names]
+
+    def user_state(self) -> StateOps:
+        """The state of the user's graph as it is now: variables and iterators the script made
+        after opening the session (a second model, a metric of a later ``compile``) count."""
+        variables, iterators = stateful_ops(self.graph)
+        st = self.user.state
+        if variables != st.variables or iterators != st.iterators:
+            self.user.state = StateOps(self.graph, variables, iterators)
+        return self.user.state
 
     def make_callable(self, callable_options: Any) -> StepCallable:
         return StepCallable(self, callable_options)

@@ -1,0 +1,186 @@
+"""Faults inside fastt never end or change the user's run: each phase of an activation fails
+in turn (of a strategy, and of the return to the original graph), a dump that cannot be
+written, errors of the script's own code, graphs that grow after the session opened."""
+import errno
+import logging
+
+import numpy as np
+import pytest
+
+tf = pytest.importorskip("tensorflow")
+tf1 = tf.compat.v1
+
+from fastt.adapters import engine  # noqa: E402
+from fastt.plugin import activation, backend, dump, runtime, state  # noqa: E402
+from tests.test_session_plugin import build, plugin, statuses, train  # noqa: E402,F401
+from tf_patches import session_hook  # noqa: E402
+
+STEPS = 60
+
+
+class Injected(RuntimeError):
+    pass
+
+
+class Fault:
+    """Raises ``Injected`` in one phase of the activations of ``target`` ("strategy": a
+    planned graph; "original": the return to the original graph): once, or every time
+    (``persistent``)."""
+
+    def __init__(self, monkeypatch, phase, target, persistent=False):
+        self.phase, self.target, self.activating, self.raised = phase, target, None, 0
+        self.persistent = persistent
+        start = backend.PluginBackend._start
+
+        def tracked(be, strategy, ordered=True):
+            self.activating = strategy
+            return start(be, strategy, ordered)
+        monkeypatch.setattr(backend.PluginBackend, "_start", tracked)
+        where = {"rewrite": (engine.Engine, "rewrite"), "session": (activation, "open_session"),
+                 "capture": (activation.Running, "capture"),
+                 "restore": (state.StateOps, "restore"),
+                 "first step": (session_hook, "run_elements")}[phase]
+        original = getattr(*where)
+
+        def maybe_raise(*a, **kw):
+            if self.due():
+                self.raised += 1
+                raise Injected(f"{phase} failed")
+            return original(*a, **kw)
+        monkeypatch.setattr(*where, maybe_raise)
+        if target == "original":  # every strategy measures slower: it is rolled back
+            dispatch = runtime.SessionPlugin._dispatch
+
+            def slow(p, *args):
+                if p.current.strategy is not None:
+                    import time
+                    time.sleep(0.01)
+                return dispatch(p, *args)
+            monkeypatch.setattr(runtime.SessionPlugin, "_dispatch", slow)
+
+    def due(self):
+        if self.raised and not self.persistent:
+            return False
+        if self.activating is None and self.target == "strategy":
+            return False
+        if self.activating is not None and self.target == "original":
+            return False
+        return True
+
+
+def variables(sess):
+    with sess.graph.as_default():
+        vs = tf1.global_variables()
+    return {v.op.name: value for v, value in zip(vs, sess.run(vs))}
+
+
+def run_with(monkeypatch, plugin, caplog, phase, target, persistent=False):
+    """Train with the fault and without fastt: the losses step by step and the variables at
+    the end agree within reassociation; the fault was hit."""
+    ref_sess, ref, _ = train(build(), steps=STEPS)
+    ref_vars = variables(ref_sess)
+    fault = Fault(monkeypatch, phase, target, persistent)
+    plugin()
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        sess, losses, _ = train(build(), steps=STEPS)
+    assert fault.raised, "the fault was never reached"
+    np.testing.assert_allclose(losses, ref, rtol=1e-4)
+    got = variables(sess)
+    assert sorted(got) == sorted(ref_vars)
+    for name, value in ref_vars.items():  # within reassociation of the strategies' sums
+        np.testing.assert_allclose(got[name], value, rtol=1e-4,
+                                   atol=1e-5 * float(np.abs(value).max()), err_msg=name)
+    return sess
+
+
+@pytest.mark.parametrize("target", ["strategy", "original"])
+@pytest.mark.parametrize("phase", ["rewrite", "session", "capture", "restore", "first step"])
+def test_a_failing_activation_phase_leaves_the_run_as_without_fastt(
+        plugin, monkeypatch, caplog, phase, target):
+    sess = run_with(monkeypatch, plugin, caplog, phase, target)
+    if target == "strategy":  # fastt stopped: on the original graph, in some session
+        assert session_hook.plugin_of(sess).current.strategy is None
+    assert "could not return to the original graph" not in caplog.text
+    sess.close()
+
+
+def test_a_running_graph_whose_state_cannot_be_read_keeps_training(plugin, monkeypatch,
+                                                                   caplog):
+    """The state never comes out of the running strategy's session: training stays on it,
+    and fastt says so."""
+    sess = run_with(monkeypatch, plugin, caplog, "capture", "original", persistent=True)
+    assert "could not return to the original graph" in caplog.text
+    assert session_hook.plugin_of(sess).current.strategy is not None
+    sess.close()
+
+
+def test_a_dump_that_cannot_be_written_never_stops_training(plugin, monkeypatch, tmp_path,
+                                                             caplog):
+    def full(*a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(dump, "write", full)
+    _, ref, _ = train(build(), steps=STEPS)
+    plugin()
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        sess, losses, _ = train(build(), steps=STEPS)
+        sess.close()
+    np.testing.assert_allclose(losses, ref, rtol=1e-4)
+    said = [r.message for r in caplog.records
+            if "could not write a dump" in r.message and str(tmp_path) in r.message]
+    assert len(said) == 1 and "FASTT_DUMP_DIR" in said[0] and "No space left" in said[0]
+    closing = [r.message for r in caplog.records
+               if "session closed" in r.message and str(tmp_path) in r.message]
+    assert closing and "no dump could be written in FASTT_DUMP_DIR" in closing[-1]
+
+
+def test_a_dump_directory_that_is_a_file(plugin, tmp_path, caplog):
+    target = tmp_path / "a-file"
+    target.write_text("not a directory")
+    _, ref, _ = train(build(), steps=STEPS)
+    plugin(dump_dir=str(target))
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        sess, losses, _ = train(build(), steps=STEPS)
+        sess.close()
+    np.testing.assert_allclose(losses, ref, rtol=1e-4)
+    assert target.read_text() == "not a directory"
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_an_error_of_the_scripts_own_code_reaches_it_unchanged(plugin, tmp_path):
+    """A ``py_func`` that fails on one step (after fastt activated a strategy): the script
+    sees its own error, the step is not run again (its side effect happens once), and fastt
+    goes on."""
+    plugin()
+    g = tf.Graph()
+    calls = []
+
+    def through(v):
+        calls.append(1)
+        if len(calls) == 40:
+            raise ValueError("the script's own error")
+        return v
+    with g.as_default():
+        tf1.set_random_seed(1)
+        x = tf1.placeholder(tf.float32, [None, 8], name="x")
+        xp = tf1.py_func(through, [x], tf.float32, stateful=True, name="user_py")
+        xp.set_shape([None, 8])
+        w = tf1.get_variable("w", [8, 4])
+        loss = tf.reduce_mean(tf.square(tf.matmul(xp, w)))
+        train_op = tf1.train.GradientDescentOptimizer(0.01).minimize(loss)
+        init = tf1.global_variables_initializer()
+    xs = np.random.RandomState(0).rand(16, 8).astype(np.float32)
+    sess = tf1.Session(graph=g)
+    sess.run(init)
+    p = session_hook.plugin_of(sess)
+    errors = []
+    for _ in range(60):
+        try:
+            sess.run(train_op, {x: xs})
+        except tf.errors.OpError as e:
+            errors.append((e, p.current is not p.user))
+    assert len(errors) == 1 and "the script's own error" in str(errors[0][0])
+    assert errors[0][1], "the error came from the script's own session, not fastt's"
+    assert len(calls) == 60  # no step ran twice
+    assert p.controller is not None and p.controller.phase != "off"
+    assert all(d["status"] != "failed" for d in statuses(tmp_path).values())
+    sess.close()
