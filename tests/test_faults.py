@@ -184,3 +184,62 @@ def test_an_error_of_the_scripts_own_code_reaches_it_unchanged(plugin, tmp_path)
     assert p.controller is not None and p.controller.phase != "off"
     assert all(d["status"] != "failed" for d in statuses(tmp_path).values())
     sess.close()
+
+
+def _in_threads(n, fn):
+    """Run ``fn(i)`` in ``n`` threads at once; their results, or the errors they died of."""
+    import threading
+    results, errors = [None] * n, []
+    barrier = threading.Barrier(n)
+
+    def body(i):
+        try:
+            barrier.wait()
+            results[i] = fn(i)
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            errors.append(e)
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not any(t.is_alive() for t in threads), "a thread hangs"
+    return results, errors
+
+
+def test_two_sessions_in_two_threads_profile_one_at_a_time(plugin, tmp_path):
+    _, ref, _ = train(build(), steps=STEPS)
+    plugin()
+    results, errors = _in_threads(2, lambda i: train(build(), steps=STEPS))
+    assert not errors, errors
+    for sess, losses, _ in results:
+        np.testing.assert_allclose(losses, ref, rtol=1e-4)
+        ctl = session_hook.plugin_of(sess).controller
+        assert ctl is not None and ctl.history, "a session was not planned"
+        sess.close()
+    assert all(d["status"] != "failed" for d in statuses(tmp_path).values())
+
+
+def test_hogwild_threads_on_one_session_all_run_and_fastt_steps_aside(plugin, tmp_path,
+                                                                       caplog):
+    """Four threads run the training step of one session at once: every step runs once
+    (global_step counts them all), no thread dies, fastt says once that it steps aside."""
+    plugin()
+    m = build()
+    sess = tf1.Session(graph=m.g)
+    sess.run(m.init)
+    per_thread = 60
+
+    def steps(i):
+        for k in range(per_thread):
+            sess.run(m.train, m.feeds[(i + k) % len(m.feeds)])
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        _, errors = _in_threads(4, steps)
+    assert not errors, errors
+    assert sess.run(m.step) == 4 * per_thread
+    found = [r for r in caplog.records if "training step found" in r.message]
+    aside = [r for r in caplog.records if "several threads at once" in r.message]
+    assert len(found) <= 1 and len(aside) == 1, [r.message for r in caplog.records]
+    p = session_hook.plugin_of(sess)
+    assert p.current is p.user and p.detector.off
+    sess.close()

@@ -7,8 +7,10 @@ changes until the new session holds the state, so a failure leaves the old one r
 """
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Any, Sequence
+import threading
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -42,6 +44,8 @@ class Running:
         self.callables: dict[tuple[Any, ...], Any] = {}  # (callable, traced, extra fetches)
         self._followers: dict[str, list[str]] | None = None
         self._syncs: dict[Any, list[str]] = {}
+        self._lock = threading.Lock()
+        self._runs, self._closing = 0, False  # runs in progress; closed once they end
 
     def element(self, name: str) -> Any:
         e = self._elements.get(name)
@@ -78,10 +82,32 @@ class Running:
                                 for f in self._followers[w] if f not in ran]
         return [self.element(f) for f in self._syncs[key]]
 
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        """A run on this session: closing it waits until the last such run ended (another
+        thread's step may be running when fastt switches graphs)."""
+        with self._lock:
+            self._runs += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._runs -= 1
+                now = self._closing and not self._runs
+            if now:
+                self._close_now()
+
     def close(self) -> None:
         if self.inner:
-            self.callables.clear()
-            self.sess.close()
+            with self._lock:
+                self._closing = True
+                now = not self._runs
+            if now:
+                self._close_now()
+
+    def _close_now(self) -> None:
+        self.callables.clear()
+        self.sess.close()
 
 
 def open_session(target: str, graph: tf.Graph, config: Any) -> Any:

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
+from fastt.plugin.threads import trace_slot
 from tf_patches import session_hook as hook
 from tf_patches.quiet import profiler_chatter_dropped
 
@@ -36,46 +37,71 @@ def call(p: "SessionPlugin", c: StepCallable, args: tuple[Any, ...], run_metadat
     """``c(*args)`` on ``p``'s current session; the controller sees it when it is the
     training step."""
     p.guard.check()
-    ctl = p.detector.controller_for(c.signature, c.names) if not p.detector.off else None
-    if ctl is not None:
-        ctl.step_started()
-    trace = ctl.before_step() if ctl else False
-    if ctl is not None and p.engine.models is None:
-        p.feed_shapes = {n: np.shape(a) for n, a in zip(c.options.feed, args)}
-    cur = p.current
-    skey, extra = (p.streams.extra(list(c.options.fetch), list(c.options.target),
-                                   list(c.options.feed))
-                   if cur is p.user else (None, []))
-    key = (c, trace, tuple(t.name for t in extra))
-    fn = cur.callables.get(key)
-    if fn is None:
-        if cur is not p.user:
-            cur, _ = p.resolve(c.names + list(c.options.feed))
-        opts = config_pb2.CallableOptions()
-        opts.CopyFrom(c.options)
-        if trace:
-            opts.run_options.trace_level = config_pb2.RunOptions.FULL_TRACE
-        opts.run_options.CopyFrom(p.guard.options(opts.run_options, cur is not p.user))
-        if cur is p.user:
-            opts.fetch.extend(t.name for t in extra)
-            fn = hook.original("_make_callable_from_options")(cur.sess, opts)
-        else:
-            fn = hook.plain_callable(cur.sess, opts)
-        cur.callables[key] = fn
-    meta = _tf1.RunMetadata() if trace else run_metadata
+    with p.lock:
+        ctl = p.step_controller(c.signature, c.names) if not p.detector.off else None
     try:
-        with profiler_chatter_dropped() if trace else contextlib.nullcontext():
-            out = fn(*args, run_metadata=meta)
-    except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
-        if not p.recovered(cur, e):
-            raise
-        return call(p, c, args, run_metadata)
-    if skey is not None:
-        p.streams.count(skey, out[len(out) - len(extra):])
-        out = out[:len(out) - len(extra)]
-    cur.snapshot = None
-    if ctl is not None:
-        if trace and run_metadata is not None:
-            run_metadata.MergeFrom(meta)
-        ctl.after_step(meta if trace else None)
+        return _call(p, c, args, run_metadata, ctl)
+    finally:
+        if ctl is not None:
+            p.steps.leave()
+
+
+def _call(p: "SessionPlugin", c: StepCallable, args: tuple[Any, ...], run_metadata: Any,
+          ctl: Any) -> Any:
+    with p.lock:
+        if ctl is not None:
+            ctl.step_started()
+        wanted = ctl.before_step() if ctl else False
+        if ctl is not None and p.engine.models is None:
+            p.feed_shapes = {n: np.shape(a) for n, a in zip(c.options.feed, args)}
+    with trace_slot(wanted) as trace, contextlib.ExitStack() as running:
+        with p.lock:
+            cur = p.current
+            skey, extra = (p.streams.extra(list(c.options.fetch), list(c.options.target),
+                                           list(c.options.feed))
+                           if cur is p.user else (None, []))
+            key = (c, trace, tuple(t.name for t in extra))
+            fn = cur.callables.get(key)
+            if fn is None:
+                cur, fn = _make(p, c, cur, trace, extra)
+                cur.callables[key] = fn
+            running.enter_context(cur.in_use())
+        meta = _tf1.RunMetadata() if trace else run_metadata
+        retry = False
+        try:
+            with profiler_chatter_dropped() if trace else contextlib.nullcontext():
+                out = fn(*args, run_metadata=meta)
+        except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
+            with p.lock:
+                if not p.recovered(cur, e):
+                    raise
+            retry = True
+    if retry:  # the failed step was not fastt's to time
+        return _call(p, c, args, run_metadata, None)
+    with p.lock:
+        if skey is not None:
+            p.streams.count(skey, out[len(out) - len(extra):])
+            out = out[:len(out) - len(extra)]
+        cur.snapshot = None
+        if ctl is not None:
+            if trace and run_metadata is not None:
+                run_metadata.MergeFrom(meta)
+            ctl.after_step(meta if trace else None)
     return out
+
+
+def _make(p: "SessionPlugin", c: StepCallable, cur: Any, trace: bool, extra: list[Any]
+          ) -> tuple[Any, Any]:
+    """The session that will run ``c`` (after a re-activation on a grown graph) and ``c``'s
+    TensorFlow callable on it."""
+    if cur is not p.user:
+        cur, _ = p.resolve(c.names + list(c.options.feed))
+    opts = config_pb2.CallableOptions()
+    opts.CopyFrom(c.options)
+    if trace:
+        opts.run_options.trace_level = config_pb2.RunOptions.FULL_TRACE
+    opts.run_options.CopyFrom(p.guard.options(opts.run_options, cur is not p.user))
+    if cur is p.user:
+        opts.fetch.extend(t.name for t in extra)
+        return cur, hook.original("_make_callable_from_options")(cur.sess, opts)
+    return cur, hook.plain_callable(cur.sess, opts)

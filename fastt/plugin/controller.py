@@ -137,6 +137,18 @@ class Controller:
             entry.dump = self.backend.record(entry, self.history)
         log.warning("fastt: %s; training continues on %s", reason, on)
 
+    def stop(self, why: str) -> None:
+        """fastt steps aside for this session (``why``), back on the original graph: what
+        was measured is recorded as unfinished, a strategy kept as rolled back; no more
+        planning."""
+        for entry, status in ((self._measuring or self._rechecking, "unfinished"),
+                              (self.active, "rolled_back")):
+            if entry is not None:
+                entry.status, entry.reason = status, why
+                entry.dump = self.backend.record(entry, self.history)
+        self.phase, self._measuring, self._rechecking, self.active = "off", None, None, None
+        self._running = None
+
     # -- phases --------------------------------------------------------------------------
     def _warmup(self, _: Any) -> None:
         sample = self._win.sample()
@@ -145,9 +157,10 @@ class Controller:
             self._start_profile()
 
     def _profile(self, run_metadata: Any) -> None:
-        if run_metadata is not None:
-            mine = self.active.measured_median_s if self.active is not None else None
-            self.backend.profile(run_metadata, mine or self.original_median_s)
+        if run_metadata is None:  # not traced: another session's step was
+            return
+        mine = self.active.measured_median_s if self.active is not None else None
+        self.backend.profile(run_metadata, mine or self.original_median_s)
         self._traced += 1
         if self._traced < self.settings.profile_steps:
             return

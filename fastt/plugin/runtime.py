@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import threading
 import weakref
 from typing import Any
 
@@ -33,6 +34,7 @@ from fastt.plugin.settings import Settings
 from fastt.plugin.state import SCOPE, IteratorInits, RunFanIn, StateOps, stateful_ops
 from fastt.plugin.step_finder import StepDetector, updates_trainables
 from fastt.plugin.streams import StreamCounter
+from fastt.plugin.threads import StepThreads, trace_slot
 from tf_patches import session_hook as hook
 from tf_patches.quiet import profiler_chatter_dropped
 
@@ -80,6 +82,8 @@ class SessionPlugin:
                                      self._start)
         self.backend: PluginBackend | None = None
         self._closed = False
+        self.lock = threading.RLock()  # the plugin's state, against runs in other threads
+        self.steps = StepThreads()
         self.feed_shapes: dict[str, tuple[int, ...]] = {}  # of the step's first run
         fan_in = RunFanIn(self.graph)  # what each run signature executes, found once
         self.streams = StreamCounter(self.graph, fan_in)
@@ -95,58 +99,107 @@ class SessionPlugin:
         self.guard.check()
         if self.current is self.user and self.detector.off:
             return self._user_run(fetches, feed_dict, options, run_metadata)
-        try:
-            req = hook.request(self.graph, fetches, feed_dict)
-        except Exception:  # noqa: BLE001 - TensorFlow's own run says what is wrong
-            if self.current is self.user:
-                return self._user_run(fetches, feed_dict, options, run_metadata)
-            raise
-        if self.inputs.owns(req.fetch_names + req.target_names):  # a queue runner's thread
+        with self.lock:
+            try:
+                req = hook.request(self.graph, fetches, feed_dict)
+            except Exception:  # noqa: BLE001 - TensorFlow's own run says what is wrong
+                if self.current is not self.user:
+                    raise
+                req = None
+            if req is not None and not self.inputs.owns(req.fetch_names + req.target_names):
+                self.iterator_inits.see(req.fetch_names, req.target_names, req.feeds)
+                ctl = self.step_controller(req.signature, req.fetch_names + req.target_names)
+            else:  # TensorFlow's own error to come, or a queue runner's thread
+                req = ctl = None
+        if req is None:
             return self._user_run(fetches, feed_dict, options, run_metadata)
-        self.iterator_inits.see(req.fetch_names, req.target_names, req.feeds)
-        ctl = self.detector.controller_for(req.signature, req.fetch_names + req.target_names)
         if ctl is None:
             return self._dispatch(req, fetches, feed_dict, options, run_metadata)
-        if self.engine.models is None:
-            self.feed_shapes = {n: v.shape for n, v in req.feeds.items()}
-        ctl.step_started()
-        trace = ctl.before_step()
-        meta = _tf1.RunMetadata() if trace else run_metadata
-        opts = with_fields(options, trace_level=_tf1.RunOptions.FULL_TRACE) if trace else options
-        with profiler_chatter_dropped() if trace else contextlib.nullcontext():
-            out = self._dispatch(req, fetches, feed_dict, opts, meta)
-        if trace and run_metadata is not None:
-            run_metadata.MergeFrom(meta)
-        ctl.after_step(meta if trace else None)
+        try:
+            with self.lock:
+                if self.engine.models is None:
+                    self.feed_shapes = {n: v.shape for n, v in req.feeds.items()}
+                ctl.step_started()
+                wanted = ctl.before_step()
+            with trace_slot(wanted) as trace:
+                meta = _tf1.RunMetadata() if trace else run_metadata
+                opts = with_fields(options, trace_level=_tf1.RunOptions.FULL_TRACE) \
+                    if trace else options
+                with profiler_chatter_dropped() if trace else contextlib.nullcontext():
+                    out = self._dispatch(req, fetches, feed_dict, opts, meta)
+            if trace and run_metadata is not None:
+                run_metadata.MergeFrom(meta)
+            with self.lock:
+                ctl.after_step(meta if trace else None)
+        finally:
+            self.steps.leave()
         return out
+
+    def step_controller(self, signature: Any, names: list[str]) -> Controller | None:
+        """The controller when this run is the training step, which the calling thread
+        enters (``steps.leave`` when it ends); None otherwise, and when another thread is
+        inside the step too: fastt then steps aside (``_many_threads``). Under ``lock``."""
+        ctl = self.detector.controller_for(signature, names)
+        if ctl is None:
+            return None
+        if self.steps.enter():
+            self.steps.leave()
+            self._many_threads()
+            return None
+        return ctl
+
+    def _many_threads(self) -> None:
+        why = ("the training step runs in several threads at once (Hogwild style), and fastt "
+               "times and switches graphs one step at a time")
+        ctl = self.controller
+        if ctl is not None:
+            ctl.stop(why)
+        if self.current is not self.user:
+            assert self.backend is not None  # a graph other than the user's runs
+            self.backend.back_to_user(why, say=False)
+        self.detector.decline(why)
 
     def _dispatch(self, req: hook.Request, fetches: Any, feed_dict: Any, options: Any,
                   meta: Any) -> Any:
-        if self.current is self.user:
-            key, shapes = self.streams.extra(req.fetch_names, req.target_names, list(req.feeds))
+        with self.lock:
+            on_user = self.current is self.user
+            if on_user:
+                key, shapes = self.streams.extra(req.fetch_names, req.target_names,
+                                                 list(req.feeds))
+            else:
+                reads = self.inputs.reads(req.fetch_names, req.target_names, list(req.feeds))
+        if on_user:
             if not shapes:
                 out = self._user_run(fetches, feed_dict, options, meta)
             else:  # the shapes its random ops drew, fetched with it
                 out, drawn = self._user_run([fetches, shapes], feed_dict, options, meta)
-            self.streams.count(key, drawn if shapes else [])
+            with self.lock:
+                self.streams.count(key, drawn if shapes else [])
             return out
-        reads = self.inputs.reads(req.fetch_names, req.target_names, list(req.feeds))
         if reads:  # from the queues in the user's session; a retry reuses them
             req.feeds.update(zip([fed_name(t.name) for t in reads], self.user.run(reads)))
-        cur, found = self.resolve(req.fetch_names + req.target_names + list(req.feeds))
         nf, nt = len(req.fetch_names), len(req.target_names)
-        first = cur.snapshot is not None
-        try:
-            syncs = cur.followers(req.fetch_names, req.target_names, req.feeds)
-            values = hook.run_elements(
-                cur.sess, found[:nf], found[nf:nf + nt] + syncs,
-                dict(zip(found[nf + nt:], req.feeds.values())),
-                self.guard.options(options, first), meta)
-            if first:
-                cur.snapshot = None
-        except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
-            if not self.recovered(cur, e):
-                raise
+        with contextlib.ExitStack() as running:
+            with self.lock:
+                cur, found = self.resolve(req.fetch_names + req.target_names + list(req.feeds))
+                running.enter_context(cur.in_use())
+            first = cur.snapshot is not None
+            try:
+                syncs = cur.followers(req.fetch_names, req.target_names, req.feeds)
+                values = hook.run_elements(
+                    cur.sess, found[:nf], found[nf:nf + nt] + syncs,
+                    dict(zip(found[nf + nt:], req.feeds.values())),
+                    self.guard.options(options, first), meta)
+                if first:
+                    cur.snapshot = None
+            except Exception as e:  # noqa: BLE001 - back to the original graph, then retry
+                with self.lock:
+                    if not self.recovered(cur, e):
+                        raise
+                retry = True
+            else:
+                retry = False
+        if retry:
             return self._dispatch(req, fetches, feed_dict, options, meta)
         return hook.build_results(self.sess, req, values)
 

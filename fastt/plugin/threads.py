@@ -1,0 +1,52 @@
+"""Sessions and steps in several threads (no TensorFlow here).
+
+TensorFlow has one profiler per process: two traced runs at once fail the second
+("Another profiling session active"), so a step is traced only when no other is
+(``trace_slot``). A training step run by several threads at once (Hogwild style) cannot be
+timed or switched to another graph one step at a time: ``StepThreads`` tells when it happens,
+and fastt steps aside for that session.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Iterator
+
+_TRACE = threading.Lock()  # the process's one profiler
+
+
+@contextlib.contextmanager
+def trace_slot(wanted: bool) -> Iterator[bool]:
+    """Whether this step may be traced: ``wanted`` and no other step is being traced (the
+    step is then run untraced rather than waiting: the other may wait on this one)."""
+    got = wanted and _TRACE.acquire(blocking=False)
+    try:
+        yield got
+    finally:
+        if got:
+            _TRACE.release()
+
+
+class StepThreads:
+    """The threads inside a session's training step now."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inside: dict[int, int] = {}  # thread -> depth
+
+    def enter(self) -> bool:
+        """The calling thread starts a training step; whether another thread is inside one."""
+        me = threading.get_ident()
+        with self._lock:
+            others = any(t != me for t in self._inside)
+            self._inside[me] = self._inside.get(me, 0) + 1
+            return others
+
+    def leave(self) -> None:
+        me = threading.get_ident()
+        with self._lock:
+            depth = self._inside.get(me, 0) - 1
+            if depth > 0:
+                self._inside[me] = depth
+            else:
+                self._inside.pop(me, None)
