@@ -12,7 +12,7 @@ tf1 = tf.compat.v1
 
 from fastt.adapters import engine  # noqa: E402
 from fastt.plugin import activation, backend, dump, runtime, state  # noqa: E402
-from tests.test_session_plugin import build, plugin, statuses, train  # noqa: E402,F401
+from tests.test_session_plugin import build, statuses, train  # noqa: E402
 from tf_patches import session_hook  # noqa: E402
 
 STEPS = 60
@@ -242,4 +242,59 @@ def test_hogwild_threads_on_one_session_all_run_and_fastt_steps_aside(plugin, tm
     assert len(found) <= 1 and len(aside) == 1, [r.message for r in caplog.records]
     p = session_hook.plugin_of(sess)
     assert p.current is p.user and p.detector.off
+    sess.close()
+
+
+@pytest.mark.parametrize("where,nth", [("plan", 1), ("_start", 1), ("_start", 2)])
+def test_ctrl_c_inside_fastt_reaches_the_script_and_leaves_a_working_session(
+        plugin, monkeypatch, tmp_path, caplog, where, nth):
+    """Ctrl-C while fastt plans, activates a strategy, or returns from one: the script
+    gets its KeyboardInterrupt, can go on (here: finishes its steps), the losses are those
+    without fastt, and every strategy tried is in the dumps with how it ended."""
+    method = getattr(backend.PluginBackend, where)
+    calls = []
+
+    def interrupted(self, *a, **kw):
+        calls.append(1)
+        if len(calls) == nth:
+            raise KeyboardInterrupt
+        return method(self, *a, **kw)
+    monkeypatch.setattr(backend.PluginBackend, where, interrupted)
+    _, ref, _ = train(build(), steps=STEPS)
+    m = build()
+    plugin()
+    sess = tf1.Session(graph=m.g)
+    sess.run(m.init)
+    losses, interrupts = [], 0
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        for i in range(STEPS):
+            try:
+                losses.append(sess.run([m.train, m.loss], m.feeds[i % len(m.feeds)])[1])
+            except KeyboardInterrupt:  # the script's handler: the step ran, carry on
+                interrupts += 1
+                losses.append(np.nan)
+    assert interrupts == 1
+    done = ~np.isnan(losses)
+    np.testing.assert_allclose(np.array(losses)[done], np.array(ref)[done], rtol=1e-4)
+    assert sess.run(m.step) == STEPS
+    docs = statuses(tmp_path)
+    assert all(d["status"] != "measuring" for d in docs.values()), docs
+    assert len(docs) == (where == "_start")  # the strategy activated or returned from
+    assert "KeyboardInterrupt while fastt was in its" in caplog.text
+    assert session_hook.plugin_of(sess).current.strategy is None
+    sess.close()
+
+
+@pytest.mark.parametrize("devices", [
+    [f"/job:localhost/replica:0/task:0/device:GPU:{i}" for i in (0, 3)],
+    [f"/job:worker/replica:0/task:{i}/device:CPU:0" for i in (0, 1)]])
+def test_devices_the_session_does_not_have_are_named_at_once(plugin, caplog, devices):
+    _, ref, _ = train(build(), steps=30)
+    plugin(devices=devices, logical_cpus=1)
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        sess, losses, _ = train(build(), steps=30)
+    warned = [r.message for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "FASTT_DEVICES names" in warned[0] and devices[1] in warned[0]
+    assert "this session runs as it is" in warned[0]
+    assert losses == ref
     sess.close()

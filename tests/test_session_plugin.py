@@ -35,14 +35,6 @@ def settings(tmp_path, **kw):
     return Settings(**base)
 
 
-@pytest.fixture
-def plugin(tmp_path):
-    def install(**kw):
-        fastt.plugin.install(settings(tmp_path, **kw))
-    yield install
-    fastt.plugin.uninstall()
-
-
 def build(with_data=False, with_table=False):
     """A small classifier: placeholders or a tf.data iterator, Momentum, a global step;
     optionally labels mapped through a lookup table."""

@@ -106,6 +106,10 @@ class Controller:
             raise  # no graph can run on a broken cluster
         except Exception as e:  # noqa: BLE001 - never break training
             self.fail(e)
+        except KeyboardInterrupt as e:  # the user's: it reaches the script, fastt stops
+            # in a known state (the script may go on to save its work)
+            self.fail(e)
+            raise
         self._win.clean = run_metadata is None and \
             self.phase == phase in ("warmup", "measure", "recheck")
         self._win.own = self._clock() - began
@@ -116,7 +120,8 @@ class Controller:
             raise error
         failed = self._measuring or self.active  # the strategy that failed, if one did
         running = self._running  # None: the original graph runs already
-        reason = f"{type(error).__name__}: {error}"
+        reason = f"{type(error).__name__}: {error}" if str(error) else \
+            f"{type(error).__name__} while fastt was in its {self.phase} phase"
         if self._rechecking is not None:  # found faster, never kept
             self._rechecking.status, self._rechecking.reason = "failed", reason
             self._rechecking.dump = self.backend.record(self._rechecking, self.history)

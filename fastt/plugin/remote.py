@@ -12,7 +12,7 @@ from typing import Any
 import tensorflow as tf
 
 from fastt.cluster.spec import ClusterSpec
-from fastt.devices import device_type
+from fastt.devices import canonical, device_type
 from fastt.sched.problem import Device
 
 _tf1 = tf.compat.v1
@@ -66,3 +66,11 @@ def devices(sess: Any, names: list[str], limit: float = math.inf) -> list[Device
     return [Device(n, min(limit, math.inf if device_type(n) == "CPU" else
                           memory.get(n, math.inf)))
             for n in names or planning_devices(listed)]
+
+
+def missing(sess: Any, names: list[str], logical_cpus: int) -> tuple[list[str], list[str]]:
+    """Of ``names`` (``FASTT_DEVICES``), those neither ``sess`` has nor fastt's own sessions
+    will (``logical_cpus`` CPU devices of this process); and the devices it has."""
+    listed = sorted(d.name for d in sess.list_devices())
+    local = {canonical(f"/device:CPU:{i}") for i in range(logical_cpus)}
+    return [n for n in names if n not in listed and n not in local], listed

@@ -304,6 +304,13 @@ class SessionPlugin:
     def _start(self, names: list[str]) -> Controller | None:
         """The training step ``names`` was found: its controller, over the session's devices
         (None: fastt declined)."""
+        absent, listed = remote.missing(self.sess, self.settings.devices,
+                                        self.settings.logical_cpus)
+        if absent:
+            self.detector.decline(
+                f"FASTT_DEVICES names {', '.join(absent)}, which this session does not have "
+                f"(it has {', '.join(listed)})", logging.WARNING)
+            return None
         devices = remote.devices(self.sess, self.settings.devices,
                                  self.settings.device_memory_mb * 2 ** 20)
         if len(devices) < 2:
