@@ -78,6 +78,17 @@ def same_process(a: str, b: str) -> bool:
     return parse(a).host == parse(b).host
 
 
+def link_class(src: str, dst: str) -> tuple[str, str, bool] | None:
+    """What a link between two devices of one process is like, whichever the devices: the
+    two device types (in either order); None between processes, where each pair is its own
+    (another task may be another machine)."""
+    a, b = parse(src), parse(dst)
+    if a.host != b.host:
+        return None
+    x, y = sorted((a.type, b.type))
+    return (x, y, True)
+
+
 def short(name: str) -> str:
     """A name for people: ``CPU:1`` in the local process, ``worker:1/GPU:0`` elsewhere
     (the name itself when it is not a device name)."""

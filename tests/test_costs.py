@@ -153,6 +153,19 @@ def test_comm_refits_on_new_samples_and_falls_back():
     assert m.cost(1.0, G0, G1) >= 0.0
 
 
+def test_an_unprobed_pair_of_one_process_takes_its_kinds_links_not_all():
+    """Devices of one process: one probed pair stands for the pairs of its kind; a pair
+    between processes falls back to the mean of all links."""
+    w0, w1 = (f"/job:worker/replica:0/task:{t}/device:CPU:0" for t in (0, 1))
+    m = CommCostModel()
+    for src, dst, slope in ((G0, G1, 1e-9), (w0, w1, 1e-7)):
+        m.update([TransferSample(src, dst, n, 1e-5 + slope * n) for n in (1e5, 1e6, 1e7)])
+    g2, g3 = G0.replace("GPU:0", "GPU:2"), G0.replace("GPU:0", "GPU:3")
+    assert m.link(g2, g3).slope == pytest.approx(1e-9, rel=0.05)  # its kind's, GPU-GPU
+    w2 = w0.replace("task:0", "task:2")
+    assert m.link(w1, w2).slope == pytest.approx((1e-9 + 1e-7) / 2, rel=0.05)
+
+
 def test_memory_model_from_graph_and_refine():
     g = Graph([op("w", "VariableV2", out=((10, 10),), dtype="float32_ref", is_variable=True,
                   attrs={"shape": [10, 10], "dtype": "float32"}),

@@ -22,7 +22,7 @@ from fastt.adapters.runner import traced_run
 from fastt.adapters.tf_import import from_tf_graph
 from fastt.costs import CommCostModel, CostModels
 from fastt.costs.comm import PROBED
-from fastt.devices import canonical, same_process
+from fastt.devices import canonical, link_class, same_process
 from fastt.errors import CostModelError
 from fastt.profiler import TransferSample, profile
 
@@ -266,10 +266,18 @@ def _chain(device: str, scope: str) -> tuple[Any, Any]:
 
 def unprobed(models: CostModels, names: Sequence[str]) -> tuple[list[tuple[str, str]], bool]:
     """What ``models`` do not know yet about the devices ``names``: the pairs without a link
-    fit, and whether what a step pays to reach each device, or how late its busy cores serve
-    a request, is missing."""
-    links = [(src, dst) for src in names for dst in names
-             if src != dst and models.comm.fit(src, dst) is None]
+    fit (between devices of one process, one pair of each ``link_class``), and whether what
+    a step pays to reach each device, or how late its busy cores serve a request, is
+    missing."""
+    links: list[tuple[str, str]] = []
+    kinds = {link_class(s, d) for s in names for d in names
+             if s != d and models.comm.fit(s, d) is not None}
+    for src, dst in ((s, d) for s in names for d in names if s != d):
+        kind = link_class(src, dst)  # devices of one process: one pair per kind
+        if models.comm.fit(src, dst) is None and (kind is None or kind not in kinds):
+            links.append((src, dst))
+            if kind is not None:
+                kinds.add(kind)
     reach = len(names) > 1 and any(canonical(d) not in models.device_step or
                                    canonical(d) not in models.serve for d in names)
     return links, reach

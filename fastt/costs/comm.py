@@ -190,13 +190,18 @@ class CommCostModel:
         return set(self._samples) | set(self._probed)
 
     def link(self, src: str, dst: str) -> LinkFit | None:
-        """The fit used for the pair: its own, the reverse pair's, or the mean of all."""
+        """The fit used for the pair: its own, the reverse pair's, the mean of the pairs of
+        its ``link_class`` (devices of one process: one probed pair stands for all), or the
+        mean of all."""
         self._refit()
         src, dst = devices.canonical(src), devices.canonical(dst)
         own = self._fits.get((src, dst)) or self._fits.get((dst, src))
         if own is not None or not self._fits:
             return own
-        fits = list(self._fits.values())
+        kind = devices.link_class(src, dst)
+        fits = [f for (a, b), f in self._fits.items()
+                if kind is not None and devices.link_class(a, b) == kind] or \
+            list(self._fits.values())
         knees = [f.knee for f in fits if f.extra > 0]
         return LinkFit(sum(f.slope for f in fits) / len(fits),
                        sum(f.intercept for f in fits) / len(fits),
