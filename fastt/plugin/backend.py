@@ -11,6 +11,7 @@ from fastt.adapters.engine import Engine
 from fastt.errors import WorkerLostError
 from fastt.plugin import activation, dump
 from fastt.plugin.entry import Entry
+from fastt.plugin.state import unserializable
 from fastt.plugin.streams import continue_streams, skipped_note
 from fastt.sched.strategy import Strategy
 from tf_patches import priority_executor
@@ -114,6 +115,8 @@ class PluginBackend:
         gd, graph = self.engine.rewrite(strategy, mechanism)
         if mechanism == "priority-executor" and not config.experimental.executor_type:
             config.experimental.executor_type = priority_executor.EXECUTOR_TYPE
+        if p.current is p.user:  # iterators that cannot move stay in the user's session
+            p.inputs.stage(unserializable(p.user_state(), p.user.run))
         gd, counters, left = continue_streams(p.inputs.placeholders(gd), p.graph)
         if left and not self._streams_said:
             self._streams_said = True

@@ -1,4 +1,5 @@
-"""Queue-runner input pipelines stay where they run: in the user's session.
+"""Queue-runner input pipelines, and iterators whose position cannot be saved, stay where
+they run: in the user's session.
 
 A classic TF1 input pipeline (``string_input_producer``, a reader, ``tf.train.batch`` or
 ``shuffle_batch``) fills queues from threads that ``QueueRunner``s start on the user's
@@ -11,6 +12,11 @@ never wait on the inner session's empty queue, even where grappler turns a use o
 control dependency (which would run the op itself).
 Each element is dequeued once, by the run that uses it, whichever graph serves it: nothing
 is skipped or repeated across an activation or a rollback.
+
+A ``tf.data`` iterator normally moves with the state (its position serialized by
+TensorFlow), but one over a Python generator or ``py_func`` cannot be serialized: such an
+iterator is ``stage``d like a queue, its ``IteratorGetNext`` read in the user's session and fed
+in, its initializer run there; the same iterator object feeds every graph.
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from tensorflow.core.framework import graph_pb2
 from fastt.plugin.state import RunFanIn
 
 _tf1 = tf.compat.v1
+GET_NEXT = frozenset({"IteratorGetNext", "IteratorGetNextSync"})
 
 
 class InputStage:
@@ -34,6 +41,13 @@ class InputStage:
         self.runner_ops: set[str] = set()
         self._readers: dict[str, tf.Operation] = {}
         self._reads: dict[Any, list[tf.Tensor]] = {}
+        self.staged: set[str] = set()  # iterators (op names) that stay in the user's session
+
+    def stage(self, iterators: set[str]) -> None:
+        """Keep ``iterators`` in the user's session from now on."""
+        if iterators - self.staged:
+            self.staged |= iterators
+            self._version = -1
 
     def _refresh(self) -> None:
         if self._version == self.graph.version:
@@ -46,10 +60,17 @@ class InputStage:
             queues.add(qr.queue.queue_ref.op.name)
             ops.update(op.name for op in qr.enqueue_ops)
             ops.update(op.name for op in (qr.close_op, qr.cancel_op) if op is not None)
-        self.runner_ops = ops
-        self._readers = {op.name: op for op in self.graph.get_operations()
-                         if op.inputs and op.inputs[0].op.name in queues
-                         and op.name not in ops and op.outputs}
+        readers = {op.name: op for op in self.graph.get_operations()
+                   if op.inputs and op.inputs[0].op.name in queues
+                   and op.name not in ops and op.outputs}
+        for op in self.graph.get_operations():  # the staged iterators' reads and inits
+            source = op.inputs[-1 if op.type == "MakeIterator" else 0].op.name \
+                if op.inputs else ""
+            if source in self.staged and op.type == "MakeIterator":
+                ops.add(op.name)
+            elif source in self.staged and op.type in GET_NEXT:
+                readers[op.name] = op
+        self.runner_ops, self._readers = ops, readers
         self._reads = {}
 
     @property

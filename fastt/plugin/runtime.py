@@ -253,8 +253,10 @@ class SessionPlugin:
 
     def user_state(self) -> StateOps:
         """The state of the user's graph as it is now: variables and iterators the script made
-        after opening the session (a second model, a metric of a later ``compile``) count."""
+        after opening the session (a second model, a metric of a later ``compile``) count;
+        the iterators that stay in the user's session (``InputStage.staged``) do not."""
         variables, iterators = stateful_ops(self.graph)
+        iterators = [i for i in iterators if i not in self.inputs.staged]
         st = self.user.state
         if variables != st.variables or iterators != st.iterators:
             self.user.state = StateOps(self.graph, variables, iterators)

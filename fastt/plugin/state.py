@@ -22,6 +22,8 @@ from tf_patches.session_hook import unfinalized
 
 log = logging.getLogger("fastt")
 SCOPE = "fastt_state"
+#: Dataset ops that run Python: an iterator over them cannot be serialized.
+PYTHON_DATA = frozenset({"EagerPyFunc", "GeneratorDataset", "PyFunc", "PyFuncStateless"})
 Run = Callable[[Any, Any], Any]  # run(fetches, feed_dict) on the right session
 Value = np.ndarray | np.generic  # what Session.run returns for one tensor
 
@@ -142,6 +144,60 @@ class StateOps:
             names = [n for n in group if n in ops]
             if names:
                 run([ops[n] for n in names], {feeds[n]: group[n] for n in names})
+
+
+def unserializable(state: StateOps, run: Run) -> set[str]:
+    """The iterators of ``state`` whose position TensorFlow cannot serialize: over a Python
+    generator or a ``py_func`` (found in the dataset's ops and functions), or failing to
+    serialize in the session ``run`` runs on (one not initialized yet is not counted)."""
+    out = python_fed(state.graph) & set(state.iterators)
+    reads = state.reads()
+    for name in sorted(set(state.iterators) - out):
+        try:
+            run(reads[name], None)
+        except tf.errors.FailedPreconditionError:
+            pass
+        except tf.errors.OpError as e:
+            log.debug("fastt: iterator %s stays in the script's session (%s)", name,
+                      str(e).splitlines()[0] if str(e) else type(e).__name__)
+            out.add(name)
+    return out
+
+
+def python_fed(graph: tf.Graph) -> set[str]:
+    """The iterators (op names) of ``graph`` whose dataset runs Python (``PYTHON_DATA``), in
+    its ops or in the functions they call, at any depth."""
+    lib = {f.signature.name: f for f in graph.as_graph_def().library.function}
+    memo: dict[str, bool] = {}
+
+    def calls(attrs: Any) -> list[str]:
+        names = []
+        for v in attrs.values():
+            if v.HasField("func"):
+                names.append(v.func.name)
+            names.extend(f.name for f in v.list.func)
+        return names
+
+    def runs_python(fn: str) -> bool:
+        if fn not in memo:
+            memo[fn] = False  # a recursive call adds nothing
+            f = lib.get(fn)
+            memo[fn] = f is not None and any(
+                n.op in PYTHON_DATA or any(runs_python(c) for c in calls(n.attr))
+                for n in f.node_def)
+        return memo[fn]
+
+    out = set()
+    for op in graph.get_operations():
+        if op.type == "MakeIterator":
+            ran = executed(graph, [op.inputs[0].name], [], set())
+            if any(graph.get_operation_by_name(n).type in PYTHON_DATA or
+                   any(runs_python(c) for c in calls(graph.get_operation_by_name(n).node_def.attr))
+                   for n in ran):
+                out.add(op.inputs[-1].op.name)
+        elif op.type == "OneShotIterator" and any(runs_python(c) for c in calls(op.node_def.attr)):
+            out.add(op.name)
+    return out
 
 
 def _copies(graph: tf.Graph, name: str) -> list[str]:
