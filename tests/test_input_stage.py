@@ -1,4 +1,5 @@
-"""Which iterators stay in the user's session: those whose dataset runs Python."""
+"""Which iterators stay in the user's session: those whose dataset runs Python or draws
+random numbers with a stateful op."""
 import numpy as np
 import pytest
 
@@ -6,7 +7,7 @@ tf = pytest.importorskip("tensorflow")
 tf1 = tf.compat.v1
 tf1.disable_eager_execution()
 
-from fastt.plugin.state import python_fed  # noqa: E402
+from fastt.plugin.state import unsaved  # noqa: E402
 
 
 def _graph(make):
@@ -29,7 +30,11 @@ def _gen():
         lambda v: tf1.py_func(lambda a: a * 2, [v], tf.int64)).batch(2)), True),
     (lambda: tf1.data.make_initializable_iterator(tf.data.Dataset.range(8).shuffle(
         4, seed=1).map(lambda v: v * 2).batch(2)), False),
-    (lambda: tf1.data.make_one_shot_iterator(tf.data.Dataset.range(8).batch(2)), False)])
-def test_iterators_over_python_are_found(make, expected):
+    (lambda: tf1.data.make_one_shot_iterator(tf.data.Dataset.range(8).batch(2)), False),
+    (lambda: tf1.data.make_one_shot_iterator(tf.data.Dataset.range(8).map(
+        lambda v: tf.cast(v, tf.float32) + tf1.random_uniform([], seed=3)).batch(2)), True)])
+def test_iterators_over_python_or_random_draws_are_found(make, expected):
     g, name = _graph(make)
-    assert (name in python_fed(g)) is expected
+    iterators, functions = unsaved(g)
+    assert (name in iterators) is expected
+    assert bool(functions) is expected

@@ -11,7 +11,7 @@ from fastt.adapters.engine import Engine
 from fastt.errors import WorkerLostError
 from fastt.plugin import activation, dump
 from fastt.plugin.entry import Entry
-from fastt.plugin.state import unserializable
+from fastt.plugin.state import unsaved, unserializable
 from fastt.plugin.streams import continue_streams, skipped_note
 from fastt.sched.strategy import Strategy
 from tf_patches import priority_executor
@@ -117,7 +117,8 @@ class PluginBackend:
             config.experimental.executor_type = priority_executor.EXECUTOR_TYPE
         if p.current is p.user:  # iterators that cannot move stay in the user's session
             p.inputs.stage(unserializable(p.user_state(), p.user.run))
-        gd, counters, left = continue_streams(p.inputs.placeholders(gd), p.graph)
+        kept = unsaved(p.graph)[1] if p.inputs.staged else set()
+        gd, counters, left = continue_streams(p.inputs.placeholders(gd), p.graph, kept)
         if left and not self._streams_said:
             self._streams_said = True
             log.warning("fastt: %s", skipped_note(left))

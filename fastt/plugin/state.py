@@ -22,8 +22,12 @@ from tf_patches.session_hook import unfinalized
 
 log = logging.getLogger("fastt")
 SCOPE = "fastt_state"
-#: Dataset ops that run Python: an iterator over them cannot be serialized.
-PYTHON_DATA = frozenset({"EagerPyFunc", "GeneratorDataset", "PyFunc", "PyFuncStateless"})
+#: Dataset ops whose state an iterator's serialization leaves out: Python (it cannot be
+#: serialized at all) and stateful random draws (their streams would start anew).
+UNSAVED_STATE = frozenset({
+    "EagerPyFunc", "GeneratorDataset", "Multinomial", "PyFunc", "PyFuncStateless",
+    "RandomGamma", "RandomPoisson", "RandomPoissonV2", "RandomShuffle", "RandomStandardNormal",
+    "RandomUniform", "RandomUniformInt", "TruncatedNormal"})
 Run = Callable[[Any, Any], Any]  # run(fetches, feed_dict) on the right session
 Value = np.ndarray | np.generic  # what Session.run returns for one tensor
 
@@ -147,10 +151,10 @@ class StateOps:
 
 
 def unserializable(state: StateOps, run: Run) -> set[str]:
-    """The iterators of ``state`` whose position TensorFlow cannot serialize: over a Python
-    generator or a ``py_func`` (found in the dataset's ops and functions), or failing to
-    serialize in the session ``run`` runs on (one not initialized yet is not counted)."""
-    out = python_fed(state.graph) & set(state.iterators)
+    """The iterators of ``state`` whose position TensorFlow cannot serialize whole: over
+    Python or stateful random draws (``unsaved``), or failing to serialize in the session
+    ``run`` runs on (one not initialized yet is not counted)."""
+    out = unsaved(state.graph)[0] & set(state.iterators)
     reads = state.reads()
     for name in sorted(set(state.iterators) - out):
         try:
@@ -164,9 +168,11 @@ def unserializable(state: StateOps, run: Run) -> set[str]:
     return out
 
 
-def python_fed(graph: tf.Graph) -> set[str]:
-    """The iterators (op names) of ``graph`` whose dataset runs Python (``PYTHON_DATA``), in
-    its ops or in the functions they call, at any depth."""
+def unsaved(graph: tf.Graph) -> tuple[set[str], set[str]]:
+    """The iterators (op names) of ``graph`` whose dataset holds state that
+    ``SerializeIterator`` does not save (``UNSAVED_STATE``: Python, stateful random draws),
+    in its ops or in the functions they call at any depth; and the functions their datasets
+    call."""
     lib = {f.signature.name: f for f in graph.as_graph_def().library.function}
     memo: dict[str, bool] = {}
 
@@ -178,26 +184,40 @@ def python_fed(graph: tf.Graph) -> set[str]:
             names.extend(f.name for f in v.list.func)
         return names
 
-    def runs_python(fn: str) -> bool:
+    def holds(fn: str) -> bool:
         if fn not in memo:
             memo[fn] = False  # a recursive call adds nothing
             f = lib.get(fn)
             memo[fn] = f is not None and any(
-                n.op in PYTHON_DATA or any(runs_python(c) for c in calls(n.attr))
+                n.op in UNSAVED_STATE or any(holds(c) for c in calls(n.attr))
                 for n in f.node_def)
         return memo[fn]
 
-    out = set()
+    def reached(fns: list[str]) -> set[str]:
+        seen, stack = set(), list(fns)
+        while stack:
+            fn = stack.pop()
+            if fn in lib and fn not in seen:
+                seen.add(fn)
+                stack.extend(c for n in lib[fn].node_def for c in calls(n.attr))
+        return seen
+
+    iterators: set[str] = set()
+    functions: set[str] = set()
     for op in graph.get_operations():
         if op.type == "MakeIterator":
-            ran = executed(graph, [op.inputs[0].name], [], set())
-            if any(graph.get_operation_by_name(n).type in PYTHON_DATA or
-                   any(runs_python(c) for c in calls(graph.get_operation_by_name(n).node_def.attr))
-                   for n in ran):
-                out.add(op.inputs[-1].op.name)
-        elif op.type == "OneShotIterator" and any(runs_python(c) for c in calls(op.node_def.attr)):
-            out.add(op.name)
-    return out
+            dataset = [graph.get_operation_by_name(n)
+                       for n in executed(graph, [op.inputs[0].name], [], set())]
+            iterator = op.inputs[-1].op.name
+        elif op.type == "OneShotIterator":
+            dataset, iterator = [op], op.name
+        else:
+            continue
+        fns = [c for d in dataset for c in calls(d.node_def.attr)]
+        if any(d.type in UNSAVED_STATE for d in dataset) or any(holds(c) for c in fns):
+            iterators.add(iterator)
+            functions |= reached(fns)
+    return iterators, functions
 
 
 def _copies(graph: tf.Graph, name: str) -> list[str]:

@@ -17,7 +17,7 @@ they are.
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+from typing import AbstractSet, Any, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -100,17 +100,21 @@ class StreamCounter:
         return {counter_name(n): np.int64(SAMPLES_PER_ELEMENT * k) for n, k in self.drawn.items()}
 
 
-def continue_streams(gd: graph_pb2.GraphDef, graph: tf.Graph
+def continue_streams(gd: graph_pb2.GraphDef, graph: tf.Graph,
+                     elsewhere: AbstractSet[str] = frozenset()
                      ) -> tuple[graph_pb2.GraphDef, list[str], list[str]]:
     """``gd`` with every seeded top-level random op of ``graph`` (the user's) drawing from a
-    counter variable; the names of those variables; the seeded random ops left as they are.
-    The op's name now belongs to an Identity that waits for the counter to advance, so that
-    any run reading its values advances the stream once."""
+    counter variable; the names of those variables; the seeded random ops left as they are
+    (but those of the functions ``elsewhere``, which run in the user's session only: the
+    datasets of the iterators kept there). The op's name now belongs to an Identity that
+    waits for the counter to advance, so that any run reading its values advances the stream
+    once."""
     seeded = [op for op in graph.get_operations() if _seeded(op)]
     ops = {op.name for op in seeded if _top_level(op)}
     left = [op.name for op in seeded if op.name not in ops]
     left += [f"{f.signature.name}/{n.name}" for f in gd.library.function for n in f.node_def
-             if n.op in STATELESS and (n.attr["seed"].i or n.attr["seed2"].i)]
+             if f.signature.name not in elsewhere
+             and n.op in STATELESS and (n.attr["seed"].i or n.attr["seed2"].i)]
     out = graph_pb2.GraphDef()
     out.versions.CopyFrom(gd.versions)
     out.library.CopyFrom(gd.library)
