@@ -94,3 +94,10 @@ COLLECTIVE_TYPES = frozenset({"NcclAllReduce"})
 #: same with or without fastt (a plan moves them, never changes what they compute).
 USER_CODE = frozenset({
     "Assert", "CheckNumerics", "CheckNumericsV2", "EagerPyFunc", "PyFunc", "PyFuncStateless"})
+#: Ops whose output sizes depend on their input values, not shapes: a shape downstream of
+#: them is never known before the step runs, whatever one step measured.
+DATA_SIZED = frozenset({
+    "DenseToSparseSetOperation", "DynamicPartition", "ListDiff", "NonMaxSuppression",
+    "NonMaxSuppressionV2", "NonMaxSuppressionV3", "NonMaxSuppressionV4", "NonMaxSuppressionV5",
+    "StringSplit", "StringSplitV2", "Unique", "UniqueV2", "UniqueWithCounts",
+    "UniqueWithCountsV2", "Where"})

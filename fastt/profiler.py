@@ -27,6 +27,7 @@ The RunMetadata is read by attribute (it is a protobuf), so this module imports 
 from __future__ import annotations
 
 import re
+import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -36,6 +37,10 @@ from fastt.errors import ProfileError
 from fastt.ir import Graph, TensorRef
 from fastt.op_types import IGNORED_NODES, TRANSFER_TYPES
 from fastt.sharing import processor_sharing
+
+#: TensorFlow has one profiler per process: a traced run while another is traced fails
+#: ("Another profiling session active"), so every traced run of fastt holds this.
+TRACING = threading.RLock()
 
 # (src, dst, bytes, traced seconds) -> the (send, recv) share of the cores it took meanwhile
 TransferCpu = Callable[[str, str, float, float], tuple[float, float]]

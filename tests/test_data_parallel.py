@@ -111,6 +111,18 @@ def test_shape_n_folds_into_constants_behind_identity_n():
     assert f["use"].inputs[0].op == "s" and f["use"].inputs[0].index == 1
 
 
+def test_shapes_downstream_of_a_data_sized_op_are_never_folded():
+    """A sparse gradient's ``Unique`` indices: one step measured 17 of them, the next may
+    have any number; the Shape that sizes the segment sum must be read at run time."""
+    g = Graph([op("ids", "Placeholder", out=((32,),), dtype="int32"),
+               op("u", "Unique", ["ids"], out=((17,), (32,)), dtype="int32"),
+               op("n", "Shape", ["u"], out=((1,),), dtype="int32"),
+               op("x", "Placeholder", out=((2, 3),)),
+               op("m", "Shape", ["x"], out=((2,),), dtype="int32")])
+    f = fold_static_shapes(g)
+    assert f["n"].type == "Shape" and f["m"].type == "Const"
+
+
 def test_a_folded_shape_keeps_a_penalty_on_a_reference_variable_before_its_update():
     # tf.gradients seeds the backward pass with Fill(Shape(loss), 1): that is all that makes
     # the L2 penalty, reading w's buffer through w/read (an alias of it), run before the

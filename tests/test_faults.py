@@ -207,15 +207,16 @@ def _in_threads(n, fn):
     return results, errors
 
 
-def test_two_sessions_in_two_threads_profile_one_at_a_time(plugin, tmp_path):
+def test_two_sessions_in_two_threads_profile_one_at_a_time(plugin, tmp_path, caplog):
     _, ref, _ = train(build(), steps=STEPS)
     plugin()
-    results, errors = _in_threads(2, lambda i: train(build(), steps=STEPS))
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        results, errors = _in_threads(2, lambda i: train(build(), steps=STEPS))
     assert not errors, errors
     for sess, losses, _ in results:
         np.testing.assert_allclose(losses, ref, rtol=1e-4)
         ctl = session_hook.plugin_of(sess).controller
-        assert ctl is not None and ctl.history, "a session was not planned"
+        assert ctl is not None and ctl.history, (ctl.phase, caplog.text)
         sess.close()
     assert all(d["status"] != "failed" for d in statuses(tmp_path).values())
 
@@ -315,3 +316,17 @@ def test_devices_of_one_process_are_probed_once_per_kind_of_link():
     assert unprobed(models, cpus)[0] == []
     tasks = [f"/job:worker/replica:0/task:{t}/device:CPU:0" for t in range(3)]
     assert len(unprobed(models, tasks)[0]) == 6
+
+
+def test_a_failure_is_said_in_one_line_naming_the_op_and_why():
+    from fastt.plugin.messages import failure
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [None])
+        checked = tf.debugging.check_numerics(x / 0.0, "infinite", name="checked")
+    with tf1.Session(graph=g) as sess:
+        with pytest.raises(tf.errors.InvalidArgumentError) as e:
+            sess.run(checked, {x: [1.0]})
+    line = failure(e.value)
+    assert "\n" not in line and "Graph execution error" not in line
+    assert line.startswith("InvalidArgumentError at op 'checked': infinite")

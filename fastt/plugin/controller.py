@@ -120,8 +120,9 @@ class Controller:
             raise error
         failed = self._measuring or self.active  # the strategy that failed, if one did
         running = self._running  # None: the original graph runs already
-        reason = f"{type(error).__name__}: {error}" if str(error) else \
+        reason = say.failure(error) if str(error) else \
             f"{type(error).__name__} while fastt was in its {self.phase} phase"
+        log.debug("fastt: the failure in full: %r", error)
         if self._rechecking is not None:  # found faster, never kept
             self._rechecking.status, self._rechecking.reason = "failed", reason
             self._rechecking.dump = self.backend.record(self._rechecking, self.history)
@@ -134,7 +135,7 @@ class Controller:
                 raise
             except Exception as e:  # noqa: BLE001 - the graph running keeps the state
                 on = (f"{say.label(running)}: could not return to the original graph "
-                      f"({type(e).__name__}: {e})")
+                      f"({say.failure(e)})")
         for entry in [failed] + ([running] if running is not failed else []):
             if entry is None:
                 continue

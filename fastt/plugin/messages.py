@@ -94,3 +94,20 @@ def closed_in_warmup(steps: int, times: list[float], measure_steps: int,
             f"measurement takes {measure_steps} steady steps over at least "
             f"{measure_seconds:.1f} s: FASTT_MEASURE_STEPS, FASTT_MEASURE_SECONDS); nothing "
             "was tried")
+
+
+def failure(error: BaseException) -> str:
+    """One line saying what failed: the error's type, the op it names (TensorFlow's errors
+    carry it) and the line of its message that says why, not TensorFlow's headers and stack
+    traces."""
+    name = type(error).__name__
+    node = getattr(getattr(error, "node_def", None), "name", "") or ""
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    after_node = [i for i, ln in enumerate(lines) if ln.startswith("Node:")]
+    noise = ("Graph execution error", "Detected at node", "File ", "Node:", "[[",
+             "Original stack trace", "Instructions for updating")
+    pool = lines[after_node[0] + 1:] if after_node else lines
+    why = next((ln for ln in pool if not ln.startswith(noise)), "")
+    if not why:
+        return f"{name} while fastt was working" if not node else f"{name} at op {node!r}"
+    return f"{name} at op {node!r}: {why}" if node else f"{name}: {why}"

@@ -1,10 +1,11 @@
 """Sessions and steps in several threads (no TensorFlow here).
 
 TensorFlow has one profiler per process: two traced runs at once fail the second
-("Another profiling session active"), so a step is traced only when no other is
-(``trace_slot``). A training step run by several threads at once (Hogwild style) cannot be
-timed or switched to another graph one step at a time: ``StepThreads`` tells when it happens,
-and fastt steps aside for that session.
+("Another profiling session active"), so a step is traced only when no other traced run of
+fastt's is under way (``trace_slot``; ``fastt.profiler.TRACING``). A training step run by
+several threads at once (Hogwild style) cannot be timed or switched to another graph one
+step at a time: ``StepThreads`` tells when it happens, and fastt steps aside for that
+session.
 """
 from __future__ import annotations
 
@@ -12,19 +13,19 @@ import contextlib
 import threading
 from typing import Iterator
 
-_TRACE = threading.Lock()  # the process's one profiler
+from fastt.profiler import TRACING
 
 
 @contextlib.contextmanager
 def trace_slot(wanted: bool) -> Iterator[bool]:
     """Whether this step may be traced: ``wanted`` and no other step is being traced (the
     step is then run untraced rather than waiting: the other may wait on this one)."""
-    got = wanted and _TRACE.acquire(blocking=False)
+    got = wanted and TRACING.acquire(blocking=False)
     try:
         yield got
     finally:
         if got:
-            _TRACE.release()
+            TRACING.release()
 
 
 class StepThreads:

@@ -22,7 +22,8 @@ from typing import Collection
 
 from fastt.errors import NoBatch
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
-from fastt.op_types import BATCH_SOURCES, LINEAR, MAYBE_BATCH, READS, SHAPE_OPS
+from fastt.op_types import (BATCH_SOURCES, DATA_SIZED, LINEAR, MAYBE_BATCH, READS,
+                             SHAPE_OPS)
 from fastt.sched import replicas, sync_batch_norm
 from fastt.sched.split_rules import (FULL, PARTIAL, SEVERAL, SHAPE, SPLIT, Part, SplitRule,
                                      part_sizes, rules)
@@ -98,11 +99,12 @@ def fold_static_shapes(graph: Graph, batch: dict[str, tuple[TensorRef, int, int]
     ops: list[Op] = []
     folded = 0
     shape_of: dict[TensorRef, str] = {}  # batch input -> its Shape op
+    sized = data_sized(graph)
     for op in graph:
         dims = [graph.tensor(r).dims for r in op.inputs]
         shapes = [sh for sh in dims if sh is not None]
         if op.type not in SHAPE_OPS or not shapes or op.meta.dynamic or \
-                len(shapes) < len(dims):
+                len(shapes) < len(dims) or any(r.op in sized for r in op.inputs):
             ops.append(op)
             continue
         folded += 1
@@ -144,6 +146,17 @@ def fold_static_shapes(graph: Graph, batch: dict[str, tuple[TensorRef, int, int]
                           inputs=tuple(TensorRef(c.name, 0) for c in made),
                           meta=OpMeta(folded=op.type)))
     return Graph(ops, name=graph.name, meta=graph.meta, like=graph) if folded else graph
+
+
+def data_sized(graph: Graph) -> set[str]:
+    """The ops whose output sizes depend on values the step computes: the ``DATA_SIZED`` ops
+    (``Unique`` of a sparse gradient's indices) and every op downstream of one. O(ops +
+    edges)."""
+    out: set[str] = set()
+    for op in graph:  # topological order
+        if op.type in DATA_SIZED or any(r.op in out for r in op.inputs):
+            out.add(op.name)
+    return out
 
 
 def _batch_descent(graph: Graph, inputs: list[TensorRef], axis: dict[str, int], B: int
