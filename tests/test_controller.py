@@ -243,7 +243,8 @@ def test_an_undecided_comparison_looks_again_once_its_more_steps_ran(monkeypatch
 
 
 def test_a_load_change_during_a_measurement_measures_again(monkeypatch):
-    loads = iter([0.0] + [0.2 + 0.3 * k for k in range(20)])
+    # the machine gets quieter while the faster candidate runs: its win is in doubt
+    loads = iter([7.0] + [6.8 - 0.3 * k for k in range(20)])
     monkeypatch.setattr(window, "other_load", lambda start, end: next(loads))
     b = FakeBackend({None: 0.010, "data-parallel": 0.005}, predicted={"data-parallel": 0.004})
     ctl = controller_of(SETTINGS, b)
@@ -251,6 +252,18 @@ def test_a_load_change_during_a_measurement_measures_again(monkeypatch):
     entry = ctl.history[0]
     assert entry.decision()["verdict"] == "load changed" and entry.status == "rolled_back"
     assert "load moved" in entry.reason
+
+
+def test_a_win_measured_while_the_machine_got_busier_is_kept(monkeypatch):
+    loads = iter([0.0] + [0.2 + 0.3 * k for k in range(40)])
+    monkeypatch.setattr(window, "other_load", lambda start, end: next(loads))
+    b = FakeBackend({None: 0.010, "data-parallel": 0.005}, predicted={"data-parallel": 0.004})
+    ctl = controller_of(SETTINGS, b)
+    until(ctl, b, decided(ctl, 1), limit=2000)
+    entry = ctl.history[0]
+    assert entry.decision()["verdict"] == "faster" and entry.status != "rolled_back"
+    # the graph before it, measured again on a yet busier machine: still slower than it
+    assert entry.recheck.verdict == "load changed" and entry.recheck.high < 1.0
 
 
 def test_short_steps_are_measured_for_a_second_where_the_load_can_be_read(monkeypatch, caplog):

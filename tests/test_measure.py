@@ -66,8 +66,21 @@ def test_two_percent_in_ten_percent_noise_is_not_significant_twenty_is(gain, exp
 def test_a_load_change_between_the_samples_asks_for_new_ones():
     base, cand = [0.05] * 10, [0.03] * 10
     assert compare(base, cand).verdict == "faster"
+    v = compare(base, cand, load_change=-0.5)  # the candidate ran on a quieter machine
+    assert v.verdict == "load changed" and "-0.50" in v.reason
+    v = compare(cand, base, load_change=0.5)  # slower, on a busier machine
+    assert v.verdict == "load changed" and "+0.50" in v.reason
+
+
+def test_a_verdict_the_load_change_worked_against_stands():
+    """Faster while the machine got busier (or slower while it got quieter): the load only
+    narrowed the gap, so a win measured on a busy machine is kept."""
+    base, cand = [0.05] * 10, [0.03] * 10
     v = compare(base, cand, load_change=0.5)
-    assert v.verdict == "load changed" and "0.50" in v.reason
+    assert v.verdict == "faster" and "against it" in v.reason
+    v = compare(cand, base, load_change=-0.5)
+    assert v.verdict == "slower" and "against it" in v.reason
+    assert compare(base, base, load_change=0.5).verdict == "load changed"  # undecided
 
 
 def test_the_verdict_is_reproducible_and_too_few_samples_are_refused():

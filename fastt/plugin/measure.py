@@ -19,7 +19,9 @@ data", 1992) whose length follows the sample's own autocorrelation (Politis and 
 "Automatic block-length selection for the dependent bootstrap", Econometric Reviews 23(1),
 2004, with the correction of Patton, Politis and White, 2009); an independent sample gets
 blocks of one step, the plain bootstrap. A comparison is also undecided when the machine's
-other load changed between the two samples.
+other load changed between the two samples, unless the change worked against its verdict
+(the candidate measured faster under more load, or slower under less): a win on a busy
+machine is kept.
 """
 from __future__ import annotations
 
@@ -117,10 +119,14 @@ def compare(baseline: list[float], candidate: list[float], seed: int = 0,
     c = np.median(_resampled(cand, rng), axis=1)
     tail = 100 * (1 - confidence) / 2
     low, high = (float(v) for v in np.percentile(c / b, [tail, 100 - tail]))
-    if abs(load_change) > LOAD_CHANGE:
-        return Verdict(ratio, low, high, confidence, "load changed",
-                       f"the machine's other load moved by {load_change:+.2f} cores")
     verdict = "faster" if high < 1.0 else "slower" if low > 1.0 else "undecided"
+    if abs(load_change) > LOAD_CHANGE:
+        moved = f"the machine's other load moved by {load_change:+.2f} cores"
+        if (verdict == "faster") == (load_change > 0) and verdict != "undecided":
+            # the candidate ran under more load and still measured faster (or under less
+            # and still slower): the load change only narrowed the gap; the verdict stands
+            return Verdict(ratio, low, high, confidence, verdict, f"{moved}, against it")
+        return Verdict(ratio, low, high, confidence, "load changed", moved)
     return Verdict(ratio, low, high, confidence, verdict)
 
 
