@@ -2,6 +2,7 @@
 Run it with FASTT=1 to let fastt place it; nothing in it knows about fastt."""
 import argparse
 import hashlib
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -12,8 +13,10 @@ tf1.disable_eager_execution()
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=150)
 parser.add_argument("--batch", type=int, default=32)
-parser.add_argument("--out", default="/tmp/fastt-example-monitored")
+parser.add_argument("--out", help="checkpoint directory (default: a new private "
+                    "temporary directory)")
 args = parser.parse_args()
+out = args.out or tempfile.mkdtemp(prefix="fastt-example-monitored-")
 
 tf1.set_random_seed(0)
 rng = np.random.RandomState(0)
@@ -39,7 +42,7 @@ train_op = tf1.train.AdamOptimizer(1e-3).minimize(loss, global_step=step)
 
 seen = []
 hooks = [tf1.train.StopAtStepHook(last_step=args.steps)]
-with tf1.train.MonitoredTrainingSession(checkpoint_dir=args.out, hooks=hooks,
+with tf1.train.MonitoredTrainingSession(checkpoint_dir=out, hooks=hooks,
                                         save_summaries_steps=None,
                                         log_step_count_steps=None) as sess:
     while not sess.should_stop():
@@ -49,4 +52,5 @@ with tf1.train.MonitoredTrainingSession(checkpoint_dir=args.out, hooks=hooks,
             print(f"step {g}: loss {value:.6f}", flush=True)
 digest = hashlib.sha1(np.array(seen, dtype=np.int64).tobytes()).hexdigest()
 print(f"samples: {len(seen)} seen, {len(set(seen))} distinct, order {digest}")
+print(f"checkpoints: {out}")
 print(f"final loss: {value:.9g}")

@@ -2,6 +2,7 @@
 place it; nothing in it knows about fastt."""
 import argparse
 import os
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -12,8 +13,10 @@ tf1.disable_eager_execution()
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=150)
 parser.add_argument("--batch", type=int, default=32)
-parser.add_argument("--out", default="/tmp/fastt-example-session")
+parser.add_argument("--out", help="checkpoint directory (default: a new private "
+                    "temporary directory)")
 args = parser.parse_args()
+out = args.out or tempfile.mkdtemp(prefix="fastt-example-session-")
 
 tf1.set_random_seed(0)
 rng = np.random.RandomState(0)
@@ -49,7 +52,7 @@ step = tf1.train.get_or_create_global_step()
 train_op = tf1.train.MomentumOptimizer(0.01, 0.9).minimize(loss, global_step=step)
 saver = tf1.train.Saver()
 
-os.makedirs(args.out, exist_ok=True)
+os.makedirs(out, exist_ok=True)
 with tf1.Session() as sess:
     sess.run(tf1.global_variables_initializer())
     for i in range(args.steps):
@@ -59,6 +62,6 @@ with tf1.Session() as sess:
         _, value = sess.run([train_op, loss], feed_dict=feed)
         if (i + 1) % 20 == 0:
             print(f"step {i + 1}: loss {value:.6f}", flush=True)
-    path = saver.save(sess, os.path.join(args.out, "model.ckpt"), global_step=step)
+    path = saver.save(sess, os.path.join(out, "model.ckpt"), global_step=step)
     print(f"checkpoint: {path}")
     print(f"final loss: {value:.9g}")

@@ -1,6 +1,7 @@
 """A tf-slim model trained with slim.learning.train. Run it with FASTT=1 to let fastt place it;
 nothing in it knows about fastt."""
 import argparse
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -12,8 +13,10 @@ tf1.disable_eager_execution()
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=150)
 parser.add_argument("--batch", type=int, default=32)
-parser.add_argument("--out", default="/tmp/fastt-example-slim")
+parser.add_argument("--out", help="checkpoint directory (default: a new private "
+                    "temporary directory)")
 args = parser.parse_args()
+out = args.out or tempfile.mkdtemp(prefix="fastt-example-slim-")
 
 tf1.set_random_seed(0)
 rng = np.random.RandomState(0)
@@ -34,7 +37,8 @@ with slim.arg_scope([slim.conv2d, slim.fully_connected], activation_fn=tf.nn.rel
 tf1.losses.sparse_softmax_cross_entropy(labels, logits)
 total_loss = tf1.losses.get_total_loss()
 train_op = slim.learning.create_train_op(total_loss, tf1.train.MomentumOptimizer(0.01, 0.9))
-final = slim.learning.train(train_op, args.out, number_of_steps=args.steps,
+final = slim.learning.train(train_op, out, number_of_steps=args.steps,
                             save_summaries_secs=100000, save_interval_secs=100000,
                             log_every_n_steps=20)
+print(f"checkpoints: {out}")
 print(f"final loss: {final:.9g}")

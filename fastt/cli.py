@@ -6,15 +6,18 @@ import gc
 import logging
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from fastt import __version__
 from fastt.errors import FasttError
+from fastt.jsonio import check_output, writing
 
 
 def _demo(args: argparse.Namespace) -> int:
+    check_output(args.out, "--out directory", directory=True)
     from fastt import demo
-    result = demo.run(out_dir=args.out, steps=args.steps)
+    with writing(args.out, "--out directory"):
+        result = demo.run(out_dir=args.out, steps=args.steps)
     print(result.summary())
     return 0
 
@@ -28,15 +31,25 @@ def _progress(what: str) -> Any:
 
 def _plan(args: argparse.Namespace) -> int:
     from fastt import plan_cmd
+    from fastt.sched.device_spec import parse as parse_devices
     from fastt.sched.osdpos import clock
     began = clock()
+    # every input and output checked before the graph is loaded and planned
+    plan_cmd.check_graph(args.graph, args.model, args.batch_size)
+    device_set = parse_devices(args.devices)
+    models = plan_cmd.read_costs(args.costs)
+    if getattr(args, "json", None):
+        check_output(args.json, "--json file")
+    if args.dump:
+        check_output(args.dump, "--dump directory", directory=True)
     # A command that ends when the plan is out: what it frees goes by reference counting.
     # The cyclic collector's passes over the graphs' millions of objects took seconds
     # (ResNet-200: 2.8 s while loading, 1.5 s for the first pass after planning).
     gc.disable()
     graph = plan_cmd.load(args.graph, args.model, args.batch_size)
-    setup = plan_cmd.prepare(graph, args.devices, args.costs, args.fetch or (), args.bucket_mb,
-                             args.transfer_priorities, began + args.budget)
+    costs = args.costs if models is None else models
+    setup = plan_cmd.prepare(graph, args.devices, costs, args.fetch or (), args.bucket_mb,
+                             args.transfer_priorities, began + args.budget, device_set)
     compare = args.command == "compare"
     print(f"planning {'every strategy' if compare else args.strategy}...", file=sys.stderr,
           flush=True)
@@ -50,7 +63,8 @@ def _plan(args: argparse.Namespace) -> int:
         planned = [chosen] + ([s for s in others.values() if not isinstance(s, str)]
                               if compare else [])
         print(f"writing {len(planned)} dump(s) in {args.dump}...", file=sys.stderr, flush=True)
-        paths = plan_cmd.write_dumps(args.dump, setup, planned, _progress("dumping"))
+        with writing(args.dump, "--dump directory"):
+            paths = plan_cmd.write_dumps(args.dump, setup, planned, _progress("dumping"))
         print("dumps: " + ", ".join(paths))
     return 0
 
@@ -70,15 +84,18 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from fastt.inspect import dumps, report
+    from fastt.inspect.schema import DumpError
     found = dumps.find(args.dir)
     for k, d in enumerate(found, 1):
         print(f"  rendering {d.name} ({k}/{len(found)})...", file=sys.stderr, flush=True)
-        print(report.write(d.path))
+        with writing(os.path.join(d.path, "report.html"), "report", DumpError):
+            print(report.write(d.path))
     return 0
 
 
 def _worker(args: argparse.Namespace) -> int:
     from fastt.cluster import worker
+    worker.addresses(args.cluster, args.index, args.job, args.threads)
     return worker.main(["--cluster", args.cluster, "--index", str(args.index), "--job", args.job,
                         "--threads", str(args.threads)])
 
@@ -87,8 +104,11 @@ def _cluster(args: argparse.Namespace) -> int:
     from fastt.cluster import launcher
     path = launcher.state_path(args.state)
     if args.action == "up":
-        print(f"starting {args.workers} workers on 127.0.0.1...", file=sys.stderr, flush=True)
-        spec = launcher.up(args.workers, args.cores_per_worker, args.port, path)
+        def starting() -> None:
+            print(f"starting {args.workers} workers on 127.0.0.1...", file=sys.stderr,
+                  flush=True)
+        spec = launcher.up(args.workers, args.cores_per_worker, args.port, path,
+                           starting=starting)
         print(f"cluster up, state in {path}; point training at it with:", file=sys.stderr)
         print(f"FASTT_CLUSTER={spec}")
     elif args.action == "down":
@@ -106,8 +126,15 @@ def _cluster(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose errors are one line, like fastt's own: ``fastt: error: ...``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"fastt: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="fastt",
         description="Automatic placement, ordering and splitting of TensorFlow graph-mode "
                     "training (the FastT system). 'fastt plan' computes a strategy for a "
@@ -119,14 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="profile a small CNN on 2 logical CPU devices and print "
                                     "its cost models")
     p.add_argument("--out", default="fastt-demo-out", help="output directory")
-    p.add_argument("--steps", type=int, default=5, help="profiled steps (default 5)")
+    p.add_argument("--steps", type=_positive, default=5, help="profiled steps (default 5)")
     p.set_defaults(func=_demo)
 
     from fastt.sched.registry import KINDS, STRATEGIES
     p = sub.add_parser("plan", help="compute a strategy for a training graph; compare it with "
                                     "every baseline")
     _graph_arguments(p)
-    p.add_argument("--strategy", default="os-dpos", choices=STRATEGIES,
+    p.add_argument("--strategy", default="os-dpos", choices=STRATEGIES, type=str.lower,
                    help="; ".join(f"{k.name}: {k.summary}" for k in KINDS.values()))
     p.add_argument("--json", help="write the strategy as JSON (schema in the README)")
     p.add_argument("--dump", metavar="DIR", help="write the strategy's dump (strategy-<k>/: "
@@ -162,9 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("worker", help="run one TensorFlow gRPC server of a cluster")
     p.add_argument("--cluster", required=True, help="host:port,host:port,... in task order")
-    p.add_argument("--index", type=int, required=True, help="this worker's task index")
-    p.add_argument("--job", default="worker")
-    p.add_argument("--threads", type=int, default=1, help="intra-op threads")
+    p.add_argument("--index", type=_index, required=True, help="this worker's task index")
+    p.add_argument("--job", default="worker", help="job name (default: worker)")
+    p.add_argument("--threads", type=_positive, default=1, help="intra-op threads")
     p.set_defaults(func=_worker)
     return parser
 
@@ -173,7 +200,7 @@ def _graph_arguments(p: argparse.ArgumentParser) -> None:
     """The arguments ``plan`` and ``compare`` share: the graph, devices and costs."""
     p.add_argument("graph", nargs="?", help="GraphDef or MetaGraphDef file of a training graph")
     p.add_argument("--model", help="instead of a file: a model of the zoo (e.g. vgg_19)")
-    p.add_argument("--batch-size", type=int, help="batch size of --model")
+    p.add_argument("--batch-size", type=_positive, help="batch size of --model")
     p.add_argument("--devices", required=True,
                    help="4xV100, 8xV100:pcie, 2x4xV100 (two servers) or a JSON device file")
     p.add_argument("--costs", default="analytical",
@@ -181,10 +208,11 @@ def _graph_arguments(p: argparse.ArgumentParser) -> None:
                         "model JSON file written by fastt")
     p.add_argument("--fetch", action="append", help="op a training step runs (default: the "
                                                     "MetaGraphDef's train_op collection)")
-    p.add_argument("--bucket-mb", type=float, default=25.0,
+    p.add_argument("--bucket-mb", type=_megabytes, default=25.0,
                    help="gradient bucket of data parallelism's ring all-reduce (default 25; "
                         "0: each gradient on its own)")
     p.add_argument("--transfer-priorities", choices=("auto", "on", "off"), default="auto",
+                   type=str.lower,
                    help="send the weights a step reads from another device in the order "
                         "their consumers need them: where the simulator predicts it faster "
                         "(auto, the default), always, or never")
@@ -202,6 +230,26 @@ def _positive(text: str) -> int:
         v = 0
     if v < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return v
+
+
+def _index(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return v
+
+
+def _megabytes(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of megabytes >= 0")
     return v
 
 

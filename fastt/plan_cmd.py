@@ -11,7 +11,8 @@ from typing import Any, Callable, Sequence
 from fastt import devices as devnames
 from fastt.costs import CostModels
 from fastt.costs.source import CostSource, ModelCosts, StaticCosts
-from fastt.errors import FasttError
+from fastt.errors import FasttError, GraphFormatError
+from fastt.jsonio import read_bytes, writing
 from fastt.ir import Graph
 from fastt.sched.device_spec import DeviceSet, parse
 from fastt.sched.allreduce import BUCKET_BYTES
@@ -23,18 +24,35 @@ from fastt.sched.strategy import Strategy, place_first, plan
 log = logging.getLogger("fastt")
 
 
+def check_graph(graph_path: str | None, model: str | None, batch_size: int | None) -> None:
+    """What ``load`` will load, checked before TensorFlow is imported: a graph file that can
+    be read or a model, not both; a batch size only for a model, and at least 1."""
+    if graph_path and model:
+        raise FasttError(f"give a graph file or --model, not both (graph file {graph_path!r}, "
+                         f"--model {model!r})")
+    if not graph_path and not model:
+        raise FasttError("give a graph file or --model NAME")
+    if batch_size is not None and not model:
+        raise FasttError(f"--batch-size {batch_size}: a graph file has its own batch size "
+                         "(--batch-size is for --model)")
+    if batch_size is not None and batch_size < 1:
+        raise FasttError(f"--batch-size {batch_size}: expected a whole number >= 1")
+    if graph_path:
+        read_bytes(graph_path, "graph file", GraphFormatError, limit=1)
+
+
 def load(graph_path: str | None, model: str | None, batch_size: int | None) -> Graph:
     """The IR of a graph file, or of a zoo model built on the spot."""
+    check_graph(graph_path, model, batch_size)
     import tensorflow as tf
 
     from fastt.adapters import tf_import
     if graph_path:
         return tf_import.load_graph(graph_path)
-    if not model:
-        raise FasttError("give a graph file or --model NAME")
+    assert model is not None
     from fastt import zoo
     tf.compat.v1.disable_eager_execution()
-    built = zoo.build(model, **({"batch_size": batch_size} if batch_size else {}))
+    built = zoo.build(model, **({"batch_size": batch_size} if batch_size is not None else {}))
     g = tf_import.from_tf_graph(built.graph, name=model)
     g.meta = replace(g.meta, collections={"train_op": [built.train_op.name]})
     return g
@@ -54,8 +72,17 @@ def fetches(graph: Graph, explicit: Sequence[str] = ()) -> list[str]:
                      "minimize op), or save a MetaGraphDef with a train_op collection")
 
 
-def cost_source(graph: Graph, device_set: DeviceSet, costs: str,
+def read_costs(costs: str) -> CostModels | None:
+    """``--costs``: None for ``analytical`` (computed once the graph is loaded), else the
+    cost models of the file."""
+    return None if costs == "analytical" else CostModels.load(costs)
+
+
+def cost_source(graph: Graph, device_set: DeviceSet, costs: str | CostModels,
                 fetch: Sequence[str]) -> CostSource:
+    """``costs``: ``analytical``, a cost-model file, or cost models read already."""
+    if isinstance(costs, CostModels):
+        return ModelCosts(costs)
     if costs == "analytical":
         from fastt.adapters.export import to_graph_def
         from tf_patches.grappler_costs import analytical_costs
@@ -95,14 +122,16 @@ class Setup:
         return getattr(self.costs, "models", None)
 
 
-def prepare(graph: Graph, spec: str, costs: str = "analytical",
+def prepare(graph: Graph, spec: str, costs: str | CostModels = "analytical",
             fetch: Sequence[str] = (), bucket_mb: float = BUCKET_BYTES / 2 ** 20,
-            transfer_priorities: str = "auto", deadline: float | None = None) -> Setup:
+            transfer_priorities: str = "auto", deadline: float | None = None,
+            device_set: DeviceSet | None = None) -> Setup:
     """What ``fastt plan`` plans against; ``deadline`` (``clock()``): when the searches
-    should be done (None: each takes its own budget)."""
+    should be done (None: each takes its own budget); ``device_set``: ``spec`` parsed
+    already."""
     if not bucket_mb >= 0:  # 0: each gradient reduced on its own
         raise FasttError(f"bucket size {bucket_mb} MB: expected a number >= 0")
-    device_set = parse(spec)
+    device_set = device_set or parse(spec)
     step = fetches(graph, fetch)
     return Setup(graph, spec, device_set, step, cost_source(graph, device_set, costs, step),
                  bucket_mb * 2 ** 20, transfer_priorities, deadline)
@@ -185,7 +214,7 @@ def table(chosen: Strategy, others: dict[str, Strategy | str],
             name = s.name + (" *" if s is chosen else "")
             lines.append(f"{name:<15}" + "".join(f"{cell(s, base):>{w}}"
                                                   for _, w, cell in columns))
-    lines += [f"{name:<15}not computed: {s}" for name, s in others.items()
+    lines += [f"{name + ' ':<15}not computed: {s}" for name, s in others.items()
               if isinstance(s, str)]
     lines += [f"{s.name}: {s.note}" for s in [chosen] + list(others.values())
               if isinstance(s, Strategy) and s.note]
@@ -259,10 +288,11 @@ def write_dumps(root: str, setup: Setup, strategies: Sequence[Strategy],
 
 
 def write_json(path: str, chosen: Strategy, others: dict[str, Strategy | str]) -> None:
+    """The strategy document of ``--json``, with every baseline's step times."""
     doc = chosen.to_dict()
     doc["baselines"] = {n: s.predicted_step_time_s for n, s in others.items()
                         if isinstance(s, Strategy)}
     doc["baselines_simulated"] = {n: s.simulated_step_time_s for n, s in others.items()
                                   if isinstance(s, Strategy)}
-    with open(path, "w", encoding="utf-8") as f:
+    with writing(path, "--json file"), open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)

@@ -14,10 +14,12 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 from fastt.cluster.health import ping
 from fastt.cluster.local import LocalCluster, signal_group
 from fastt.errors import ClusterError
+from fastt.jsonio import check_output, json_kind, read_json, writing
 
 log = logging.getLogger("fastt")
 SCHEMA = "fastt.local-cluster"
@@ -58,20 +60,49 @@ class WorkerState:
 
 
 def load(path: Path) -> list[WorkerState]:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    """The workers recorded in state file ``path`` (none when there is no file);
+    ``ClusterError`` naming the file when it is not a fastt cluster state file."""
+    if not os.path.lexists(path):
         return []
-    except ValueError as e:
-        raise ClusterError(f"{path}: not a fastt cluster state file ({e})") from None
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise ClusterError(f"{path}: not a fastt cluster state file (schema {SCHEMA!r})")
-    return [WorkerState(**w) for w in doc["workers"]]
+    what = "cluster state file"
+    doc = read_json(path, what, ClusterError, expect=dict)
+    if doc.get("schema") != SCHEMA:
+        raise ClusterError(f"{what} {str(path)!r} is not a fastt cluster state file (schema "
+                           f"{doc.get('schema')!r}, expected {SCHEMA!r})")
+    workers = doc.get("workers")
+    if not isinstance(workers, list):
+        raise ClusterError(f"{what} {str(path)!r}: 'workers' is {json_kind(workers)}, "
+                           "expected an array")
+    return [_worker(path, k, w) for k, w in enumerate(workers)]
+
+
+_FIELDS = {"index": int, "address": str, "pid": int, "started": int, "cores": list, "log": str}
+
+
+def _worker(path: Path, k: int, w: Any) -> WorkerState:
+    """Entry ``k`` of a state file's workers, its fields checked."""
+    where = f"cluster state file {str(path)!r}: workers[{k}]"
+    if not isinstance(w, dict):
+        raise ClusterError(f"{where} is {json_kind(w)}, expected an object")
+    missing = [f for f in _FIELDS if f not in w]
+    if missing:
+        raise ClusterError(f"{where} has no {', '.join(missing)}")
+    for name, kind in _FIELDS.items():
+        if not isinstance(w[name], kind) or isinstance(w[name], bool):
+            raise ClusterError(f"{where}.{name} is {json_kind(w[name])}, expected "
+                               f"{json_kind(kind())}")
+    if not all(isinstance(c, int) and not isinstance(c, bool) for c in w["cores"]):
+        raise ClusterError(f"{where}.cores is not a list of core numbers")
+    if w["pid"] < 1:
+        raise ClusterError(f"{where}.pid is {w['pid']}, not a process id")
+    return WorkerState(**{f: w[f] for f in _FIELDS})
 
 
 def up(workers: int, cores_per_worker: int = 1, port: int | None = None,
-       path: Path | None = None, timeout: float = 60.0) -> str:
-    """Start the cluster; returns its ``FASTT_CLUSTER`` value."""
+       path: Path | None = None, timeout: float = 60.0,
+       starting: Callable[[], None] | None = None) -> str:
+    """Start the cluster; returns its ``FASTT_CLUSTER`` value. ``starting``: called once the
+    state file and the ports are checked, before the workers start."""
     path = path or state_path()
     running = [w for w in load(path) if w.running()]
     if running:
@@ -81,17 +112,27 @@ def up(workers: int, cores_per_worker: int = 1, port: int | None = None,
     if ports and ports[-1] > 65535:
         raise ClusterError(f"--port {port}: {workers} workers need ports up to {ports[-1]}, "
                            "above 65535")
+    # where the state goes, checked before any worker starts: none is left unrecorded
+    check_output(path, "cluster state file", parents=True, error=ClusterError)
+    with writing(path, "cluster state file", ClusterError):
+        (path.parent / "logs").mkdir(parents=True, exist_ok=True)
     cluster = LocalCluster(workers, cores_per_worker, ports, log_dir=str(path.parent / "logs"),
                            detached=True)
+    if starting:
+        starting()
     cluster.start(timeout)
     states = [WorkerState(i, a, p.pid, _start_time(p.pid) or -1, c, lg) for i, (a, p, c, lg)
               in enumerate(zip(cluster.addresses, cluster.procs, cluster.cores, cluster.logs))]
     doc = {"schema": SCHEMA, "version": 1, "cluster": cluster.spec,
            "cores_per_worker": cores_per_worker, "workers": [w.__dict__ for w in states]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        with writing(path, "cluster state file", ClusterError):
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+    except ClusterError:
+        cluster.stop()  # unrecorded, no 'fastt cluster down' could stop them
+        raise
     return cluster.spec
 
 
@@ -109,7 +150,11 @@ def down(path: Path | None = None, timeout: float = 10.0) -> list[WorkerState]:
             signal_group(w.pid, signal.SIGKILL)
     while any(w.running() for w in running):
         time.sleep(0.05)
-    path.unlink(missing_ok=True)
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as e:
+        raise ClusterError(f"stopped {len(running)} worker(s), but cannot remove cluster state "
+                           f"file {str(path)!r}: {e.strerror or e}") from None
     return running
 
 

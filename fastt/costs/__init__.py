@@ -13,7 +13,7 @@ from fastt.costs.comm import CommCostModel, LinkFit
 from fastt.costs.compute import ComputeCostModel
 from fastt.costs.memory import MemoryModel
 from fastt.errors import CostModelError
-from fastt.jsonio import read_json
+from fastt.jsonio import interpreting, read_json
 from fastt.profiler import Profile
 
 SCHEMA_VERSION = 1
@@ -155,7 +155,21 @@ class CostModels:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "CostModels":
-        return cls.from_dict(read_json(path, "cost-model file", CostModelError))
+        """The cost models saved in ``path``: ``CostModelError`` naming the file when it is
+        not a cost-model document (``fastt/inspect/schemas/cost_models.schema.json``)."""
+        from fastt.inspect.schema import validate
+        what = "cost-model file"
+        doc = read_json(path, what, CostModelError, expect=dict)
+        if doc.get("schema_version") != SCHEMA_VERSION:
+            raise CostModelError(f"{what} {os.fspath(path)!r} is not a fastt cost-model "
+                                 f"document (schema_version {doc.get('schema_version')!r}, "
+                                 f"expected {SCHEMA_VERSION})")
+        errors = validate(doc, "cost_models")
+        if errors:
+            raise CostModelError(f"{what} {os.fspath(path)!r} does not follow the cost_models "
+                                 "schema: " + "; ".join(errors[:3]))
+        with interpreting(path, what, CostModelError):
+            return cls.from_dict(doc)
 
 
 SPREADS = ("one", "multi")

@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from fastt.inspect.schema import DumpError, validate
+from fastt.inspect.schema import FILES, DumpError, check, validate
 from fastt.jsonio import read_json, write_json
 
 log = logging.getLogger("fastt")
@@ -148,7 +148,12 @@ class Dump:
     def load(self, name: str) -> Any:
         """The JSON file ``name`` of the dump (None when it has none)."""
         p = self.file(name)
-        return None if p is None else read_json(p, "dump file", DumpError)
+        if p is None:
+            return None
+        doc = read_json(p, "dump file", DumpError, expect=dict)
+        if name in FILES:  # its shape, checked here: readers take it as documented
+            check(doc, FILES[name], f"dump file {p!r}")
+        return doc
 
 
 def load(path: str) -> Dump:
@@ -156,10 +161,9 @@ def load(path: str) -> Dump:
     file = os.path.join(path, "strategy.json")
     if not os.path.isfile(file):
         raise DumpError(f"{path!r} is not a strategy dump (it has no strategy.json)")
-    doc = read_json(file, "strategy file", DumpError)
-    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise DumpError(f"{file!r} is not a fastt strategy dump (schema "
-                        f"{doc.get('schema') if isinstance(doc, dict) else None!r})")
+    doc = read_json(file, "strategy file", DumpError, expect=dict)
+    if doc.get("schema") != SCHEMA:
+        raise DumpError(f"{file!r} is not a fastt strategy dump (schema {doc.get('schema')!r})")
     if doc.get("schema_version") != SCHEMA_VERSION:
         raise DumpError(f"{file!r} has schema version {doc.get('schema_version')!r}; this "
                         f"fastt reads version {SCHEMA_VERSION}")
@@ -206,17 +210,24 @@ def remove_declined(root: str, session: str) -> None:
 
 def find_declined(root: str) -> list[dict[str, Any]]:
     """The declined-session records in ``root`` (unreadable ones skipped), oldest first."""
-    if not os.path.isdir(root):
+    try:
+        names = [n for n in os.listdir(root) if _DECLINED.match(n)]
+    except OSError:  # not a directory, or not readable: ``find`` says so
         return []
+
+    def mtime(name: str) -> float:
+        try:
+            return os.path.getmtime(os.path.join(root, name))
+        except OSError:  # gone meanwhile, or a dangling link: skipped below
+            return 0.0
     out = []
-    for name in sorted(os.listdir(root), key=lambda n: os.path.getmtime(os.path.join(root, n))):
-        if _DECLINED.match(name):
-            try:
-                doc = read_json(os.path.join(root, name), "declined-session record", DumpError)
-            except DumpError:
-                continue
-            if isinstance(doc, dict) and not validate(doc, "declined"):
-                out.append(doc)
+    for name in sorted(names, key=mtime):
+        try:
+            doc = read_json(os.path.join(root, name), "declined-session record", DumpError)
+        except DumpError:
+            continue
+        if isinstance(doc, dict) and not validate(doc, "declined"):
+            out.append(doc)
     return out
 
 
@@ -227,7 +238,10 @@ def find(root: str) -> list[Dump]:
         raise DumpError(f"{root!r} is not a directory")
     if os.path.exists(os.path.join(root, "strategy.json")):
         return [load(root)]
-    names = _numbered(root)
+    try:
+        names = _numbered(root)
+    except OSError as e:
+        raise DumpError(f"dump directory {root!r} cannot be read: {e.strerror or e}") from None
     if not names:
         raise DumpError(f"no strategy dumps in {root!r} (expected strategy-<k>/strategy.json, "
                         "written with FASTT_DUMP_DIR or 'fastt compare --dump')")

@@ -7,6 +7,7 @@ from ``fastt.inspect.figures`` (matplotlib); without matplotlib the page has the
 """
 from __future__ import annotations
 
+import contextlib
 import html
 import os
 from typing import Any, Sequence
@@ -54,9 +55,14 @@ def write(path: str) -> str:
     page = render(load(path))
     out = os.path.join(path, "report.html")
     tmp = out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(page)
-    os.replace(tmp, out)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(page)
+        os.replace(tmp, out)
+    except BaseException:  # no half page left behind
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
     return out
 
 

@@ -74,8 +74,9 @@ def _real(env: Mapping[str, str], name: str, default: float, high: float, expect
     return float(_number(env, name, default, float, lambda v: 0.0 <= v < high, expected))
 
 
-_DEVICE = re.compile(r"^(/job:[\w-]+(/replica:\d+)?(/task:\d+)?)?/device:(CPU|GPU):\d+$",
-                     re.IGNORECASE)
+# a job name as TensorFlow takes it (``fastt.cluster.spec.JOB_NAME``)
+_DEVICE = re.compile(r"^(/job:[A-Za-z][A-Za-z0-9_]*(/replica:\d+)?(/task:\d+)?)?"
+                     r"/device:(CPU|GPU):\d+$", re.IGNORECASE)
 
 
 def parse_devices(raw: str) -> tuple[list[str], int]:
@@ -138,7 +139,7 @@ def _cluster(env: Mapping[str, str]) -> ClusterSpec | None:
             return from_tf_config(env["TF_CONFIG"])
     except ClusterError as e:
         name = "FASTT_CLUSTER" if env.get("FASTT_CLUSTER", "").strip() else "TF_CONFIG"
-        raise SettingsError(f"{name}: {e}") from None
+        raise SettingsError(str(e) if str(e).startswith(name) else f"{name}: {e}") from None
     return None
 
 
@@ -156,13 +157,14 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
                             "process, but the sessions run on the cluster (FASTT_CLUSTER or "
                             "TF_CONFIG): leave FASTT_DEVICES unset to use every device of the "
                             "cluster, or list cluster devices (/job:worker/task:1/device:CPU:0)")
-    strategy = env.get("FASTT_STRATEGY", "os-dpos").strip() or "os-dpos"
+    strategy = env.get("FASTT_STRATEGY", "os-dpos").strip().lower() or "os-dpos"
     if strategy not in STRATEGIES:
-        raise SettingsError(f"FASTT_STRATEGY={strategy!r}: expected one of "
-                            f"{', '.join(STRATEGIES)}")
+        raise SettingsError(f"FASTT_STRATEGY={env['FASTT_STRATEGY']!r}: expected one of "
+                            f"{', '.join(STRATEGIES)} (in any case)")
     level = env.get("FASTT_LOG_LEVEL", "INFO").strip().upper() or "INFO"
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-        raise SettingsError(f"FASTT_LOG_LEVEL={level!r}: expected DEBUG, INFO, WARNING or ERROR")
+        raise SettingsError(f"FASTT_LOG_LEVEL={env['FASTT_LOG_LEVEL']!r}: expected DEBUG, INFO, "
+                            "WARNING or ERROR (in any case)")
     return Settings(
         enabled=enabled, devices=devices, logical_cpus=cpus, strategy=strategy,
         bucket_mb=_real(env, "FASTT_BUCKET_MB", 25.0, float("inf"), "megabytes >= 0"),

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from fastt import devices as devnames
 from fastt.errors import FasttError
-from fastt.jsonio import read_json
+from fastt.jsonio import interpreting, read_json
 from fastt.sched.problem import Device
 
 GiB = 2 ** 30
@@ -78,8 +78,8 @@ def parse(spec: str) -> DeviceSet:
 
 
 def _from_file(path: str) -> DeviceSet:
-    data = read_json(path, "device file")
-    try:
+    data = read_json(path, "device file", expect=dict)
+    with interpreting(path, "device file"):
         kind = str(data.get("kind", "GPU")).upper()
         devs = [Device(devnames.canonical(d["name"]), float(d.get("memory", math.inf)))
                 for d in data["devices"]]
@@ -89,8 +89,6 @@ def _from_file(path: str) -> DeviceSet:
         for pair in data.get("pairs", []):
             key = (devnames.canonical(pair["src"]), devnames.canonical(pair["dst"]))
             links[key] = (float(pair["latency_us"]) * 1e-6, float(pair["bandwidth_gbps"]) * 1e9)
-    except (KeyError, TypeError, ValueError) as e:
-        raise FasttError(f"device file {path!r}: {type(e).__name__}: {e}") from None
     if not devs:
         raise FasttError(f"device file {path!r} lists no device")
     return DeviceSet(kind, devs, links)

@@ -41,7 +41,10 @@ def starts(shared: Planning, k: StrategyKind, forced: list[Split]) -> list[Start
                              "strategy; plan it with dpos or os-dpos")
         return [(apply_splits(shared.graph, forced), 1, "model")]
     if k.starts in LAYOUTS:
-        return [layout(shared, k.starts)] if len(shared.devices) > 1 else []
+        if len(shared.devices) < 2:
+            raise Declined(f"{k.name} replicates the model on every device: it needs at "
+                           f"least 2 devices ({len(shared.devices)} given)")
+        return [layout(shared, k.starts)]
     if k.starts == MICRO_BATCHED:
         return micro_batched(shared)
     out: list[Start] = []
