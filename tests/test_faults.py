@@ -302,17 +302,18 @@ def test_devices_the_session_does_not_have_are_named_at_once(plugin, caplog, dev
 
 
 def test_devices_of_one_process_are_probed_once_per_kind_of_link():
-    """``FASTT_DEVICES=cpu:64``: one link probed, not 64 * 63 (which took minutes inside
+    """``FASTT_DEVICES=cpu:64``: one link probed both ways, not 64 * 63 (minutes inside
     the user's step); tasks of a cluster: every pair, as each may be another machine."""
     from fastt.adapters.probe import unprobed
     from fastt.costs import CostModels
+    from fastt.costs.comm import PROBED
     from fastt.profiler import TransferSample
     cpus = [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(64)]
     models = CostModels()
     links, _ = unprobed(models, cpus)
-    assert len(links) == 1
-    models.comm.update([TransferSample(*links[0], n, 1e-5 + n * 1e-9)
-                        for n in (1e5, 1e6, 1e7)])
+    assert len(links) == 2 and links[0] == links[1][::-1]  # one pair, both ways
+    models.comm.update([TransferSample(*link, n, 1e-5 + n * 1e-9, tensor=PROBED)
+                        for link in links for n in (1e5, 1e6, 1e7)])
     assert unprobed(models, cpus)[0] == []
     tasks = [f"/job:worker/replica:0/task:{t}/device:CPU:0" for t in range(3)]
     assert len(unprobed(models, tasks)[0]) == 6

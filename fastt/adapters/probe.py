@@ -266,18 +266,20 @@ def _chain(device: str, scope: str) -> tuple[Any, Any]:
 
 def unprobed(models: CostModels, names: Sequence[str]) -> tuple[list[tuple[str, str]], bool]:
     """What ``models`` do not know yet about the devices ``names``: the pairs without a link
-    fit (between devices of one process, one pair of each ``link_class``), and whether what
-    a step pays to reach each device, or how late its busy cores serve a request, is
-    missing."""
+    fit (between devices of one process, one pair of each ``link_class``, both ways), and
+    whether what a step pays to reach each device, or how late its busy cores serve a
+    request, is missing."""
     links: list[tuple[str, str]] = []
     kinds = {link_class(s, d) for s in names for d in names
-             if s != d and models.comm.fit(s, d) is not None}
+             if s != d and models.comm.probed(s, d)}
     for src, dst in ((s, d) for s in names for d in names if s != d):
-        kind = link_class(src, dst)  # devices of one process: one pair per kind
-        if models.comm.fit(src, dst) is None and (kind is None or kind not in kinds):
-            links.append((src, dst))
-            if kind is not None:
-                kinds.add(kind)
+        kind = link_class(src, dst)  # devices of one process: one pair per kind, both ways
+        if kind is None:
+            if models.comm.fit(src, dst) is None:
+                links.append((src, dst))
+        elif kind not in kinds:
+            kinds.add(kind)
+            links += [(src, dst), (dst, src)]
     reach = len(names) > 1 and any(canonical(d) not in models.device_step or
                                    canonical(d) not in models.serve for d in names)
     return links, reach

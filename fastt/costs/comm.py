@@ -186,6 +186,10 @@ class CommCostModel:
         self._refit()
         return dict(self._fits)
 
+    def probed(self, src: str, dst: str) -> bool:
+        """Whether the ``src -> dst`` link was probed (not only seen in traced steps)."""
+        return (devices.canonical(src), devices.canonical(dst)) in self._probed
+
     def pairs(self) -> set[Pair]:
         return set(self._samples) | set(self._probed)
 
