@@ -331,3 +331,45 @@ def test_a_failure_is_said_in_one_line_naming_the_op_and_why():
     line = failure(e.value)
     assert "\n" not in line and "Graph execution error" not in line
     assert line.startswith("InvalidArgumentError at op 'checked': infinite")
+
+
+def test_verify_passes_every_strategy_of_a_correct_rewrite(plugin, tmp_path, caplog):
+    _, ref, _ = train(build(), steps=STEPS)
+    plugin(verify=True)
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        sess, losses, _ = train(build(), steps=STEPS)
+    said = [r.message for r in caplog.records if "verified the first step" in r.message]
+    assert said and all("within reassociation" in m for m in said), said
+    assert all(d["status"] != "failed" for d in statuses(tmp_path).values())
+    np.testing.assert_allclose(losses, ref, rtol=1e-4)
+    sess.close()
+
+
+def test_verify_catches_a_rewrite_that_drops_a_variable_update(plugin, monkeypatch,
+                                                               tmp_path, caplog):
+    """A broken rewrite: the training step no longer waits for w2's update (a dropped
+    control dependency), so w2 is never trained on fastt's graph. The first step of the
+    strategy is caught, the strategy fails with the difference named, and training goes on
+    on the original graph from the state before that step: losses as without fastt."""
+    rewrite = engine.Engine.rewrite
+
+    def dropped(self, strategy, order="none"):
+        gd, graph = rewrite(self, strategy, order)
+        if strategy is not None:
+            for node in gd.node:
+                kept = [i for i in node.input
+                        if not (i.startswith("^") and "update_w2" in i and "Apply" in i)]
+                del node.input[:]
+                node.input.extend(kept)
+        return gd, graph
+    monkeypatch.setattr(engine.Engine, "rewrite", dropped)
+    _, ref, _ = train(build(), steps=STEPS)
+    plugin(verify=True)
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        sess, losses, _ = train(build(), steps=STEPS)
+    docs = list(statuses(tmp_path).values())
+    assert docs[0]["status"] == "failed", docs[0]["reason"]
+    assert "beyond reassociation" in docs[0]["reason"] and "w2" in docs[0]["reason"]
+    assert session_hook.plugin_of(sess).current.strategy is None
+    np.testing.assert_allclose(losses, ref, rtol=1e-4)
+    sess.close()

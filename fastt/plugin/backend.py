@@ -10,6 +10,7 @@ import tensorflow as tf
 from fastt.adapters.engine import Engine
 from fastt.errors import WorkerLostError
 from fastt.plugin import activation, dump
+from fastt.plugin.activation import Running
 from fastt.plugin.entry import Entry
 from fastt.plugin.state import unsaved, unserializable
 from fastt.plugin.streams import continue_streams, skipped_note
@@ -110,6 +111,14 @@ class PluginBackend:
 
     def _start(self, strategy: Strategy | None, ordered: bool) -> None:
         p = self.plugin
+        new = self.build(strategy, ordered)
+        old, p.current = p.current, new
+        old.close()
+
+    def build(self, strategy: Strategy | None, ordered: bool = True) -> Running:
+        """A new inner session running ``strategy`` (None: the original graph), holding the
+        running graph's state; the running graph is left as it is."""
+        p = self.plugin
         config = p.inner_config()
         mechanism = self.order_mechanism() if ordered and strategy is not None else "none"
         gd, graph = self.engine.rewrite(strategy, mechanism)
@@ -129,8 +138,7 @@ class PluginBackend:
                                state.variables, state.iterators, inits, counters,
                                p.iterator_inits.last)
         new.fifo = mechanism == "none"
-        old, p.current = p.current, new
-        old.close()
+        return new
 
     def order_mechanism(self) -> str:
         """How a strategy's op order is enforced: fastt's priority executor in this process

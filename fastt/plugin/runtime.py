@@ -21,6 +21,7 @@ import tensorflow as tf
 from fastt.adapters.engine import Engine
 from fastt.cluster.health import Watch
 from fastt.ir import Graph
+from fastt.errors import FasttError
 from fastt.op_types import USER_CODE
 from fastt.plugin import dump, remote
 from fastt.plugin.activation import Running
@@ -34,6 +35,7 @@ from fastt.plugin.settings import Settings
 from fastt.plugin.state import SCOPE, IteratorInits, RunFanIn, StateOps, stateful_ops
 from fastt.plugin.step_finder import StepDetector, updates_trainables
 from fastt.plugin.streams import StreamCounter
+from fastt.plugin import verify
 from fastt.plugin.threads import StepThreads, trace_slot
 from tf_patches import session_hook as hook
 from tf_patches.quiet import profiler_chatter_dropped
@@ -42,6 +44,10 @@ log = logging.getLogger("fastt")
 _tf1 = tf.compat.v1
 _RETRYABLE = (tf.errors.OutOfRangeError, tf.errors.CancelledError)
 _open: "weakref.WeakSet[SessionPlugin]" = weakref.WeakSet()  # closed at exit if still open
+
+
+class VerifyError(FasttError):
+    """A strategy's first step differs from the original graph's beyond reassociation."""
 
 
 def users_error(error: Exception, graph: tf.Graph, first: bool) -> bool:
@@ -190,6 +196,9 @@ class SessionPlugin:
                     cur.sess, found[:nf], found[nf:nf + nt] + syncs,
                     dict(zip(found[nf + nt:], req.feeds.values())),
                     self.guard.options(options, first), meta)
+                if first and self.settings.verify and cur.strategy is not None:
+                    with self.lock:
+                        self._verify(cur, req, values)
                 if first:
                     cur.snapshot = None
             except Exception as e:  # noqa: BLE001 - back to the original graph, then retry
@@ -202,6 +211,30 @@ class SessionPlugin:
         if retry:
             return self._dispatch(req, fetches, feed_dict, options, meta)
         return hook.build_results(self.sess, req, values)
+
+    def _verify(self, cur: Running, req: hook.Request, values: list[Any]) -> None:
+        """``FASTT_VERIFY``: the step ``cur`` ran first, run again on the original graph from
+        the state it started with, on the same feeds; a ``VerifyError`` naming the worst
+        difference beyond reassociation (``fastt.plugin.verify``)."""
+        assert self.backend is not None and cur.snapshot is not None
+        ref = self.backend.build(None)
+        try:
+            names = req.fetch_names + req.target_names
+            out = hook.run_elements(
+                ref.sess, [ref.element(n) for n in req.fetch_names],
+                [ref.element(n) for n in req.target_names],
+                {ref.element(n): v for n, v in req.feeds.items()}, None, None)
+            found = verify.differences(dict(zip(req.fetch_names, out)),
+                                       dict(zip(req.fetch_names, values)), "fetch")
+            found += verify.differences(ref.capture().values, cur.capture().values, "variable")
+        finally:
+            ref.close()
+        worst = verify.verdict(found)
+        log.info("fastt: verified the first step of %s against the original graph: %s",
+                 cur.strategy.name, worst or f"{len(found)} tensors within reassociation "
+                 f"(largest {max((d.relative for d in found), default=0.0):.2g})")
+        if worst:
+            raise VerifyError(worst + f" ({len(names)} fetches and targets)")
 
     def _user_run(self, fetches: Any, feed_dict: Any, options: Any, meta: Any) -> Any:
         """TensorFlow's own run on the user's session (bounded and watched on a cluster)."""

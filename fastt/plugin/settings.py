@@ -127,6 +127,7 @@ class Settings:
     split: bool = True
     rollback: bool = True  # False: a strategy measured slower stays active (trying one out)
     strict: bool = False
+    verify: bool = False  # each strategy's first step checked against the original graph's
     log_level: str = "INFO"
     cluster: ClusterSpec | None = None  # FASTT_CLUSTER or TF_CONFIG: sessions run there
 
@@ -181,4 +182,5 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         replan_threshold=_real(env, "FASTT_REPLAN_THRESHOLD", 0.1, 1.0, "a fraction in [0, 1)"),
         order=_flag(env, "FASTT_ORDER", True), split=_flag(env, "FASTT_SPLIT", True),
         rollback=_flag(env, "FASTT_ROLLBACK", True),
-        strict=_flag(env, "FASTT_STRICT", False), log_level=level, cluster=cluster)
+        strict=_flag(env, "FASTT_STRICT", False), verify=_flag(env, "FASTT_VERIFY", False),
+        log_level=level, cluster=cluster)
