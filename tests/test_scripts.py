@@ -1,7 +1,9 @@
 """The corpus of unchanged TF1-style scripts (``tests/scripts/``), each run as a user would:
 without fastt, then with ``FASTT=1 FASTT_DEVICES=cpu:2``. Both exit 0 with the same final loss
 and the same printed results; fastt measured at least one strategy and none failed; the
-checkpoint fastt's run wrote restores without fastt and holds what the plain run's holds."""
+checkpoint fastt's run wrote restores without fastt and holds what the plain run's holds.
+fastt runs with ``FASTT_VERIFY=1``: each strategy's first step is checked against the
+original graph's, and a difference beyond reassociation would fail it."""
 import glob
 import json
 import os
@@ -34,7 +36,7 @@ def run(script, out, fastt, dump=None):
     if fastt:  # short runs (200 steps at most): decisions on 3 settled steps, not 20
         env.update(FASTT="1", FASTT_DEVICES="cpu:2", FASTT_DUMP_DIR=str(dump),
                    FASTT_MEASURE_STEPS="3", FASTT_WARMUP_STEPS="2",
-                   FASTT_MEASURE_SECONDS="0", **SETTINGS.get(script, {}))
+                   FASTT_MEASURE_SECONDS="0", FASTT_VERIFY="1", **SETTINGS.get(script, {}))
     p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "scripts", script),
                         "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -83,6 +85,7 @@ def test_script_trains_the_same_with_fastt(script, tmp_path):
     assert any(d["status"] != "unfinished" or d["measured_step_times_s"] for d in docs if
                d["status"] != "failed"), with_fastt.stderr[-3000:]
     assert "failed" not in statuses, [d["reason"] for d in docs]
+    assert "within reassociation" in with_fastt.stderr, with_fastt.stderr[-3000:]  # verified
     assert "fastt: could not" not in with_fastt.stderr, with_fastt.stderr[-3000:]
     if "FASTT_DEVICE_MEMORY_MB" in SETTINGS.get(script, {}):
         first = min(docs, key=lambda d: d["n"])
