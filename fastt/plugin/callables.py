@@ -71,6 +71,10 @@ def _call(p: "SessionPlugin", c: StepCallable, args: tuple[Any, ...], run_metada
         try:
             with profiler_chatter_dropped() if trace else contextlib.nullcontext():
                 out = fn(*args, run_metadata=meta)
+            if cur.snapshot is not None and cur.strategy is not None and p.settings.verify:
+                with p.lock:
+                    p.verify(cur, list(c.options.fetch), list(c.options.target),
+                             dict(zip(c.options.feed, args)), list(out))
         except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
             with p.lock:
                 if not p.recovered(cur, e):

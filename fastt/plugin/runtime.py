@@ -198,7 +198,7 @@ class SessionPlugin:
                     self.guard.options(options, first), meta)
                 if first and self.settings.verify and cur.strategy is not None:
                     with self.lock:
-                        self._verify(cur, req, values)
+                        self.verify(cur, req.fetch_names, req.target_names, req.feeds, values)
                 if first:
                     cur.snapshot = None
             except Exception as e:  # noqa: BLE001 - back to the original graph, then retry
@@ -212,20 +212,21 @@ class SessionPlugin:
             return self._dispatch(req, fetches, feed_dict, options, meta)
         return hook.build_results(self.sess, req, values)
 
-    def _verify(self, cur: Running, req: hook.Request, values: list[Any]) -> None:
-        """``FASTT_VERIFY``: the step ``cur`` ran first, run again on the original graph from
-        the state it started with, on the same feeds; a ``VerifyError`` naming the worst
-        difference beyond reassociation (``fastt.plugin.verify``)."""
+    def verify(self, cur: Running, fetches: list[str], targets: list[str],
+               feeds: dict[str, Any], values: list[Any]) -> None:
+        """``FASTT_VERIFY``: the step ``cur`` ran first (``fetches`` gave ``values``), run
+        again on the original graph from the state it started with, on the same ``feeds``
+        (by name); a ``VerifyError`` naming the worst difference beyond reassociation
+        (``fastt.plugin.verify``)."""
         assert self.backend is not None and cur.snapshot is not None
         ref = self.backend.build(None)
         try:
-            names = req.fetch_names + req.target_names
+            names = fetches + targets
             out = hook.run_elements(
-                ref.sess, [ref.element(n) for n in req.fetch_names],
-                [ref.element(n) for n in req.target_names],
-                {ref.element(n): v for n, v in req.feeds.items()}, None, None)
-            found = verify.differences(dict(zip(req.fetch_names, out)),
-                                       dict(zip(req.fetch_names, values)), "fetch")
+                ref.sess, [ref.element(n) for n in fetches], [ref.element(n) for n in targets],
+                {ref.element(n): v for n, v in feeds.items()}, None, None)
+            found = verify.differences(dict(zip(fetches, out)), dict(zip(fetches, values)),
+                                       "fetch")
             found += verify.differences(ref.capture().values, cur.capture().values, "variable")
         finally:
             ref.close()
