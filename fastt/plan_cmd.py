@@ -139,18 +139,27 @@ def prepare(graph: Graph, spec: str, costs: str | CostModels = "analytical",
 
 @without_gc  # one collection for the command, not one per strategy
 def plan_all(setup: Setup, strategy: str = "os-dpos", baselines: Sequence[str] = STRATEGIES,
-             progress: Any = None) -> tuple[Strategy, dict[str, Strategy | str]]:
+             progress: Any = None, stage: Any = None
+             ) -> tuple[Strategy, dict[str, Strategy | str]]:
     """The chosen strategy and every baseline (or why it could not be computed). What
     every plan needs comes first (the baselines without a search or a time limit, whose
     placements OS-DPOS starts from), so that under a deadline the searches (the chosen
-    strategy's, the exact program's) share what is left of it, not what is left before it."""
+    strategy's, the exact program's) share what is left of it, not what is left before it.
+    ``progress(name)`` is called before each strategy, ``stage(what)`` before the steps
+    between them."""
     others = [b for b in baselines if b != strategy]
     first = [b for b in others if not (kind(b).search or kind(b).timed)]
     if setup.planning.deadline is not None:
+        if stage:
+            n = len(setup.devices.devices)
+            stage(f"placing and replaying {len(first)} baselines over {n} "
+                  f"device{'s' * (n != 1)}")
         # all placed and replayed before any is finished: a plan that cannot beat the
         # fastest then leaves its transfers unordered (``Planning.may_win``)
         place_first(setup.planning, [kind(b) for b in first])
     out = plan_each(setup, first, progress)
+    if progress:
+        progress(strategy + (" (its search)" if kind(strategy).search else ""))
     chosen = plan_one(setup, strategy)
     out.update(plan_each(setup, [b for b in others if b not in first], progress))
     return chosen, {b: out[b] for b in others}

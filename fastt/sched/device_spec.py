@@ -28,6 +28,13 @@ MEMORY = {"V100": 16 * GiB, "P100": 16 * GiB, "A100": 40 * GiB, "CPU": math.inf}
 LINKS = {"nvlink": (5e-6, 25e9), "pcie": (10e-6, 12e9), "ib": (20e-6, 12.5e9)}
 # On-device copy rate (split, concat, sum): half the memory bandwidth (read + write).
 COPY = {"V100": 450e9, "P100": 366e9, "A100": 777e9, "CPU": 10e9}
+# The most devices fastt plans over. What a plan builds grows with the devices (the
+# data-parallel graphs: one replica of every op per device; the ring all-reduce: O(D^2) ops per
+# bucket; the links: O(D^2) pairs), and --budget never cuts the data-parallel layouts and the
+# placers. Over 64 V100s the zoo's small models plan within the default 60 s on 2 cores
+# (vgg_like, inception_like, transformer: 19-41 s) and ResNet-50's 64 replicas (350k ops,
+# 3.5 GB) take 90-140 s; twice the devices doubles those graphs and their memory.
+MAX_DEVICES = 64
 _SPEC = re.compile(r"^(?:(\d+)x)?(\d+)x([A-Za-z0-9]+)(?::(nvlink|pcie))?$", re.IGNORECASE)
 
 
@@ -63,6 +70,7 @@ def parse(spec: str) -> DeviceSet:
                          f"{', '.join(sorted(MEMORY))}")
     if servers < 1 or per < 1:
         raise FasttError(f"device spec {spec!r}: needs at least one device")
+    check_count(spec, servers * per)
     local = LINKS[(m.group(4) or "nvlink").lower()]
     dtype = "CPU" if kind == "CPU" else "GPU"
     job = "worker" if servers > 1 else "localhost"
@@ -77,12 +85,21 @@ def parse(spec: str) -> DeviceSet:
     return DeviceSet(kind, devs, links)
 
 
+def check_count(spec: str, count: int) -> None:
+    """A ``FasttError`` naming ``--devices`` when ``count`` is past ``MAX_DEVICES``."""
+    if count > MAX_DEVICES:
+        raise FasttError(f"--devices {spec!r}: {count} devices, more than the {MAX_DEVICES} "
+                         "fastt plans over (its data-parallel and all-reduce graphs grow "
+                         "with the devices, the links with their square)")
+
+
 def _from_file(path: str) -> DeviceSet:
     data = read_json(path, "device file", expect=dict)
     with interpreting(path, "device file"):
         kind = str(data.get("kind", "GPU")).upper()
         devs = [Device(devnames.canonical(d["name"]), float(d.get("memory", math.inf)))
                 for d in data["devices"]]
+        check_count(path, len(devs))
         default = data.get("link", {"bandwidth_gbps": 25, "latency_us": 5})
         link = (float(default["latency_us"]) * 1e-6, float(default["bandwidth_gbps"]) * 1e9)
         links = {(a.name, b.name): link for a in devs for b in devs if a.name != b.name}

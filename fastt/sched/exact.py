@@ -21,7 +21,8 @@ memory capacities, co-placed groups) on fastt's ``Problem``, with DPOS's model o
 most ``time_limit`` seconds; when it stops before proving optimality the result carries its
 gap to the dual bound, and when its best point is no better than that list schedule, the list
 schedule is returned with the solver's bound (so the gap stays honest). Graphs above
-``MAX_OPS`` ops are declined: O(n^2 D) rows for n ops and D devices. Identical devices are
+``MAX_OPS`` ops are declined: O(n^2 D) rows for n ops and D devices, and so are programs of
+more than ``MAX_ROWS`` rows (the transfer rows are O(E D^2)). Identical devices are
 interchangeable, so they are numbered in the order the groups first use them (group g on a
 device below g + 1). On this 2-core machine HiGHS proves the optimum of random 18-op graphs
 on 2-4 devices in seconds; a 232-op CNN step on 2 devices (about 20k unordered pairs) reaches
@@ -51,6 +52,9 @@ log = logging.getLogger("fastt")
 MAX_OPS = 300
 #: Seconds HiGHS may search.
 TIME_LIMIT_S = 10.0
+#: The most rows built (a 210-op CNN step over 64 devices would have 1.75M: 13 s on 2 cores,
+# past its 10 s limit before HiGHS found anything; 300 ops over 8 devices have at most 0.8M)
+MAX_ROWS = 1_000_000
 #: Seconds past its limit HiGHS may take to return what it found before it is stopped.
 GRACE_S = 1.0
 
@@ -141,11 +145,18 @@ def solve(p: Problem, time_limit: float | None = None) -> ExactResult:
         return gidx[p.group[i]] * D + d
     s0, c_col = G * D, G * D + n
     width = c_col + 1
+    dearest = [c / unit for c in p.max_comm()]  # per edge, the max of comm over pairs
     cross = [(i, j, e) for i in range(n) for j, e in p.succs[i] if p.group[i] != p.group[j]
-             and max(comm(e, a, b) for a in range(D) for b in range(D)) > 0]
+             and dearest[e] > 0]
     q0 = width
     width += len(cross)
     pairs = _unordered_pairs(p, busy)
+    edges = sum(len(s) for s in p.succs)
+    size = G + D + len(cross) * D * (D - 1) + edges + n + 2 * len(pairs) * D
+    if size > MAX_ROWS:
+        raise TooLarge(f"the exact program over {D} devices would have about {size} rows "
+                       f"(at most {MAX_ROWS}: one per cut edge and device pair, two per "
+                       "unordered op pair and device)")
     o0 = width
     width += len(pairs)
 
@@ -182,7 +193,7 @@ def solve(p: Problem, time_limit: float | None = None) -> ExactResult:
             rows.add([(s0 + i, 1.0), (s0 + j, -1.0), (o, M)] + both, w[j][d] - 2 * M, np.inf)
 
     lo, hi = np.zeros(width), np.full(width, 1.0)
-    hi[q0:o0] = [max(comm(e, a, b) for a in range(D) for b in range(D)) for _, _, e in cross]
+    hi[q0:o0] = [dearest[e] for _, _, e in cross]
     integrality = np.zeros(width)
     integrality[:s0] = 1
     integrality[o0:] = 1

@@ -63,6 +63,8 @@ def fixtures(root: Path) -> Path:
     (root / "afile").write_text("a file, not a directory\n")
     (root / "devices-shape.json").write_text('{"devices": 5}')
     (root / "devices-item.json").write_text('{"devices": [{"name": "/gpu:0"}, "gpu1"]}')
+    (root / "devices-many.json").write_text(json.dumps(
+        {"devices": [{"name": f"/gpu:{k}"} for k in range(65)]}))
     (root / "costs-version.json").write_text('{"schema_version": 7}')
     (root / "costs-shape.json").write_text(json.dumps(
         {"schema_version": 1, "compute": [], "comm": {}, "memory": {}}))
@@ -155,6 +157,9 @@ CASES: list[Case] = [
     Case("plan-devices-item", "files", ("plan", "--model", "small_cnn", "--devices",
                                         "{root}/devices-item.json"),
          (DEVICES, "{root}/devices-item.json", "TypeError")),
+    Case("plan-devices-too-many", "files", ("plan", "--model", "small_cnn", "--devices",
+                                            "{root}/devices-many.json"),
+         ("--devices", "{root}/devices-many.json", "65 devices", "the 64 ")),
     Case("plan-costs-version", "files", (*PLAN, "--costs", "{root}/costs-version.json"),
          (COSTS, "{root}/costs-version.json", "schema_version")),
     Case("plan-costs-shape", "files", (*PLAN, "--costs", "{root}/costs-shape.json"),
@@ -232,6 +237,13 @@ CASES: list[Case] = [
          ("'2xTPU9'", "unknown kind")),
     Case("plan-devices-zero", "values", ("plan", "--model", "small_cnn", "--devices", "0xV100"),
          ("'0xV100'", "at least one device")),
+    # more devices than fastt plans over: named before anything is built
+    Case("plan-devices-too-many-spec", "values",
+         ("plan", "--model", "small_cnn", "--devices", "10000xV100", "--budget", "10"),
+         ("--devices", "'10000xV100'", "10000 devices", "the 64 ")),
+    Case("compare-devices-too-many-servers", "values",
+         ("compare", "--model", "small_cnn", "--devices", "2x40xV100"),
+         ("--devices", "'2x40xV100'", "80 devices", "the 64 ")),
     Case("demo-steps-0", "values", ("demo", "--steps", "0"), ("--steps", "'0'")),
     Case("inspect-top-0", "values", ("inspect", "{root}/adir", "--top", "0"), ("--top", "'0'")),
     Case("cluster-workers-0", "values", ("cluster", "up", "--workers", "0"),
