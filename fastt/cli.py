@@ -25,7 +25,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _progress(what: str) -> Any:
     """A progress callback that says ``what`` it is doing to each name, on stderr."""
     def say(name: str) -> None:
-        print(f"  {what} {name}...", file=sys.stderr, flush=True)
+        print(f"  {what + ' ' if what else ''}{name}...", file=sys.stderr, flush=True)
     return say
 
 
@@ -46,6 +46,9 @@ def _plan(args: argparse.Namespace) -> int:
     # The cyclic collector's passes over the graphs' millions of objects took seconds
     # (ResNet-200: 2.8 s while loading, 1.5 s for the first pass after planning).
     gc.disable()
+    n = len(device_set.devices)
+    print(f"loading {args.model or args.graph} and its costs over {n} "
+          f"device{'s' * (n != 1)}...", file=sys.stderr, flush=True)
     graph = plan_cmd.load(args.graph, args.model, args.batch_size)
     costs = args.costs if models is None else models
     setup = plan_cmd.prepare(graph, args.devices, costs, args.fetch or (), args.bucket_mb,
@@ -53,7 +56,8 @@ def _plan(args: argparse.Namespace) -> int:
     compare = args.command == "compare"
     print(f"planning {'every strategy' if compare else args.strategy}...", file=sys.stderr,
           flush=True)
-    chosen, others = plan_cmd.plan_all(setup, args.strategy, progress=_progress("planning"))
+    chosen, others = plan_cmd.plan_all(setup, args.strategy, progress=_progress("planning"),
+                                       stage=_progress(""))
     print((plan_cmd.compare if compare else plan_cmd.report)(graph, args.devices, chosen,
                                                              others))
     if getattr(args, "json", None):
@@ -243,24 +247,20 @@ def _index(text: str) -> int:
     return v
 
 
-def _megabytes(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = -1.0
-    if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of megabytes >= 0")
-    return v
+def _amount(unit: str) -> Any:
+    """An argparse type: a finite number of ``unit`` >= 0."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            v = -1.0
+        if not v >= 0 or v == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit} >= 0")
+        return v
+    return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = -1.0
-    if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
-    return v
+_megabytes, _seconds = _amount("megabytes"), _amount("seconds")
 
 
 def main(argv: list[str] | None = None) -> int:
