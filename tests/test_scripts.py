@@ -85,7 +85,10 @@ def test_script_trains_the_same_with_fastt(script, tmp_path):
     assert any(d["status"] != "unfinished" or d["measured_step_times_s"] for d in docs if
                d["status"] != "failed"), with_fastt.stderr[-3000:]
     assert "failed" not in statuses, [d["reason"] for d in docs]
-    assert "within reassociation" in with_fastt.stderr, with_fastt.stderr[-3000:]  # verified
+    # each strategy's first step verified, but where it runs the script's Python (py_func)
+    assert "within reassociation" in with_fastt.stderr or \
+        "not verified: it runs the script's Python" in with_fastt.stderr, \
+        with_fastt.stderr[-3000:]
     assert "fastt: could not" not in with_fastt.stderr, with_fastt.stderr[-3000:]
     if "FASTT_DEVICE_MEMORY_MB" in SETTINGS.get(script, {}):
         first = min(docs, key=lambda d: d["n"])

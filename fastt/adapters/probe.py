@@ -34,7 +34,7 @@ DEFAULT_SIZES = tuple(4 ** k * 1024 for k in range(8))  # 1 KiB .. 16 MiB
 LARGE_SIZES = (32 * 2 ** 20, 64 * 2 ** 20)
 LINEAR = 0.9  # r2 of a sweep's points that lie on a line; below, a sweep more is taken
 SWEEPS = 2  # the least taken: a burst of load may last a whole sweep
-ATTEMPTS = 3  # the most
+ATTEMPTS = 5  # the most: on a loaded host a burst may span several sweeps
 
 
 def probe_pair(src: str, dst: str, target: str = "", config: Any = None,

@@ -32,7 +32,8 @@ from fastt.plugin.entry import session_id
 from fastt.plugin.guard import Guard, with_fields
 from fastt.plugin.input_stage import InputStage, fed_name
 from fastt.plugin.settings import Settings
-from fastt.plugin.state import SCOPE, IteratorInits, RunFanIn, StateOps, stateful_ops
+from fastt.plugin.state import (SCOPE, IteratorInits, RunFanIn, StateOps, has_op,
+                                stateful_ops)
 from fastt.plugin.step_finder import StepDetector, updates_trainables
 from fastt.plugin.streams import StreamCounter
 from fastt.plugin import verify
@@ -219,6 +220,13 @@ class SessionPlugin:
         (by name); a ``VerifyError`` naming the worst difference beyond reassociation
         (``fastt.plugin.verify``)."""
         assert self.backend is not None and cur.snapshot is not None
+        ran = self.streams.fan_in(fetches, targets, list(feeds))
+        python = sorted(n for n in ran if has_op(self.graph, n)
+                        and "PyFunc" in self.graph.get_operation_by_name(n).type)
+        if python:  # a second run would call the script's Python again (draw another batch)
+            log.info("fastt: the first step of %s not verified: it runs the script's Python "
+                     "(%s), which a second run would call again", cur.strategy.name, python[0])
+            return
         ref = self.backend.build(None)
         try:
             names = fetches + targets
