@@ -104,12 +104,7 @@ class CostModels:
         the median of what the plans over several devices measured before pay, one vote each
         (a plan's own median), so that one plan's miscalibrated sample does not set them all;
         before any, one device's (the probed reach of each device is in its replay already).
-        On the real testbed, one device's overhead predicted the 14 plans of run 18 that
-        never ran too fast, all of them (-11.5% in the median); the median of the spread's
-        timed profiles took alexnet's data-parallel-ps to +16% on one plan's 192 ms records;
-        one vote per plan left the 14 at +0.2% in the median (8.7% absolute). Run at this
-        rule (run 19): +5.9% (6.7% absolute), and the plans ranked as measured (Kendall's tau
-        >= 0.8) on 5 of 7 models, against 4 of 7 with one device's over the same models."""
+        (The evidence, run by run: ``benchmarks/results/REPORT.md``.)"""
         if devices_used is None:
             known = [_median(q) for q in self.overhead.values() if q]
             return min(known) if known else 0.0
