@@ -92,8 +92,8 @@ FREE = frozenset({"Const", "Identity", "ReadVariableOp"})
 COLLECTIVE_TYPES = frozenset({"NcclAllReduce"})
 #: Ops that run the script's own code or checks: an error they raise is the script's, the
 #: same with or without fastt (a plan moves them, never changes what they compute).
-USER_CODE = frozenset({
-    "Assert", "CheckNumerics", "CheckNumericsV2", "EagerPyFunc", "PyFunc", "PyFuncStateless"})
+PYTHON = frozenset({"EagerPyFunc", "PyFunc", "PyFuncStateless"})  #: ops that call Python
+USER_CODE = PYTHON | {"Assert", "CheckNumerics", "CheckNumericsV2"}
 #: Ops whose output sizes depend on their input values, not shapes: a shape downstream of
 #: them is never known before the step runs, whatever one step measured.
 DATA_SIZED = frozenset({

@@ -22,7 +22,7 @@ from fastt.adapters.engine import Engine
 from fastt.cluster.health import Watch
 from fastt.ir import Graph
 from fastt.errors import FasttError
-from fastt.op_types import USER_CODE
+from fastt.op_types import PYTHON, USER_CODE
 from fastt.plugin import dump, remote
 from fastt.plugin.activation import Running
 from fastt.plugin.backend import PluginBackend
@@ -222,7 +222,7 @@ class SessionPlugin:
         assert self.backend is not None and cur.snapshot is not None
         ran = self.streams.fan_in(fetches, targets, list(feeds))
         python = sorted(n for n in ran if has_op(self.graph, n)
-                        and "PyFunc" in self.graph.get_operation_by_name(n).type)
+                        and self.graph.get_operation_by_name(n).type in PYTHON)
         if python:  # a second run would call the script's Python again (draw another batch)
             log.info("fastt: the first step of %s not verified: it runs the script's Python "
                      "(%s), which a second run would call again", cur.strategy.name, python[0])

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 import tensorflow as tf
 
-from fastt.op_types import CARRIED_VARIABLE_TYPES, ITERATOR_TYPES
+from fastt.op_types import CARRIED_VARIABLE_TYPES, ITERATOR_TYPES, PYTHON
 from fastt.sched.allreduce import mirror_name
 from tf_patches.session_hook import unfinalized
 
@@ -24,10 +24,10 @@ log = logging.getLogger("fastt")
 SCOPE = "fastt_state"
 #: Dataset ops whose state an iterator's serialization leaves out: Python (it cannot be
 #: serialized at all) and stateful random draws (their streams would start anew).
-UNSAVED_STATE = frozenset({
-    "EagerPyFunc", "GeneratorDataset", "Multinomial", "PyFunc", "PyFuncStateless",
-    "RandomGamma", "RandomPoisson", "RandomPoissonV2", "RandomShuffle", "RandomStandardNormal",
-    "RandomUniform", "RandomUniformInt", "TruncatedNormal"})
+UNSAVED_STATE = PYTHON | {
+    "GeneratorDataset", "Multinomial", "RandomGamma", "RandomPoisson", "RandomPoissonV2",
+    "RandomShuffle", "RandomStandardNormal", "RandomUniform", "RandomUniformInt",
+    "TruncatedNormal"}
 Run = Callable[[Any, Any], Any]  # run(fetches, feed_dict) on the right session
 Value = np.ndarray | np.generic  # what Session.run returns for one tensor
 
