@@ -73,6 +73,29 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace) -> int:
+    from fastt.plugin.cache import PlanCache, default_dir
+    root = args.dir or os.environ.get("FASTT_CACHE_DIR", "").strip() or default_dir()
+    c = PlanCache(root)
+    if args.action == "clear":
+        n = c.clear()
+        print(f"removed {n} plan{'s' * (n != 1)} from {root}")
+        return 0
+    rows = list(c.entries())
+    if not rows:
+        print(f"no plans in {root}")
+        return 0
+    print(f"{len(rows)} plan{'s' * (len(rows) != 1)} in {root}:")
+    for key, doc in sorted(rows, key=lambda r: r[1].get("stored", 0.0)):
+        speedup = doc.get("speedup")
+        kept = doc.get("strategy_name", "?") if doc.get("strategy") is not None else \
+            "the original graph (no plan measured faster)"
+        print(f"  {key}  {doc.get('script', '?')}  {len(doc.get('devices', []))} devices  "
+              f"{kept}" + (f"  {speedup:.2f}x" if isinstance(speedup, float) and
+                           doc.get("strategy") is not None else ""))
+    return 0
+
+
 def _inspect(args: argparse.Namespace) -> int:
     from fastt.inspect import dumps, summary
     declined = dumps.find_declined(args.dir)
@@ -190,6 +213,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--state", help="state file (default $FASTT_CLUSTER_STATE or "
                                    "~/.local/state/fastt/cluster.json)")
     p.set_defaults(func=_cluster)
+
+    p = sub.add_parser("cache", help="list or clear the plan cache: the strategies runs kept, "
+                       "which the next run of the same training step starts from")
+    p.add_argument("action", choices=["list", "clear"])
+    p.add_argument("--dir", help="the cache directory (default: FASTT_CACHE_DIR, else "
+                   "$XDG_CACHE_HOME/fastt or ~/.cache/fastt)")
+    p.set_defaults(func=_cache)
 
     p = sub.add_parser("worker", help="run one TensorFlow gRPC server of a cluster")
     p.add_argument("--cluster", required=True, help="host:port,host:port,... in task order")

@@ -1,9 +1,12 @@
 import os
+import tempfile
 
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+# fastt's plan cache (``fastt.plugin.cache``) of the scripts the tests run: not the user's
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="fastt-tests-cache-")
 
 
 @pytest.fixture

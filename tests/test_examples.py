@@ -29,8 +29,9 @@ def example_command(script, tmp_path, fastt, fastt_env=None, extra=()):
     ``extra`` arguments override the short run's."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTT") and k != "TF_CONFIG"}
     env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-    if fastt:  # short runs (80 steps): decisions on 3 settled steps, not 20
+    if fastt:  # short runs (80 steps): decisions on 3 settled steps, not 20, at any cost
         env.update(FASTT="1", FASTT_DUMP_DIR=str(tmp_path / "dump"), FASTT_MEASURE_STEPS="3",
+                   FASTT_OVERHEAD="off", FASTT_CACHE="0",
                    FASTT_MEASURE_SECONDS="0", FASTT_WARMUP_STEPS="2",
                    **(fastt_env or {"FASTT_DEVICES": "cpu:2"}))
     args = [sys.executable, os.path.join(ROOT, "examples", script), *SHORT[script], *extra]

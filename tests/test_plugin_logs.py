@@ -16,7 +16,8 @@ def run_script(tmp_path, source, env_extra=None, args=()):
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(source))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FASTT", "TF_CPP"))}
-    env.update(PYTHONPATH=ROOT, FASTT="1", FASTT_DEVICES="cpu:2",
+    env.update(PYTHONPATH=ROOT, FASTT="1", FASTT_DEVICES="cpu:2", FASTT_OVERHEAD="off",
+               FASTT_CACHE="0",
                FASTT_DUMP_DIR=str(tmp_path / "dump"), **(env_extra or {}))
     p = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True,
                        text=True, timeout=300)
@@ -93,7 +94,8 @@ def test_the_demo_prints_no_profiler_chatter(tmp_path):
     """The README's demo, with TensorFlow's own logging left as it is (no
     TF_CPP_MIN_LOG_LEVEL): fastt's traced steps add none of the profiler's INFO lines."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FASTT", "TF_CPP"))}
-    env.update(PYTHONPATH=ROOT, FASTT="1", FASTT_DEVICES="cpu:2",
+    env.update(PYTHONPATH=ROOT, FASTT="1", FASTT_DEVICES="cpu:2", FASTT_OVERHEAD="off",
+               FASTT_CACHE="0",
                FASTT_DUMP_DIR=str(tmp_path / "dump"))
     p = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "session_feed_dict.py"),
                         "--steps", "300", "--out", str(tmp_path / "out")], env=env,

@@ -1,4 +1,7 @@
 """The plugin's environment variables: defaults, values, and errors that name the variable."""
+import dataclasses
+import os
+
 import pytest
 
 from fastt.plugin.settings import LOCAL_CPU, Settings, SettingsError, from_env, parse_devices
@@ -6,8 +9,20 @@ from fastt.plugin.settings import LOCAL_CPU, Settings, SettingsError, from_env, 
 
 def test_defaults_are_off_and_os_dpos():
     s = from_env({})
-    assert s == Settings()
+    # the plan cache, on by default, in the user's cache directory; off for Settings() made
+    # in code
+    assert s.cache_dir == os.path.join(os.path.expanduser("~"), ".cache", "fastt")
+    assert dataclasses.replace(s, cache_dir="") == Settings()
     assert not s.enabled and s.strategy == "os-dpos" and s.order and s.split
+    assert (s.overhead_fraction, s.overhead_s) == (0.03, 2.0)
+
+
+def test_the_plan_cache_is_placed_or_turned_off():
+    assert from_env({"XDG_CACHE_HOME": "/c"}).cache_dir == "/c/fastt"
+    assert from_env({"FASTT_CACHE_DIR": "/d", "XDG_CACHE_HOME": "/c"}).cache_dir == "/d"
+    assert from_env({"FASTT_CACHE": "0", "FASTT_CACHE_DIR": "/d"}).cache_dir == ""
+    with pytest.raises(SettingsError, match="FASTT_CACHE="):
+        from_env({"FASTT_CACHE": "sometimes"})
 
 
 def test_values_are_read():

@@ -33,8 +33,10 @@ SETTINGS = {"wide_mlp_adam.py": {"FASTT_DEVICE_MEMORY_MB": "60"}}
 def run(script, out, fastt, dump=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTT") and k != "TF_CONFIG"}
     env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1")
-    if fastt:  # short runs (200 steps at most): decisions on 3 settled steps, not 20
-        env.update(FASTT="1", FASTT_DEVICES="cpu:2", FASTT_DUMP_DIR=str(dump),
+    if fastt:  # short runs (200 steps at most): decisions on 3 settled steps, not 20, at
+        # any cost
+        env.update(FASTT="1", FASTT_DEVICES="cpu:2", FASTT_DUMP_DIR=str(dump), FASTT_OVERHEAD="off",
+                   FASTT_CACHE="0",
                    FASTT_MEASURE_STEPS="3", FASTT_WARMUP_STEPS="2",
                    FASTT_MEASURE_SECONDS="0", FASTT_VERIFY="1", **SETTINGS.get(script, {}))
     p = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "scripts", script),

@@ -3,6 +3,7 @@ failures that leave training on the original graph, every fetch and feed form.""
 import collections
 import json
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -28,9 +29,10 @@ STEPS = 80
 
 def settings(tmp_path, **kw):
     devices, cpus = parse_devices("cpu:2")
+    # short runs: fastt tries its strategies whatever they cost (no overhead budget)
     base = dict(enabled=True, devices=devices, logical_cpus=cpus, dump_dir=str(tmp_path),
                 warmup_steps=2, profile_steps=1, measure_steps=3, measure_seconds=0.0,
-                max_rounds=2)
+                max_rounds=2, overhead_fraction=math.inf, overhead_s=math.inf)
     base.update(kw)
     return Settings(**base)
 

@@ -53,9 +53,14 @@ def probe_pair(src: str, dst: str, target: str = "", config: Any = None,
         sizes = DEFAULT_SIZES + (() if same_process(src, dst) else LARGE_SIZES)
     best: list[TransferSample] = []
     for sweep in range(ATTEMPTS):
-        samples = _sweep(src, dst, target, config, sizes, repeats)
+        samples, traced = _sweep(src, dst, target, config, sizes, repeats)
         best = [min(a, b, key=lambda t: t.seconds) for a, b in zip(best, samples)] \
             if best else samples
+        if not traced:
+            # devices of one process: no copy is traced, and the timed difference of a read
+            # on either side is noise around a hand-over that costs next to nothing; more
+            # sweeps do not make it a line (a loaded host swept 5 times for seconds)
+            break
         if sweep + 1 < SWEEPS:
             continue
         trial = CommCostModel()
@@ -69,8 +74,9 @@ def probe_pair(src: str, dst: str, target: str = "", config: Any = None,
 
 
 def _sweep(src: str, dst: str, target: str, config: Any, sizes: Sequence[int],
-           repeats: int) -> list[TransferSample]:
-    """One sweep of ``probe_pair``."""
+           repeats: int) -> tuple[list[TransferSample], bool]:
+    """One sweep of ``probe_pair``, and whether its transfers were traced (else timed as a
+    difference: devices of one process)."""
     if src == dst:
         raise CostModelError(f"probe needs two different devices, got {src!r} twice")
     g = tf.Graph()
@@ -99,7 +105,8 @@ def _sweep(src: str, dst: str, target: str, config: Any, sizes: Sequence[int],
         for _, remote, local in probes:
             sess.run([remote, local])  # warm the path up once
         nbytes, remote, _ = probes[0]
-        if transfers(remote, nbytes):  # else devices of one process: nothing is traced
+        traced_any = bool(transfers(remote, nbytes))
+        if traced_any:  # else devices of one process: nothing is traced
             # round-robin over the sizes: a burst of load spreads over them, not onto one
             for _ in range(repeats):
                 for nbytes, remote, _ in probes:
@@ -109,7 +116,7 @@ def _sweep(src: str, dst: str, target: str, config: Any, sizes: Sequence[int],
                                   _timed_difference(sess, remote, local, repeats), PROBED)
                    for nbytes, remote, local in probes]
     log.debug("probed %s -> %s: %d sizes", src, dst, len(samples))
-    return samples
+    return samples, traced_any
 
 
 SHARE_BYTES = 16 * 2 ** 20

@@ -3,17 +3,23 @@ plan, predict, rewrite), the inner sessions that run its strategies, and their d
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
+from fastt._version import __version__
 from fastt.adapters.engine import Engine
+from fastt.adapters.fingerprint import graph_digest
 from fastt.errors import WorkerLostError
-from fastt.plugin import activation, dump
+from fastt.plugin import activation, budget, cache, dump
+from fastt.plugin import messages as say
 from fastt.plugin.activation import Running
 from fastt.plugin.entry import Entry
 from fastt.plugin.state import unsaved, unserializable
 from fastt.plugin.streams import continue_streams, skipped_note
+from fastt.sched import serial
 from fastt.sched.strategy import Strategy
 from tf_patches import priority_executor
 from tf_patches import session_hook as hook
@@ -25,6 +31,12 @@ log = logging.getLogger("fastt")
 _tf1 = tf.compat.v1
 
 
+def script() -> str:
+    """The script this process runs, as the plan cache names it."""
+    return os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c") else \
+        "<interactive>"
+
+
 class PluginBackend:
     """What the controller asks of TensorFlow, for ``plugin``'s session, through ``engine``."""
 
@@ -32,6 +44,8 @@ class PluginBackend:
         self.plugin, self.engine, self.settings = plugin, engine, plugin.settings
         self._streams_said = False
         self._dump_said = False  # a dump that could not be written was said once
+        self._cache = cache.PlanCache(self.settings.cache_dir) if self.settings.cache_dir \
+            else None
         engine.enforce = self.order_mechanism()  # its predictions replay what will run
 
     def starting_strategy(self) -> str:
@@ -66,6 +80,12 @@ class PluginBackend:
             self.plugin.guard.check(force=True)
             with hook.plain_sessions():
                 self.engine.probe()
+
+    def prepare_plan(self) -> None:
+        """What planning needs from TensorFlow, on the training thread before the plan is
+        computed (off it): the links, probed while no step runs."""
+        self._probed()
+        self.engine.step  # the IR of the graph as it is, read from TensorFlow here
 
     def plan(self, name: str) -> Strategy:
         self._probed()
@@ -150,6 +170,79 @@ class PluginBackend:
             return "priority-executor"
         return "control-dependencies"
 
+    # -- the plan cache ------------------------------------------------------------------
+    def cache_parts(self) -> dict[str, str]:
+        """What keys this run's plans in the plan cache (``fastt.plugin.cache.PARTS``)."""
+        e, s = self.engine, self.settings
+        return {
+            "graph": cache.digest([graph_digest(e.graph_def()), sorted(e.fetches)]),
+            "feeds": cache.digest(sorted((n, list(v)) for n, v in
+                                         self.plugin.feed_shapes.items())),
+            "devices": cache.digest([[d.name, str(d.memory)] for d in e.devices]),
+            "settings": cache.digest([s.strategy, s.split, s.order, s.bucket_mb,
+                                      s.transfer_priorities, self.order_mechanism()]),
+            "versions": cache.digest([__version__, tf.__version__])}
+
+    def cached(self) -> tuple[Strategy | None, dict[str, float]] | None:
+        """The plan an earlier run of this training step on these devices kept (None in it:
+        that run kept the original graph), and the costs it saw (None: no entry, or the cache
+        is off)."""
+        c = self._cache
+        if c is None:
+            return None
+        try:
+            hit, why = c.lookup(self.cache_parts(), script())
+            if hit is None:
+                if why:
+                    log.info("fastt: plan cache: %s; planning from the start", why)
+                return None
+            doc = hit.doc["strategy"]
+            strategy = serial.from_document(doc) if doc is not None else None
+            costs = {k: float(v) for k, v in hit.doc.get("costs", {}).items()
+                     if k in budget.PRIORS}
+        except Exception as e:  # noqa: BLE001 - a cache never stops training
+            self._cache_failed("read", e)
+            return None
+        if strategy is None:
+            log.info("fastt: plan cache: an earlier run of this training step on these devices "
+                     "measured no plan faster than the original graph (%s); fastt tries none "
+                     "this time ('fastt cache clear' or FASTT_CACHE=0 to plan again)", hit.key)
+            return None, costs
+        log.info("fastt: plan cache: %s (%s) was kept by an earlier run of this training step "
+                 "on these devices, %.2fx over the original there; checking it against the "
+                 "original graph", hit.doc.get("strategy_name", strategy.name), hit.key,
+                 hit.doc.get("speedup") or float("nan"))
+        return strategy, costs
+
+    def store(self, entry: Entry | None, costs: dict[str, float]) -> None:
+        """``entry``, the strategy kept, into the plan cache for the next run (None: no plan
+        measured faster than the original graph)."""
+        c = self._cache
+        if c is None:
+            return
+        try:
+            parts = self.cache_parts()
+            ctl = self.plugin.controller
+            original = ctl.original_median_s if ctl is not None else None
+            mine = entry.measured_median_s if entry is not None else original
+            path = c.store(parts, script(), {
+                "strategy": serial.to_document(entry.strategy) if entry else None,
+                "costs": costs, "strategy_name": entry.name if entry else "original",
+                "ordered": entry.ordered if entry else True,
+                "devices": [d.name for d in self.engine.devices],
+                "step_s": mine, "original_step_s": original,
+                "speedup": original / mine if original and mine else None})
+            log.debug("fastt: plan cache: %s stored in %s", say.label(entry), path)
+        except Exception as e:  # noqa: BLE001 - a cache never stops training
+            self._cache_failed("write", e)
+
+    def _cache_failed(self, verb: str, error: Exception) -> None:
+        if self.settings.strict:
+            raise error
+        log.warning("fastt: could not %s the plan cache in FASTT_CACHE_DIR=%s (%s); it is off "
+                    "for this session", verb, self.settings.cache_dir, say.failure(error))
+        self._cache = None
+
     def record(self, entry: Entry, history: list[Entry]) -> str:
         ctl = self.plugin.controller
         if not self.settings.dump_dir or ctl is None:
@@ -158,6 +251,8 @@ class PluginBackend:
             doc = dump.document(entry, history, ctl.original_s,
                                 self.order_mechanism() if entry.ordered else "none",
                                 ctl.session)
+            doc["overhead"] = ctl.budget.as_dict()
+            doc["from_plan_cache"] = entry.cached
             return dump.write(self.settings.dump_dir, entry, doc, self.engine.models,
                               self.engine.devices, self.engine.step, self.settings.strict)
         except Exception as e:  # noqa: BLE001 - a dump never stops training

@@ -26,6 +26,7 @@ from typing import Any, Callable, Protocol
 
 from fastt.errors import WorkerLostError
 from fastt.plugin import messages as say
+from fastt.plugin.budget import Budget
 from fastt.plugin.entry import Entry, Sample, session_id
 from fastt.plugin.measure import CONFIDENCE, compare
 from fastt.plugin.settings import Settings
@@ -45,16 +46,59 @@ class Backend(Protocol):
     def profile(self, run_metadata: Any, untraced_s: float | None = None) -> None: ...
     def calibrate(self, strategy: Any | None, ordered: bool, untraced_s: float) -> None: ...
     def cost_change(self) -> float: ...
+    def prepare_plan(self) -> None: ...
     def plan(self, name: str) -> Any: ...
     def predict(self, strategy: Any, fifo: bool = False) -> float: ...
     def activate(self, strategy: Any | None, ordered: bool = True) -> None: ...
     def record(self, entry: "Entry", history: list["Entry"]) -> str: ...
+    def cached(self) -> tuple[Any | None, dict[str, float]] | None: ...
+    def store(self, entry: "Entry | None", costs: dict[str, float]) -> None: ...
+
+
+class Pending(Protocol):
+    """A plan being computed (``Controller``'s ``run_plan`` returns one)."""
+    def done(self) -> bool: ...
+    def wait(self, timeout: float) -> bool: ...
+    def result(self) -> Any: ...
+
+
+class Done:
+    """A plan computed on the calling thread (the default ``run_plan``)."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._value, self._error = fn(), None
+        except Exception as e:  # noqa: BLE001 - raised where the result is read
+            self._value, self._error = None, e
+
+    def done(self) -> bool:
+        return True
+
+    def wait(self, timeout: float) -> bool:
+        return True
+
+    def result(self) -> Any:
+        if self._error is not None:
+            raise self._error
+        return self._value
 
 
 class Controller:
     def __init__(self, settings: Settings, backend: Backend, session: str = "",
-                 clock: Callable[[], float] = time.perf_counter) -> None:
+                 clock: Callable[[], float] = time.perf_counter,
+                 run_plan: Callable[[Callable[[], Any]], Pending] = Done) -> None:
         self.settings, self.backend, self._clock = settings, backend, clock
+        self.budget = Budget(settings.overhead_fraction, settings.overhead_s, clock)
+        self._run_plan = run_plan  # where plans are computed (the plugin: off the thread)
+        self._pending: tuple[str, Pending, float] | None = None  # (name, plan, began)
+        self._role: tuple[str, float] | None = None  # the last step's: (kind, reference s)
+        self._first_on_graph = False  # the next step is the first on a new graph
+        self._read_s = 0.0  # the last traced step's profile took on the thread
+        self._plan_cost = 0.0  # what the steps run while the plan is computed lost
+        self._waiting = ""  # what waits for the run to pay for it ("" when nothing)
+        self._trial_ended = False  # a trial ended after the last step ran
+        self._ran = 0.0  # the last step's own run time (to its end: no loop time after it)
+        self._then: tuple[Callable[[], float], Callable[[], None]] = (float, lambda: None)
         self.session = session or session_id()  # names it in strategy dumps
         self.phase = "warmup"
         self.step = 0
@@ -77,7 +121,8 @@ class Controller:
         self._rechecking: Entry | None = None  # found faster: its baseline runs once more
         self._phases: dict[str, Callable[[Any], None]] = {
             "warmup": self._warmup, "profile": self._profile, "measure": self._measure,
-            "recheck": self._recheck, "steady": self._steady, "off": self._off}
+            "recheck": self._recheck, "steady": self._steady, "off": self._off,
+            "planning": self._planning, "waiting": self._wait}
 
     # -- what the runtime calls around each training step ---------------------------------
     def before_step(self) -> bool:
@@ -93,13 +138,58 @@ class Controller:
     def step_started(self) -> None:
         """A training step starts: the time since the last one started, less what fastt's own
         ``after_step`` took, is a step time of the graph being measured, unless fastt worked
-        in between (traced, planned, activated): ``Window.step_started``."""
+        in between (traced, planned, activated): ``Window.step_started``. The step before
+        is charged to fastt's budget as its kind says (``fastt.plugin.budget``)."""
+        self.budget.begin()
         self._win.step_started()
+        if self._role is not None and self._win.last is not None:
+            self._charge(*self._role, self._win.last)
+        self._role = None
+        if self._trial_ended:  # its last step charged to it
+            self.budget.end_trial()
+            self._trial_ended = False
+
+    def _charge(self, kind: str, reference_s: float, step_s: float) -> None:
+        b = self.budget
+        if self._first_on_graph and kind == "trials":
+            b.learn("first_step", step_s - reference_s)
+        self._first_on_graph = False
+        if kind == "trials":
+            b.trial_step(step_s, reference_s)
+        elif kind == "traced":
+            b.charge("traced", step_s - reference_s)
+            b.learn("trace", step_s - reference_s + self._read_s)
+        else:
+            b.charge(kind, step_s - reference_s)
+            self._plan_cost += max(0.0, step_s - reference_s)
+
+    def _role_of(self, phase: str, traced: bool) -> tuple[str, float] | None:
+        """How the step that just ran counts against the budget, and the step time it is
+        measured against (None: it does not count)."""
+        running = self._reference()
+        if traced:
+            return ("traced", running) if running else None
+        if phase == "measure":
+            return ("trials", running) if running else None
+        if phase == "recheck" and self._rechecking is not None and \
+                self._rechecking.sample is not None:
+            return "trials", statistics.median(self._rechecking.sample.times)
+        if phase == "planning":
+            return ("planning", running) if running else None
+        return None
+
+    def _reference(self) -> float | None:
+        """The step time of the graph kept so far (the original's before one is kept)."""
+        if self.active is not None and self.active.measured_s:
+            return self.active.measured_median_s
+        return self.original_median_s
 
     def after_step(self, run_metadata: Any = None) -> None:
         began = self._clock()
         self.step += 1
         phase = self.phase
+        self._role = self._role_of(phase, run_metadata is not None)
+        self._ran = began - self._win.started if self._win.started is not None else 0.0
         try:
             self._phases[phase](run_metadata)
         except WorkerLostError:
@@ -113,6 +203,7 @@ class Controller:
         self._win.clean = run_metadata is None and \
             self.phase == phase in ("warmup", "measure", "recheck")
         self._win.own = self._clock() - began
+        self.budget.charge("own", self._win.own)
 
     def fail(self, error: BaseException) -> None:
         """Something inside fastt failed: back to the original graph, stop planning."""
@@ -127,6 +218,7 @@ class Controller:
             self._rechecking.status, self._rechecking.reason = "failed", reason
             self._rechecking.dump = self.backend.record(self._rechecking, self.history)
         self.phase, self._measuring, self.active, self._rechecking = "off", None, None, None
+        self._pending, self._trial_ended = None, True
         on = "the original graph"
         if running is not None:
             try:
@@ -153,20 +245,89 @@ class Controller:
                 entry.status, entry.reason = status, why
                 entry.dump = self.backend.record(entry, self.history)
         self.phase, self._measuring, self._rechecking, self.active = "off", None, None, None
-        self._running = None
+        self._running, self._pending, self._trial_ended = None, None, True
 
     # -- phases --------------------------------------------------------------------------
     def _warmup(self, _: Any) -> None:
         sample = self._win.sample()
-        if sample is not None:
-            self.original, self.original_s = sample, sample.times
-            self._start_profile()
+        if sample is None:
+            return
+        self.original, self.original_s = sample, sample.times
+        hit = self.backend.cached()
+        if hit is None:
+            self._when_paid("a first round", self._round_need, self._start_profile)
+            return
+        strategy, costs = hit  # a plan kept by an earlier run: checked, not planned
+        for kind, seconds in costs.items():
+            self.budget.learn(kind, seconds)
+        if strategy is None:  # the earlier run kept the original graph: nothing to try
+            self.phase = "off"
+            return
+        entry = Entry(1, strategy.name, strategy, strategy.predicted_step_time_s,
+                      step=self.step, ordered=getattr(strategy, "ordered", True), cached=True)
+        self._when_paid("a trial of the cached plan", self._trial_need,
+                        lambda: self._measure_entry(entry))
+
+    # -- the budget --------------------------------------------------------------------------
+    def _round_need(self) -> float:
+        """What a round (a profile, a plan, a trial and a return) is expected to cost."""
+        b = self.budget
+        return (self.settings.profile_steps * b.estimate("trace", self._reference() or 0.0)
+                + b.estimate("prepare") + b.estimate("plan") + self._trial_need())
+
+    def _trial_need(self) -> float:
+        """A trial's fixed costs: a strategy kept is activated three times (on trial, the
+        graph before measured again, kept), each time with a first step on a new graph."""
+        b = self.budget
+        return 3 * (b.estimate("activate") + b.estimate("first_step"))
+
+    def _when_paid(self, what: str, need: Callable[[], float], go: Callable[[], None]
+                   ) -> None:
+        """``go`` now if the run pays for ``need()`` more seconds of fastt's work, else once it
+        does (phase ``waiting``, said once)."""
+        if self.budget.affords(need()):
+            self._waiting = ""
+            go()
+            return
+        if self._waiting != what:
+            b = self.budget
+            when = b.when(need())
+            log.info("fastt: %s would cost about %.1f s more of fastt's work, past its budget "
+                     "(%s: %.1f s so far of %.1f s allowed); %s", what, need(), b.describe(),
+                     b.spent, b.allowed(), "it waits until the session has run about "
+                     f"{when:.0f} s" if when is not None else "it is not tried")
+        self._waiting, self._then = what, (need, go)
+        self.phase = "waiting"
+
+    def _wait(self, _: Any) -> None:
+        need, go = self._then
+        if self.budget.affords(need()):
+            log.debug("fastt: the run pays for %s now", self._waiting)
+            self._waiting = ""
+            go()
+
+    def _over_budget(self) -> bool:
+        """Whether the trial running must end: with the step that just ran (its loss is
+        charged when the next one starts), one more like it and a return to the graph
+        before, it would take fastt past its budget."""
+        role = self._role
+        last = max(0.0, self._ran - role[1]) if role is not None else 0.0
+        return self.budget.over(self.budget.estimate("activate") + last, last)
+
+    def _stop_trial(self, entry: Entry, steps: int) -> str:
+        """Why a trial ends before its verdict: fastt's budget."""
+        b = self.budget
+        return (f"stopped {steps} steps into its trial at fastt's overhead budget "
+                f"({b.describe()}): {b.trial:.2f} s lost on it so far, {b.spent:.2f} s of "
+                f"{b.allowed():.2f} s spent")
 
     def _profile(self, run_metadata: Any) -> None:
         if run_metadata is None:  # not traced: another session's step was
             return
         mine = self.active.measured_median_s if self.active is not None else None
+        began = self._clock()
         self.backend.profile(run_metadata, mine or self.original_median_s)
+        self._read_s = self._clock() - began
         self._traced += 1
         if self._traced < self.settings.profile_steps:
             return
@@ -204,7 +365,29 @@ class Controller:
         self._reprofile_began = None  # a round that plans measures: not a re-profile's cost
         first = not self.history and self.settings.strategy in ("os-dpos", "dpos")
         name = self.backend.starting_strategy() if first else self.settings.strategy
-        strategy = self.backend.plan(name)
+        began = self._clock()
+        self.backend.prepare_plan()  # on this thread: what planning needs from TensorFlow
+        prepared = self._clock()
+        self.budget.learn("prepare", prepared - began)
+        self._plan_cost = 0.0
+        pending = self._run_plan(lambda: self.backend.plan(name))
+        self._pending = (name, pending, self._clock() - prepared)
+        self.phase = "planning"
+        # a plan that comes within ``plan_wait_s`` is used at once, as if computed here; a
+        # longer one is waited for while the training steps go on
+        pending.wait(self.settings.plan_wait_s)
+        self._planning(None)
+
+    def _planning(self, _: Any) -> None:
+        """The plan being computed, once done: measured if predicted faster than the graph
+        kept."""
+        assert self._pending is not None
+        name, pending, on_thread = self._pending
+        if not pending.done():
+            return
+        self._pending = None
+        self.budget.learn("plan", on_thread + self._plan_cost)
+        strategy = pending.result()
         self._chosen_planned = self._chosen_planned or name == self.settings.strategy
         if self.active is not None:
             current = self.backend.predict(self.active.strategy, fifo=not self.active.ordered)
@@ -215,9 +398,10 @@ class Controller:
                 self._next_round()
                 return
         # a plan predicted faster in TensorFlow's own order runs in it from the start
-        self._measure_entry(Entry(len(self.history) + 1, name, strategy,
-                                  strategy.predicted_step_time_s, step=self.step,
-                                  ordered=getattr(strategy, "ordered", True)))
+        entry = Entry(len(self.history) + 1, name, strategy, strategy.predicted_step_time_s,
+                      step=self.step, ordered=getattr(strategy, "ordered", True))
+        self._when_paid(f"a trial of {name}", self._trial_need,
+                        lambda: self._measure_entry(entry))
 
     def _try_fifo(self, kept: Entry) -> None:
         """The plan just kept, with TensorFlow's own order instead of the planned one: the
@@ -240,10 +424,17 @@ class Controller:
             return
         entry = self._measuring
         assert entry is not None
+        previous = self.active
+        if self._over_budget():
+            self._measuring = None
+            entry.measured_s = list(self._win.times)
+            entry.baseline = say.label(previous)
+            entry.reason = self._stop_trial(entry, self.step - self._win.start_step)
+            self._conclude(entry, previous, False, on_it=True)
+            return
         sample = self._win.sample()
         if sample is None:
             return
-        previous = self.active
         base = previous.sample if previous is not None else self.original
         assert base is not None
         verdict = compare(base.times, sample.times, seed=entry.n,
@@ -286,6 +477,13 @@ class Controller:
     def _recheck(self, _: Any) -> None:
         entry = self._rechecking
         assert entry is not None and entry.sample is not None
+        if self._over_budget():
+            # the graph before is the slower one so far: the strategy found faster stays
+            self._rechecking = None
+            entry.reason = self._stop_trial(entry, self.step - self._win.start_step) + \
+                f" measuring {entry.baseline} again; kept on its own measurement"
+            self._conclude(entry, self.active, True, on_it=False)
+            return
         again = self._win.sample()
         if again is None:
             return
@@ -320,6 +518,7 @@ class Controller:
     def _conclude(self, entry: Entry, previous: Entry | None, faster: bool, on_it: bool
                   ) -> None:
         """Keep ``entry`` or roll it back (``on_it``: whether it is the graph running)."""
+        self._trial_ended = True
         if not faster and entry.verdict is not None and not entry.reason:
             entry.reason = say.why_not(entry, previous, entry.verdict)
         misfit = "" if faster else self._original_misfit(previous)
@@ -339,7 +538,9 @@ class Controller:
                 previous.status = "superseded"
                 previous.dump = self.backend.record(previous, self.history)
             self.active = entry
-            if entry.ordered and self.settings.order:
+            if entry.cached:  # its order was chosen when it was kept; no round to come
+                self.rounds = self.settings.max_rounds
+            elif entry.ordered and self.settings.order:
                 self._fifo_next = entry
         entry.dump = self.backend.record(entry, self.history)
         entry.timeline = None  # in its dump now; a RunMetadata can be large
@@ -353,13 +554,18 @@ class Controller:
 
     def _activate(self, entry: Entry | None) -> None:
         """Run ``entry``'s graph (None: the original)."""
+        began = self._clock()
         self.backend.activate(entry.strategy if entry else None,
                               ordered=entry.ordered if entry else True)
         self._running = entry
+        self.budget.learn("activate", self._clock() - began)
+        self._first_on_graph = True
 
     def _steady(self, _: Any) -> None:
         self._since_profile += 1
-        if self.settings.reprofile_every and self._since_profile >= self._reprofile_every:
+        if self.settings.reprofile_every and self._since_profile >= self._reprofile_every \
+                and self.budget.affords(self.settings.profile_steps * self.budget.estimate(
+                    "trace", self._reference() or 0.0)):
             self.rounds = max(self.rounds, 1)  # re-plans only on a significant change
             self._reprofile_began = (self._clock(), self.step)
             self._start_profile()
@@ -370,11 +576,13 @@ class Controller:
     # -- helpers -------------------------------------------------------------------------
     def _next_round(self) -> None:
         if self._fifo_next is not None:  # no profile needed: the plan is the same
-            self._try_fifo(self._fifo_next)
+            kept = self._fifo_next
+            self._when_paid("a trial of TensorFlow's own order", self._trial_need,
+                            lambda: self._try_fifo(kept))
         elif self.rounds >= self.settings.max_rounds:
             self._steady_now()
         else:
-            self._start_profile()
+            self._when_paid("another round", self._round_need, self._start_profile)
 
     def _start_profile(self) -> None:
         self.phase, self._traced = "profile", 0
@@ -393,6 +601,11 @@ class Controller:
         (its record is not lost); then the closing line."""
         entry = self._measuring or self._rechecking
         running = self._measuring or self.active  # the graph the session ends on
+        kept = self.active if self.active is not None and self.active.status == "active" \
+            else None
+        if kept is not None or (self.phase == "steady" and self.history):
+            # for the next run: the plan kept, or that none measured faster than the original
+            self.backend.store(kept, dict(self.budget.seen))
         if entry is not None:
             self._measuring = self._rechecking = None
             entry.status = "unfinished"
@@ -400,7 +613,7 @@ class Controller:
             entry.dump = self.backend.record(entry, self.history)
             entry.timeline = None
             log.info(say.left_unfinished(entry))
-        if self.history or self.phase == "warmup":
+        if self.history or self.phase in ("warmup", "waiting", "profile", "planning"):
             self.log_closing(running)
 
     def log_closing(self, running: Entry | None = None) -> None:
@@ -409,8 +622,10 @@ class Controller:
         if self.phase == "warmup":  # too short a session to measure the original graph
             log.info(say.closed_in_warmup(
                 self.step, self._win.times, self.settings.measure_steps,
-                self.settings.measure_seconds if self._win.reads_load else 0.0))
+                self.settings.measure_seconds if self._win.reads_load else 0.0)
+                + "; " + say.cost(self.budget))
         else:
             log.info(say.closed(self.step, running or self.active, self.original_median_s,
                                 len(self.history), self.settings.dump_dir,
-                                dumped=any(e.dump for e in self.history)))
+                                dumped=any(e.dump for e in self.history))
+                     + "; " + say.cost(self.budget))

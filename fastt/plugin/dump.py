@@ -20,7 +20,9 @@
 - ``speedup``: original median / this strategy's median (``null`` before it is measured);
 - ``activated_at_step``, ``order_mechanism`` (``priority-executor``,
   ``control-dependencies`` or ``none``);
-- ``history``: every strategy of this session so far, with its status, step times and dump.
+- ``history``: every strategy of this session so far, with its status, step times and dump;
+- ``overhead``: what fastt's own work had cost the run when it was written, and its budget
+  (``fastt.plugin.budget``).
 
 Next to it: ``cost_models.json`` (the cost models it was planned with), ``predicted_trace.json``
 (its plan replayed under them), ``measured_trace.json`` (one traced step on it), ``graph.dot``

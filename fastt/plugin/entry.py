@@ -57,6 +57,7 @@ class Entry:
     # against the graph it was compared with, measured again after it (found faster only)
     recheck: Verdict | None = None
     recheck_sample: Sample | None = None
+    cached: bool = False  # from the plan cache: kept by an earlier run, not planned here
 
     @property
     def measured_median_s(self) -> float | None:

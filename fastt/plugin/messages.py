@@ -2,6 +2,7 @@
 lines it logs (no TensorFlow here)."""
 from __future__ import annotations
 
+from fastt.plugin.budget import Budget
 from fastt.plugin.entry import Entry
 from fastt.plugin.measure import Verdict
 
@@ -10,7 +11,8 @@ def label(entry: Entry | None) -> str:
     """How a strategy is named in lines and dumps (None: the original graph)."""
     if entry is None:
         return "the original graph"
-    return f"strategy {entry.n} ({entry.name}{'' if entry.ordered else ', FIFO order'})"
+    return (f"strategy {entry.n} ({entry.name}{'' if entry.ordered else ', FIFO order'}"
+            f"{', from the plan cache' if entry.cached else ''})")
 
 
 def judged(v: Verdict) -> str:
@@ -78,7 +80,7 @@ def closed(steps: int, on: Entry | None, original_s: float | None, tried: int,
         where += f", {speedup(original_s, on):.2f}x over the original"
     if not dump_dir:
         dumps = "dumps off (set FASTT_DUMP_DIR)"
-    elif dumped:
+    elif dumped or not tried:
         dumps = f"dumps in {dump_dir}"
     else:
         dumps = f"no dump could be written in FASTT_DUMP_DIR={dump_dir}"
@@ -111,3 +113,11 @@ def failure(error: BaseException) -> str:
     if not why:
         return f"{name} while fastt was working" if not node else f"{name} at op {node!r}"
     return f"{name} at op {node!r}: {why}" if node else f"{name}: {why}"
+
+
+def cost(b: Budget) -> str:
+    """What fastt's own work cost the session, as the closing line says it."""
+    session = b.elapsed()
+    share = f", {100 * b.spent / session:.1f}% of the session's {session:.1f} s" \
+        if session > 0 else ""
+    return f"fastt's own cost {b.spent:.2f} s{share} (budget {b.describe()}: FASTT_OVERHEAD)"

@@ -37,7 +37,7 @@ from fastt.plugin.state import (SCOPE, IteratorInits, RunFanIn, StateOps, has_op
 from fastt.plugin.step_finder import StepDetector, updates_trainables
 from fastt.plugin.streams import StreamCounter
 from fastt.plugin import verify
-from fastt.plugin.threads import StepThreads, trace_slot
+from fastt.plugin.threads import Background, StepThreads, trace_slot
 from tf_patches import session_hook as hook
 from tf_patches.quiet import profiler_chatter_dropped
 
@@ -366,7 +366,8 @@ class SessionPlugin:
         self.backend = PluginBackend(self, e)
         log.info("fastt: training step found (%d fetches and targets); planning over %d "
                  "devices", len(names), len(devices))
-        return Controller(self.settings, self.backend, session=self.detector.session)
+        return Controller(self.settings, self.backend, session=self.detector.session,
+                          run_plan=Background)
 
     def inner_config(self) -> Any:
         cfg = _tf1.ConfigProto()

@@ -13,6 +13,7 @@ from typing import Any, Callable, Mapping
 
 from fastt.cluster.spec import ClusterSpec, from_tf_config, parse_cluster_spec
 from fastt.errors import ClusterError, FasttError
+from fastt.plugin import budget, cache
 from fastt.sched.registry import STRATEGIES
 
 _TRUE = ("1", "true", "on", "yes")
@@ -128,6 +129,11 @@ class Settings:
     rollback: bool = True  # False: a strategy measured slower stays active (trying one out)
     strict: bool = False
     verify: bool = False  # each strategy's first step checked against the original graph's
+    overhead_fraction: float = 0.03  # fastt's own cost: this share of the run so far ...
+    overhead_s: float = 2.0  # ... plus these seconds (both infinite: no limit)
+    cache_dir: str = ""  # the plan cache (FASTT_CACHE_DIR; "": off)
+    # a plan not computed by then is waited for while the training steps go on
+    plan_wait_s: float = 1.0
     log_level: str = "INFO"
     cluster: ClusterSpec | None = None  # FASTT_CLUSTER or TF_CONFIG: sessions run there
 
@@ -142,6 +148,17 @@ def _cluster(env: Mapping[str, str]) -> ClusterSpec | None:
         name = "FASTT_CLUSTER" if env.get("FASTT_CLUSTER", "").strip() else "TF_CONFIG"
         raise SettingsError(str(e) if str(e).startswith(name) else f"{name}: {e}") from None
     return None
+
+
+def _overhead(env: Mapping[str, str]) -> tuple[float, float]:
+    raw = env.get("FASTT_OVERHEAD", "").strip()
+    if not raw:
+        return 0.03, 2.0
+    try:
+        return budget.parse(raw)
+    except ValueError:
+        raise SettingsError(f"FASTT_OVERHEAD={raw!r}: expected a share of the run and seconds "
+                            "(3%+2s, 5%, 10s) or off") from None
 
 
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
@@ -166,8 +183,13 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise SettingsError(f"FASTT_LOG_LEVEL={env['FASTT_LOG_LEVEL']!r}: expected DEBUG, INFO, "
                             "WARNING or ERROR (in any case)")
+    fraction, fixed = _overhead(env)
+    cache_dir = (env.get("FASTT_CACHE_DIR", "").strip() or cache.default_dir(env)) \
+        if _flag(env, "FASTT_CACHE", True) else ""
     return Settings(
-        enabled=enabled, devices=devices, logical_cpus=cpus, strategy=strategy,
+        cache_dir=cache_dir, overhead_fraction=fraction, overhead_s=fixed, enabled=enabled,
+        devices=devices,
+        logical_cpus=cpus, strategy=strategy,
         bucket_mb=_real(env, "FASTT_BUCKET_MB", 25.0, float("inf"), "megabytes >= 0"),
         device_memory_mb=float(_number(env, "FASTT_DEVICE_MEMORY_MB", math.inf, float,
                                        lambda v: 0 < v < math.inf, "megabytes > 0")),

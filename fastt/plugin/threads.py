@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from fastt.profiler import TRACING
 
@@ -51,3 +51,34 @@ class StepThreads:
                 self._inside[me] = depth
             else:
                 self._inside.pop(me, None)
+
+
+class Background:
+    """``fn`` computed on a thread of its own (a daemon: a plan still being computed never
+    holds up the script's exit); the training thread polls ``done``."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._done = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._run, args=(fn,), name="fastt-plan", daemon=True).start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._value = fn()
+        except BaseException as e:  # noqa: BLE001 - raised on the training thread
+            self._error = e
+        finally:
+            self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._done.wait(None if timeout == float("inf") else timeout)
+
+    def result(self) -> Any:
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value

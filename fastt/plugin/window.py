@@ -23,9 +23,10 @@ class Window:
         self.reads_load = settings.cluster is None and self.reading.busy is not None
         self.start_step = 0  # and at which training step
         self.looks, self.next_look = 0, 0  # comparisons made; steps the next one waits for
-        self._last_start: float | None = None
+        self.started: float | None = None  # when the last step started
         self.own = 0.0  # seconds fastt's own work took after the last step ran
         self.clean = False  # whether the last step's time is the graph's alone
+        self.last: float | None = None  # the last step's time, clean or not
 
     def reset(self, step: int) -> None:
         """Measure afresh from training step ``step``."""
@@ -38,9 +39,10 @@ class Window:
         bookkeeping does not), unless the last step was not ``clean`` (traced, or fastt
         planned or activated after it)."""
         now = self._clock()
-        if self._last_start is not None and self.clean:
-            self.times.append(now - self._last_start - self.own)
-        self._last_start = now
+        self.last = None if self.started is None else now - self.started - self.own
+        if self.last is not None and self.clean:
+            self.times.append(self.last)
+        self.started = now
 
     def sample(self) -> Sample | None:
         """The graph's sample once its steps have settled and ``measure_steps`` followed, over
