@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from fastt.plugin import controller, window
+from fastt.plugin import controller, trials, window
 from fastt.plugin.settings import Settings
 from tests.fake_backend import (FakeBackend, controller_of, decided, drive, until)
 
@@ -112,8 +112,8 @@ def test_an_undecided_comparison_looks_again_once_its_more_steps_ran(monkeypatch
             looks.append(ctl.step)
         return compare(*args, **kw)
 
-    compare = controller.compare
-    monkeypatch.setattr(controller, "compare", counting)
+    compare = trials.compare
+    monkeypatch.setattr(trials, "compare", counting)
     b = FakeBackend({None: 0.010, "data-parallel": 0.0098},
                     predicted={"data-parallel": 0.005}, noise=0.10)
     ctl = controller_of(Settings(enabled=True, warmup_steps=3, profile_steps=1, measure_steps=20,
@@ -366,7 +366,7 @@ def test_step_times_leave_out_fastts_own_work(monkeypatch):
 
     # the first looks find the steps still warming up: more looks, each after a step
     monkeypatch.setattr(window, "steady_start", slow(window.steady_start, 4))
-    monkeypatch.setattr(controller, "compare", slow(controller.compare))
+    monkeypatch.setattr(trials, "compare", slow(trials.compare))
     ctl = controller_of(SETTINGS, b)
     until(ctl, b, decided(ctl, 1))
     assert len(looks) > 6

@@ -22,82 +22,33 @@ import logging
 import math
 import statistics
 import time
-from typing import Any, Callable, Protocol
+from typing import Any, Callable
 
 from fastt.errors import WorkerLostError
 from fastt.plugin import messages as say
 from fastt.plugin.budget import Budget
+from fastt.plugin.charges import Charges
 from fastt.plugin.entry import Entry, Sample, session_id
-from fastt.plugin.measure import CONFIDENCE, compare
+from fastt.plugin.protocols import Backend, Done, Pending
+from fastt.plugin.trials import Trials
 from fastt.plugin.settings import Settings
 from fastt.plugin.window import Window
 
 log = logging.getLogger("fastt")
 
-EXTEND = 3  # an undecided comparison measures up to EXTEND * measure steps more
-RESTARTS = 2  # times a measurement starts again after the machine's load changed
-LOOKS = 1 + EXTEND  # comparisons one measurement may make: each at 1 - (1 - CONFIDENCE) / LOOKS
 REPROFILE_SHARE = 0.01  # of the steady steps' time a periodic re-profile may take, at most
 
 
-class Backend(Protocol):
-    def starting_strategy(self) -> str: ...
-    def original_misfit(self) -> str: ...
-    def profile(self, run_metadata: Any, untraced_s: float | None = None) -> None: ...
-    def calibrate(self, strategy: Any | None, ordered: bool, untraced_s: float) -> None: ...
-    def cost_change(self) -> float: ...
-    def prepare_plan(self) -> None: ...
-    def plan(self, name: str) -> Any: ...
-    def predict(self, strategy: Any, fifo: bool = False) -> float: ...
-    def activate(self, strategy: Any | None, ordered: bool = True) -> None: ...
-    def record(self, entry: "Entry", history: list["Entry"]) -> str: ...
-    def cached(self) -> tuple[Any | None, dict[str, float]] | None: ...
-    def store(self, entry: "Entry | None", costs: dict[str, float]) -> None: ...
-
-
-class Pending(Protocol):
-    """A plan being computed (``Controller``'s ``run_plan`` returns one)."""
-    def done(self) -> bool: ...
-    def wait(self, timeout: float) -> bool: ...
-    def result(self) -> Any: ...
-
-
-class Done:
-    """A plan computed on the calling thread (the default ``run_plan``)."""
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        try:
-            self._value, self._error = fn(), None
-        except Exception as e:  # noqa: BLE001 - raised where the result is read
-            self._value, self._error = None, e
-
-    def done(self) -> bool:
-        return True
-
-    def wait(self, timeout: float) -> bool:
-        return True
-
-    def result(self) -> Any:
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-class Controller:
+class Controller(Trials):
     def __init__(self, settings: Settings, backend: Backend, session: str = "",
                  clock: Callable[[], float] = time.perf_counter,
                  run_plan: Callable[[Callable[[], Any]], Pending] = Done) -> None:
         self.settings, self.backend, self._clock = settings, backend, clock
         self.budget = Budget(settings.overhead_fraction, settings.overhead_s, clock)
+        self.charges = Charges(self.budget)
         self._run_plan = run_plan  # where plans are computed (the plugin: off the thread)
         self._pending: tuple[str, Pending, float] | None = None  # (name, plan, began)
-        self._role: tuple[str, float] | None = None  # the last step's: (kind, reference s)
-        self._first_on_graph = False  # the next step is the first on a new graph
-        self._read_s = 0.0  # the last traced step's profile took on the thread
-        self._plan_cost = 0.0  # what the steps run while the plan is computed lost
         self._waiting = ""  # what waits for the run to pay for it ("" when nothing)
-        self._trial_ended = False  # a trial ended after the last step ran
-        self._ran = 0.0  # the last step's own run time (to its end: no loop time after it)
         self._then: tuple[Callable[[], float], Callable[[], None]] = (float, lambda: None)
         self.session = session or session_id()  # names it in strategy dumps
         self.phase = "warmup"
@@ -142,41 +93,18 @@ class Controller:
         is charged to fastt's budget as its kind says (``fastt.plugin.budget``)."""
         self.budget.begin()
         self._win.step_started()
-        if self._role is not None and self._win.last is not None:
-            self._charge(*self._role, self._win.last)
-        self._role = None
-        if self._trial_ended:  # its last step charged to it
-            self.budget.end_trial()
-            self._trial_ended = False
+        self.charges.step_started(self._win.last)
 
-    def _charge(self, kind: str, reference_s: float, step_s: float) -> None:
-        b = self.budget
-        if self._first_on_graph and kind == "trials":
-            b.learn("first_step", step_s - reference_s)
-        self._first_on_graph = False
-        if kind == "trials":
-            b.trial_step(step_s, reference_s)
-        elif kind == "traced":
-            b.charge("traced", step_s - reference_s)
-            b.learn("trace", step_s - reference_s + self._read_s)
-        else:
-            b.charge(kind, step_s - reference_s)
-            self._plan_cost += max(0.0, step_s - reference_s)
-
-    def _role_of(self, phase: str, traced: bool) -> tuple[str, float] | None:
-        """How the step that just ran counts against the budget, and the step time it is
-        measured against (None: it does not count)."""
-        running = self._reference()
+    def _role_of(self, phase: str, traced: bool) -> tuple[str | None, float | None]:
+        """How the step that just ran counts against the budget (None: it does not), and the
+        step time it is measured against."""
         if traced:
-            return ("traced", running) if running else None
-        if phase == "measure":
-            return ("trials", running) if running else None
+            return "traced", self._reference()
         if phase == "recheck" and self._rechecking is not None and \
                 self._rechecking.sample is not None:
             return "trials", statistics.median(self._rechecking.sample.times)
-        if phase == "planning":
-            return ("planning", running) if running else None
-        return None
+        kind = {"measure": "trials", "planning": "planning"}.get(phase)
+        return kind, self._reference()
 
     def _reference(self) -> float | None:
         """The step time of the graph kept so far (the original's before one is kept)."""
@@ -188,8 +116,9 @@ class Controller:
         began = self._clock()
         self.step += 1
         phase = self.phase
-        self._role = self._role_of(phase, run_metadata is not None)
-        self._ran = began - self._win.started if self._win.started is not None else 0.0
+        self.charges.ran_step(*self._role_of(phase, run_metadata is not None),
+                              began - self._win.started if self._win.started is not None
+                              else 0.0)
         try:
             self._phases[phase](run_metadata)
         except WorkerLostError:
@@ -218,7 +147,8 @@ class Controller:
             self._rechecking.status, self._rechecking.reason = "failed", reason
             self._rechecking.dump = self.backend.record(self._rechecking, self.history)
         self.phase, self._measuring, self.active, self._rechecking = "off", None, None, None
-        self._pending, self._trial_ended = None, True
+        self._pending = None
+        self.charges.trial_ended = True
         on = "the original graph"
         if running is not None:
             try:
@@ -245,7 +175,8 @@ class Controller:
                 entry.status, entry.reason = status, why
                 entry.dump = self.backend.record(entry, self.history)
         self.phase, self._measuring, self._rechecking, self.active = "off", None, None, None
-        self._running, self._pending, self._trial_ended = None, None, True
+        self._running, self._pending = None, None
+        self.charges.trial_ended = True
 
     # -- phases --------------------------------------------------------------------------
     def _warmup(self, _: Any) -> None:
@@ -270,16 +201,10 @@ class Controller:
 
     # -- the budget --------------------------------------------------------------------------
     def _round_need(self) -> float:
-        """What a round (a profile, a plan, a trial and a return) is expected to cost."""
-        b = self.budget
-        return (self.settings.profile_steps * b.estimate("trace", self._reference() or 0.0)
-                + b.estimate("prepare") + b.estimate("plan") + self._trial_need())
+        return self.charges.round_need(self.settings.profile_steps, self._reference() or 0.0)
 
     def _trial_need(self) -> float:
-        """A trial's fixed costs: a strategy kept is activated three times (on trial, the
-        graph before measured again, kept), each time with a first step on a new graph."""
-        b = self.budget
-        return 3 * (b.estimate("activate") + b.estimate("first_step"))
+        return self.charges.trial_need()
 
     def _when_paid(self, what: str, need: Callable[[], float], go: Callable[[], None]
                    ) -> None:
@@ -306,28 +231,13 @@ class Controller:
             self._waiting = ""
             go()
 
-    def _over_budget(self) -> bool:
-        """Whether the trial running must end: with the step that just ran (its loss is
-        charged when the next one starts), one more like it and a return to the graph
-        before, it would take fastt past its budget."""
-        role = self._role
-        last = max(0.0, self._ran - role[1]) if role is not None else 0.0
-        return self.budget.over(self.budget.estimate("activate") + last, last)
-
-    def _stop_trial(self, entry: Entry, steps: int) -> str:
-        """Why a trial ends before its verdict: fastt's budget."""
-        b = self.budget
-        return (f"stopped {steps} steps into its trial at fastt's overhead budget "
-                f"({b.describe()}): {b.trial:.2f} s lost on it so far, {b.spent:.2f} s of "
-                f"{b.allowed():.2f} s spent")
-
     def _profile(self, run_metadata: Any) -> None:
         if run_metadata is None:  # not traced: another session's step was
             return
         mine = self.active.measured_median_s if self.active is not None else None
         began = self._clock()
         self.backend.profile(run_metadata, mine or self.original_median_s)
-        self._read_s = self._clock() - began
+        self.charges.read_s = self._clock() - began
         self._traced += 1
         if self._traced < self.settings.profile_steps:
             return
@@ -369,7 +279,7 @@ class Controller:
         self.backend.prepare_plan()  # on this thread: what planning needs from TensorFlow
         prepared = self._clock()
         self.budget.learn("prepare", prepared - began)
-        self._plan_cost = 0.0
+        self.charges.plan_cost = 0.0
         pending = self._run_plan(lambda: self.backend.plan(name))
         self._pending = (name, pending, self._clock() - prepared)
         self.phase = "planning"
@@ -386,7 +296,7 @@ class Controller:
         if not pending.done():
             return
         self._pending = None
-        self.budget.learn("plan", on_thread + self._plan_cost)
+        self.budget.learn("plan", on_thread + self.charges.plan_cost)
         strategy = pending.result()
         self._chosen_planned = self._chosen_planned or name == self.settings.strategy
         if self.active is not None:
@@ -403,155 +313,6 @@ class Controller:
         self._when_paid(f"a trial of {name}", self._trial_need,
                         lambda: self._measure_entry(entry))
 
-    def _try_fifo(self, kept: Entry) -> None:
-        """The plan just kept, with TensorFlow's own order instead of the planned one: the
-        order is enforced only where it measures faster."""
-        self._fifo_next = None
-        self._measure_entry(Entry(len(self.history) + 1, kept.name, kept.strategy,
-                                  self.backend.predict(kept.strategy, fifo=True),
-                                  step=self.step, ordered=False))
-
-    def _measure_entry(self, entry: Entry) -> None:
-        self.history.append(entry)
-        self._measuring = entry
-        self._activate(entry)
-        self.phase, self._restarts = "measure", 0
-        self._win.reset(self.step)
-
-    def _measure(self, run_metadata: Any) -> None:
-        if run_metadata is not None and self._measuring is not None:
-            self._measuring.timeline = run_metadata
-            return
-        entry = self._measuring
-        assert entry is not None
-        previous = self.active
-        if self._over_budget():
-            self._measuring = None
-            entry.measured_s = list(self._win.times)
-            entry.baseline = say.label(previous)
-            entry.reason = self._stop_trial(entry, self.step - self._win.start_step)
-            self._conclude(entry, previous, False, on_it=True)
-            return
-        sample = self._win.sample()
-        if sample is None:
-            return
-        base = previous.sample if previous is not None else self.original
-        assert base is not None
-        verdict = compare(base.times, sample.times, seed=entry.n,
-                          load_change=sample.load_change(base),
-                          confidence=1 - (1 - CONFIDENCE) / LOOKS)
-        if verdict.verdict == "load changed" and self._restarts < RESTARTS:
-            self._restarts += 1
-            log.debug("fastt: %s; measuring strategy %d again", verdict.reason, entry.n)
-            self._win.reset(self.step)
-            return
-        self._win.looks += 1
-        if verdict.verdict == "undecided" and self._win.looks < LOOKS:
-            self._win.next_look = len(self._win.times) + self.settings.measure_steps
-            return  # more steps
-        self._measuring = None
-        entry.sample, entry.verdict, entry.measured_s = sample, verdict, sample.times
-        self.backend.calibrate(entry.strategy, entry.ordered, statistics.median(sample.times))
-        entry.baseline = say.label(previous)
-        if verdict.verdict == "undecided" and previous is not None and previous.ordered and \
-                not entry.ordered and entry.strategy is previous.strategy:
-            # the planned order, measured no faster than TensorFlow's own within the noise,
-            # does not pay for enforcing it (control dependencies, the priority executor)
-            entry.reason = ("not significantly slower than the same plan in its planned order: "
-                            "an order is enforced only where it measures faster")
-            self._conclude(entry, previous, True, on_it=True)
-            return
-        if verdict.verdict == "faster" and self.settings.rollback and \
-                not self._original_misfit(previous):
-            # A-B-A: the graph before runs once more, so that the machine drifting between
-            # the two samples (steps that keep getting faster, other load) cannot make the
-            # candidate look faster (not an original kept off the devices by their memory:
-            # the plan is kept either way)
-            self._rechecking = entry
-            self._activate(previous)
-            self.phase, self._restarts = "recheck", 0
-            self._win.reset(self.step)
-            return
-        self._conclude(entry, previous, verdict.verdict == "faster", on_it=True)
-
-    def _recheck(self, _: Any) -> None:
-        entry = self._rechecking
-        assert entry is not None and entry.sample is not None
-        if self._over_budget():
-            # the graph before is the slower one so far: the strategy found faster stays
-            self._rechecking = None
-            entry.reason = self._stop_trial(entry, self.step - self._win.start_step) + \
-                f" measuring {entry.baseline} again; kept on its own measurement"
-            self._conclude(entry, self.active, True, on_it=False)
-            return
-        again = self._win.sample()
-        if again is None:
-            return
-        verdict = compare(again.times, entry.sample.times, seed=entry.n,
-                          load_change=entry.sample.load_change(again))
-        if verdict.verdict == "load changed" and self._restarts < RESTARTS:
-            self._restarts += 1
-            self._win.reset(self.step)
-            return
-        self._rechecking = None
-        previous = self.active
-        if previous is None:  # the fresher measurement is the baseline from now on
-            self.original, self.original_s = again, again.times
-        else:
-            previous.sample, previous.measured_s = again, again.times
-        self.backend.calibrate(previous.strategy if previous else None,
-                               previous.ordered if previous else True,
-                               statistics.median(again.times))
-        entry.recheck, entry.recheck_sample = verdict, again
-        # Found faster before, and its interval still below 1 against the graph before it
-        # measured again: a machine whose load moved in between does not undo that (the
-        # recheck is there for steps that drift faster, which would make the graph before
-        # look faster the second time, not slower).
-        faster = verdict.verdict == "faster" or (verdict.verdict == "load changed" and
-                                                 verdict.high < 1.0)
-        if not faster:
-            entry.reason = (f"faster than {entry.baseline} measured before it, but not than "
-                            f"{entry.baseline} measured again after it ("
-                            f"{say.why_not(entry, previous, verdict)})")
-        self._conclude(entry, previous, faster, on_it=False)
-
-    def _conclude(self, entry: Entry, previous: Entry | None, faster: bool, on_it: bool
-                  ) -> None:
-        """Keep ``entry`` or roll it back (``on_it``: whether it is the graph running)."""
-        self._trial_ended = True
-        if not faster and entry.verdict is not None and not entry.reason:
-            entry.reason = say.why_not(entry, previous, entry.verdict)
-        misfit = "" if faster else self._original_misfit(previous)
-        if not faster and self.settings.rollback and not misfit:
-            entry.status = "rolled_back"
-            if on_it:
-                self._activate(previous)
-        else:
-            if misfit:  # the devices' memory, as the user set it, rules the original out
-                entry.reason += f"; kept: {misfit}"
-            elif not faster:
-                entry.reason += "; kept (FASTT_ROLLBACK=0)"
-            if not on_it:
-                self._activate(entry)
-            entry.status = "active"
-            if previous is not None:
-                previous.status = "superseded"
-                previous.dump = self.backend.record(previous, self.history)
-            self.active = entry
-            if entry.cached:  # its order was chosen when it was kept; no round to come
-                self.rounds = self.settings.max_rounds
-            elif entry.ordered and self.settings.order:
-                self._fifo_next = entry
-        entry.dump = self.backend.record(entry, self.history)
-        entry.timeline = None  # in its dump now; a RunMetadata can be large
-        log.info(say.decided(entry, self.original_median_s))
-        self._next_round()
-
-    def _original_misfit(self, previous: Entry | None) -> str:
-        """Why the graph a candidate is compared with cannot be returned to: the original graph
-        (``previous`` None) does not fit its device's memory as set ("" otherwise)."""
-        return self.backend.original_misfit() if previous is None else ""
-
     def _activate(self, entry: Entry | None) -> None:
         """Run ``entry``'s graph (None: the original)."""
         began = self._clock()
@@ -559,7 +320,7 @@ class Controller:
                               ordered=entry.ordered if entry else True)
         self._running = entry
         self.budget.learn("activate", self._clock() - began)
-        self._first_on_graph = True
+        self.charges.first_on_graph = True
 
     def _steady(self, _: Any) -> None:
         self._since_profile += 1
@@ -590,10 +351,6 @@ class Controller:
     def _steady_now(self) -> None:
         self.phase, self._since_profile = "steady", 0
         self.rounds = self.settings.max_rounds
-
-    @property
-    def original_median_s(self) -> float | None:
-        return statistics.median(self.original_s) if self.original_s else None
 
     def close(self) -> None:
         """The session closes: a strategy still measured, or found faster and waiting for the
