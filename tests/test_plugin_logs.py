@@ -16,9 +16,9 @@ def run_script(tmp_path, source, env_extra=None, args=()):
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(source))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FASTT", "TF_CPP"))}
-    env.update(PYTHONPATH=ROOT, FASTT="1", FASTT_DEVICES="cpu:2", FASTT_OVERHEAD="off",
-               FASTT_CACHE="0",
-               FASTT_DUMP_DIR=str(tmp_path / "dump"), **(env_extra or {}))
+    env.update({"PYTHONPATH": ROOT, "FASTT": "1", "FASTT_DEVICES": "cpu:2",
+                "FASTT_OVERHEAD": "off", "FASTT_CACHE": "0",
+                "FASTT_DUMP_DIR": str(tmp_path / "dump"), **(env_extra or {})})
     p = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True,
                        text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -105,3 +105,42 @@ def test_the_demo_prints_no_profiler_chatter(tmp_path):
     assert "fastt: planned" in p.stderr
     assert "profiler_session.cc" not in p.stderr and "xplane_to_step_stats" not in p.stderr
     assert len(p.stderr.splitlines()) < 30, p.stderr
+
+
+SHORT_TUTORIAL = """
+    import numpy as np, tensorflow as tf
+    tf1 = tf.compat.v1
+    tf1.disable_eager_execution()
+    tf1.set_random_seed(0)
+    rng = np.random.RandomState(0)
+    xs, ys = rng.rand(1024, 256).astype(np.float32), rng.randint(0, 4, 1024)
+    x = tf1.placeholder(tf.float32, [None, 256])
+    y = tf1.placeholder(tf.int64, [None])
+    h = tf.nn.relu(tf.matmul(x, tf1.get_variable("w1", [256, 512])))
+    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=y, logits=tf.matmul(h, tf1.get_variable("w2", [512, 4]))))
+    train = tf1.train.AdamOptimizer(1e-3).minimize(loss)
+    with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        for i in range(600):
+            b = slice(128 * (i % 8), 128 * (i % 8 + 1))
+            _, l = sess.run([train, loss], {x: xs[b], y: ys[b]})
+            print(f"step {i}: {l:.6f}")
+"""
+
+
+def test_a_short_run_under_the_default_budget_tries_nothing_says_why_and_trains_the_same(
+        tmp_path):
+    p = run_script(tmp_path, SHORT_TUTORIAL, {"FASTT_OVERHEAD": "3%+2s"})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTT")}
+    plain = subprocess.run([sys.executable, str(tmp_path / "script.py")], capture_output=True,
+                           text=True, timeout=300, env={**env, "PYTHONPATH": ROOT})
+    assert p.stdout == plain.stdout  # every step's loss
+    said = [line for line in p.stderr.splitlines() if line.startswith("fastt:")]
+    assert any("past its budget (3% of the run + 2 s" in line and "it waits until" in line
+               for line in said), said
+    closing = [line for line in said if "session closed" in line]
+    assert len(closing) == 1 and "0 strategies tried" in closing[0], said
+    spent = float(closing[0].split("fastt's own cost ")[1].split(" s")[0])
+    session = float(closing[0].split("of the session's ")[1].split(" s")[0])
+    assert spent <= 0.03 * session + 2.0, closing[0]
