@@ -330,7 +330,7 @@ def test_a_failure_is_said_in_one_line_naming_the_op_and_why():
             sess.run(checked, {x: [1.0]})
     line = failure(e.value)
     assert "\n" not in line and "Graph execution error" not in line
-    assert line.startswith("InvalidArgumentError at op 'checked': infinite")
+    assert line.startswith("InvalidArgumentError at op 'checked' (CheckNumerics): infinite")
 
 
 def test_verify_passes_every_strategy_of_a_correct_rewrite(plugin, tmp_path, caplog):

@@ -201,6 +201,27 @@ def test_a_strategy_the_rewriter_refuses_leaves_training_running(plugin, monkeyp
     assert_falls_back(plugin, caplog, "places no device")
 
 
+def test_a_strategy_failing_at_an_op_names_it_in_one_line_and_keeps_the_error(
+        plugin, monkeypatch, tmp_path, caplog):
+    rewrite = engine.Engine.rewrite
+
+    def mismatched(self, strategy, order="none"):
+        gd, graph = rewrite(self, strategy, order)
+        if strategy is not None:  # the first matmul now multiplies mismatched shapes
+            node = next(n for n in gd.node if n.op == "MatMul")
+            node.attr["transpose_a"].b = True
+        return gd, graph
+    monkeypatch.setattr(engine.Engine, "rewrite", mismatched)
+    assert_falls_back(plugin, caplog, "(MatMul): ")
+    line = _warnings(caplog)[0].message
+    assert line.startswith("fastt: strategy 1 (") and " failed: InvalidArgumentError at op " \
+        in line and "\n" not in line, line
+    assert line.endswith("training continues on the original graph, and fastt plans nothing "
+                         "more in this session"), line
+    doc = next(iter(statuses(tmp_path).values()))
+    assert doc["status"] == "failed" and "Matrix size-incompatible" in doc["error"]
+
+
 def test_strict_mode_raises_the_failure(plugin, monkeypatch):
     monkeypatch.setattr(engine, "rewrite", lambda *a, **kw: (_ for _ in ()).throw(
         FasttError("refused")))

@@ -253,6 +253,8 @@ class PluginBackend:
                                 ctl.session)
             doc["overhead"] = ctl.budget.as_dict()
             doc["from_plan_cache"] = entry.cached
+            if entry.error:
+                doc["error"] = entry.error
             return dump.write(self.settings.dump_dir, entry, doc, self.engine.models,
                               self.engine.devices, self.engine.step, self.settings.strict)
         except Exception as e:  # noqa: BLE001 - a dump never stops training

@@ -140,8 +140,9 @@ class Controller(Trials):
             raise error
         failed = self._measuring or self.active  # the strategy that failed, if one did
         running = self._running  # None: the original graph runs already
+        phase = self.phase
         reason = say.failure(error) if str(error) else \
-            f"{type(error).__name__} while fastt was in its {self.phase} phase"
+            f"{type(error).__name__} while fastt was in its {phase} phase"
         log.debug("fastt: the failure in full: %r", error)
         if self._rechecking is not None:  # found faster, never kept
             self._rechecking.status, self._rechecking.reason = "failed", reason
@@ -162,8 +163,11 @@ class Controller(Trials):
             if entry is None:
                 continue
             entry.status, entry.reason = "failed", reason
+            entry.error = f"{type(error).__name__}: {error}"
             entry.dump = self.backend.record(entry, self.history)
-        log.warning("fastt: %s; training continues on %s", reason, on)
+        what = f"{say.label(failed)} failed: " if failed is not None else ""
+        log.warning("fastt: %s%s; training continues on %s, and fastt plans nothing more in "
+                    "this session", what, reason, on)
 
     def stop(self, why: str) -> None:
         """fastt steps aside for this session (``why``), back on the original graph: what

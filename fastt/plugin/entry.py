@@ -58,6 +58,7 @@ class Entry:
     recheck: Verdict | None = None
     recheck_sample: Sample | None = None
     cached: bool = False  # from the plan cache: kept by an earlier run, not planned here
+    error: str = ""  # the whole error it failed with (its reason says it in one line)
 
     @property
     def measured_median_s(self) -> float | None:

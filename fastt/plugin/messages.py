@@ -2,6 +2,8 @@
 lines it logs (no TensorFlow here)."""
 from __future__ import annotations
 
+import re
+
 from fastt.plugin.budget import Budget
 from fastt.plugin.entry import Entry
 from fastt.plugin.measure import Verdict
@@ -99,20 +101,26 @@ def closed_in_warmup(steps: int, times: list[float], measure_steps: int,
 
 
 def failure(error: BaseException) -> str:
-    """One line saying what failed: the error's type, the op it names (TensorFlow's errors
-    carry it) and the line of its message that says why, not TensorFlow's headers and stack
-    traces."""
+    """One line saying what failed: the error's type, the op it names and that op's type
+    (TensorFlow's errors carry its NodeDef) and the line of its message that says why, not
+    TensorFlow's headers and stack traces."""
     name = type(error).__name__
-    node = getattr(getattr(error, "node_def", None), "name", "") or ""
+    node_def = getattr(error, "node_def", None)
+    node = getattr(node_def, "name", "") or ""
+    kind = getattr(node_def, "op", "") or ""
     lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
     after_node = [i for i, ln in enumerate(lines) if ln.startswith("Node:")]
     noise = ("Graph execution error", "Detected at node", "File ", "Node:", "[[",
              "Original stack trace", "Instructions for updating")
     pool = lines[after_node[0] + 1:] if after_node else lines
+    # "2 root error(s) found." heads the errors of several devices, each "(k) CODE: why"
+    pool = [re.sub(r"^\(\d+\) [A-Z_]+: ", "", ln) for ln in pool
+            if not re.match(r"\d+ root error\(s\) found", ln)]
     why = next((ln for ln in pool if not ln.startswith(noise)), "")
+    at = f" at op {node!r}" + (f" ({kind})" if kind else "") if node else ""
     if not why:
-        return f"{name} while fastt was working" if not node else f"{name} at op {node!r}"
-    return f"{name} at op {node!r}: {why}" if node else f"{name}: {why}"
+        return f"{name}{at}" if node else f"{name} while fastt was working"
+    return f"{name}{at}: {why}"
 
 
 def cost(b: Budget) -> str:
