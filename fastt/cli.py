@@ -182,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     _graph_arguments(p)
     p.add_argument("--strategy", default="os-dpos", choices=STRATEGIES, type=str.lower,
                    help="; ".join(f"{k.name}: {k.summary}" for k in KINDS.values()))
-    p.add_argument("--json", help="write the strategy as JSON (schema in the README)")
+    p.add_argument("--json", help="write the strategy as JSON (schema: "
+                   "docs/dumps-and-inspection.md)")
     p.add_argument("--dump", metavar="DIR", help="write the strategy's dump (strategy-<k>/: "
                                                  "document, predicted trace, graph, report)")
     p.set_defaults(func=_plan)

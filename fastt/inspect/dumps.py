@@ -1,7 +1,7 @@
 """Strategy dumps: ``strategy-<k>/`` directories, written and read.
 
 A dump holds ``strategy.json`` (the strategy document, schema ``fastt.session-strategy``
-version 2, ``schemas/strategy.schema.json``), ``cost_models.json``, ``predicted_trace.json``,
+version 3, ``schemas/strategy.schema.json``), ``cost_models.json``, ``predicted_trace.json``,
 ``measured_trace.json`` (strategies that ran), ``graph.dot`` (and ``graph.svg``) and
 ``report.html``. ``write`` writes a dump: the document every time, the files that do not change
 (cost models, predicted trace, graph) once, the measured trace once it is known, the report

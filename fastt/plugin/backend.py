@@ -253,6 +253,7 @@ class PluginBackend:
                                 ctl.session)
             doc["overhead"] = ctl.budget.as_dict()
             doc["from_plan_cache"] = entry.cached
+            doc["decided_at_step"] = entry.decided_at
             if entry.error:
                 doc["error"] = entry.error
             return dump.write(self.settings.dump_dir, entry, doc, self.engine.models,

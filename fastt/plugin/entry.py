@@ -59,6 +59,7 @@ class Entry:
     recheck_sample: Sample | None = None
     cached: bool = False  # from the plan cache: kept by an earlier run, not planned here
     error: str = ""  # the whole error it failed with (its reason says it in one line)
+    decided_at: int | None = None  # the training step at which it was kept or rolled back
 
     @property
     def measured_median_s(self) -> float | None:

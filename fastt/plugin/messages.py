@@ -66,7 +66,8 @@ def decided(e: Entry, original_s: float | None) -> str:
     if e.recheck is not None:
         compared += f", measured again after it: {judged(e.recheck)}"
     reason = f" ({e.reason})" if e.reason and e.status != "rolled_back" else ""
-    return (f"fastt: {verb} {label(e)} on {len(getattr(e.strategy, 'devices', []))} devices: "
+    at = f" at step {e.decided_at}" if e.decided_at is not None else ""
+    return (f"fastt: {verb} {label(e)}{at} on {len(getattr(e.strategy, 'devices', []))} devices: "
             f"predicted {1e3 * e.predicted_s:.2f} ms/step, measured "
             f"{1e3 * (e.measured_median_s or 0.0):.2f} ms/step, original "
             f"{1e3 * (original_s or 0.0):.2f} ms/step, speedup {speedup(original_s, e):.2f}x"

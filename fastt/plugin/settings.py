@@ -1,6 +1,6 @@
 """The session plugin's settings, read from environment variables (no TensorFlow here).
 
-Every variable is documented in the README; an invalid value raises ``SettingsError`` naming
+Every variable is documented in the README's table; an invalid value raises ``SettingsError`` naming
 the variable and what it accepts.
 """
 from __future__ import annotations

@@ -167,6 +167,7 @@ class Trials:
                   ) -> None:
         """Keep ``entry`` or roll it back (``on_it``: whether it is the graph running)."""
         self.charges.trial_ended = True
+        entry.decided_at = self.step
         if not faster and entry.verdict is not None and not entry.reason:
             entry.reason = say.why_not(entry, previous, entry.verdict)
         misfit = "" if faster else self._original_misfit(previous)
