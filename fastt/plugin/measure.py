@@ -20,8 +20,10 @@ data", 1992) whose length follows the sample's own autocorrelation (Politis and 
 2004, with the correction of Patton, Politis and White, 2009); an independent sample gets
 blocks of one step, the plain bootstrap. A comparison is also undecided when the machine's
 other load changed between the two samples, unless the change worked against its verdict
-(the candidate measured faster under more load, or slower under less): a win on a busy
-machine is kept.
+(the candidate measured faster under more load, or slower under less), or its interval lies
+beyond what the change can explain (``explained``: a graph using every core, sharing them in
+proportion with the other load, slows by ``(cores + load after) / (cores + load before)``): a
+win on a busy machine is kept.
 """
 from __future__ import annotations
 
@@ -104,11 +106,13 @@ class Verdict:
 
 
 def compare(baseline: list[float], candidate: list[float], seed: int = 0,
-            load_change: float = 0.0, confidence: float = CONFIDENCE) -> Verdict:
+            load_change: float = 0.0, confidence: float = CONFIDENCE,
+            base_load: float | None = None, cores: int | None = None) -> Verdict:
     """Whether ``candidate``'s step times are faster than ``baseline``'s (see the module
     docstring); ``load_change``: how much the machine's other load moved between the two
-    samples, in cores; ``confidence``: of the interval (higher when one measurement looks
-    several times, so that the looks together keep ``CONFIDENCE``)."""
+    samples, in cores (``base_load``: the baseline's, on a machine of ``cores``);
+    ``confidence``: of the interval (higher when one measurement looks several times, so that
+    the looks together keep ``CONFIDENCE``)."""
     base, cand = np.asarray(baseline, float), np.asarray(candidate, float)
     if len(base) < 3 or len(cand) < 3:
         raise ValueError(f"need at least 3 step times on each side, got {len(base)} and "
@@ -126,8 +130,27 @@ def compare(baseline: list[float], candidate: list[float], seed: int = 0,
             # the candidate ran under more load and still measured faster (or under less
             # and still slower): the load change only narrowed the gap; the verdict stands
             return Verdict(ratio, low, high, confidence, verdict, f"{moved}, against it")
+        factor = explained(load_change, base_load, cores)
+        # the candidate's interval as if at the baseline's load
+        if verdict != "undecided" and factor is not None and \
+                (high / factor < 1.0 if verdict == "faster" else low / factor > 1.0):
+            return Verdict(ratio, low, high, confidence, verdict,
+                           f"{moved}, which explains a factor {max(factor, 1 / factor):.2f} "
+                           f"at most; {verdict} beyond it")
         return Verdict(ratio, low, high, confidence, "load changed", moved)
     return Verdict(ratio, low, high, confidence, verdict)
+
+
+def explained(load_change: float, base_load: float | None, cores: int | None
+              ) -> float | None:
+    """The factor by which a load change of ``load_change`` cores, from ``base_load`` on a
+    machine of ``cores``, can have scaled a graph's step at most: the step of a graph that
+    would use every core, sharing them with the other load in proportion, scales as
+    ``(cores + other load)``; below 1 when the machine got quieter. None when not known."""
+    if base_load is None or not cores:
+        return None
+    after = max(base_load + load_change, 0.0)
+    return (cores + after) / (cores + max(base_load, 0.0))
 
 
 def block_length(x: np.ndarray) -> int:

@@ -6,6 +6,7 @@ against TensorFlow's. Stopped at fastt's overhead budget (``fastt.plugin.charges
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 from typing import Any, Callable
 
@@ -86,7 +87,8 @@ class Trials:
         base = previous.sample if previous is not None else self.original
         assert base is not None
         verdict = compare(base.times, sample.times, seed=entry.n,
-                          load_change=sample.load_change(base),
+                          load_change=sample.load_change(base), base_load=base.load,
+                          cores=os.cpu_count(),
                           confidence=1 - (1 - CONFIDENCE) / LOOKS)
         if verdict.verdict == "load changed" and self._restarts < RESTARTS:
             self._restarts += 1
@@ -136,7 +138,8 @@ class Trials:
         if again is None:
             return
         verdict = compare(again.times, entry.sample.times, seed=entry.n,
-                          load_change=entry.sample.load_change(again))
+                          load_change=entry.sample.load_change(again), base_load=again.load,
+                          cores=os.cpu_count())
         if verdict.verdict == "load changed" and self._restarts < RESTARTS:
             self._restarts += 1
             self._win.reset(self.step)
