@@ -1,7 +1,9 @@
 """Small builders shared by the tests (no TensorFlow)."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace as NS
+from typing import Any, Callable
 
 from fastt.ir import Graph, Op, TensorRef, TensorSpec
 
@@ -51,3 +53,10 @@ def equivalence(*args: str) -> str:
                        env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-4000:]
     return p.stdout
+
+
+def side_by_side(*calls: Callable[[], Any]) -> list[Any]:
+    """Each call's result, the calls run at once in threads (each starts a process of its
+    own: on 2 cores two at a time finish sooner than one after the other)."""
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return [f.result() for f in [pool.submit(c) for c in calls]]

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tests.helpers import side_by_side
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = {
     "session_feed_dict.py": None,
@@ -56,8 +58,8 @@ def test_example_trains_the_same_with_fastt(script, tmp_path):
     needs = EXAMPLES[script]
     if needs and importlib.util.find_spec(needs) is None:
         pytest.skip(f"{script} needs {needs} (installed by the README's test command)")
-    plain_loss, plain_out, _ = run(script, tmp_path, fastt=False)
-    loss, out, err = run(script, tmp_path, fastt=True)
+    (plain_loss, plain_out, _), (loss, out, err) = side_by_side(
+        lambda: run(script, tmp_path, fastt=False), lambda: run(script, tmp_path, fastt=True))
     assert loss == pytest.approx(plain_loss, rel=1e-3)
     dumps = sorted((tmp_path / "dump").glob("strategy-*/strategy.json"))
     assert dumps, err[-3000:]

@@ -3,6 +3,7 @@ what they cannot honour."""
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -26,13 +27,33 @@ from tests.equivalence import (CLUSTER_MODELS, HEAVY, MODELS, build, forced_spli
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _equivalence(name, D):
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run([sys.executable, "-m", "tests.equivalence", name, str(D)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def equivalence_runs(request):
+    """The selected cases of ``test_rewritten_graphs_train_like_the_original``, each in a
+    process of its own, two at a time from the first test on (one case keeps about one core
+    busy), the heavy models first; each test waits for its own."""
+    cases = [tuple(item.callspec.params[k] for k in ("name", "D"))
+             for item in request.session.items
+             if item.module is request.module and hasattr(item, "callspec")
+             and item.originalname == "test_rewritten_graphs_train_like_the_original"]
+    pool = ThreadPoolExecutor(2)
+    runs = {case: pool.submit(_equivalence, *case)
+            for case in sorted(cases, key=lambda c: c[0] not in HEAVY)}
+    yield runs
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
 @pytest.mark.parametrize("name,D", [(n, D) for D in (2, 4) for n in MODELS
                                     if D == 2 or n not in HEAVY])
-def test_rewritten_graphs_train_like_the_original(name, D):
+def test_rewritten_graphs_train_like_the_original(name, D, equivalence_runs):
     """Each case in a process of its own (``tests/equivalence.py``)."""
-    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    p = subprocess.run([sys.executable, "-m", "tests.equivalence", name, str(D)], cwd=ROOT,
-                       env=env, capture_output=True, text=True, timeout=900)
+    p = equivalence_runs[(name, D)].result()
     assert p.returncode == 0, p.stderr[-4000:]
 
 

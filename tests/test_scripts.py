@@ -14,6 +14,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.helpers import side_by_side
+
 tf = pytest.importorskip("tensorflow")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -74,8 +76,9 @@ def _checkpoint(path):
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_script_trains_the_same_with_fastt(script, tmp_path):
-    plain = run(script, tmp_path / "plain", fastt=False)
-    with_fastt = run(script, tmp_path / "fastt", fastt=True, dump=tmp_path / "dump")
+    plain, with_fastt = side_by_side(
+        lambda: run(script, tmp_path / "plain", fastt=False),
+        lambda: run(script, tmp_path / "fastt", fastt=True, dump=tmp_path / "dump"))
     assert float(_value(with_fastt.stdout, "final loss")) == pytest.approx(
         float(_value(plain.stdout, "final loss")), rel=1e-3)
     assert _RESULT.findall(with_fastt.stdout) == _RESULT.findall(plain.stdout)
