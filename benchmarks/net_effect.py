@@ -44,6 +44,22 @@ QUICK = ROWS[:2]
 KEPT = re.compile(r"fastt: activated strategy \d+ \(([^)]*)\) at step (\d+)")
 CLOSED = re.compile(r"session closed after (\d+) training steps on (.*?)(?:, [\d.]+x over the "
                     r"original)?; (\d+) strategies tried.*fastt's own cost ([\d.]+) s")
+IN_WARMUP = "before the original graph's step time was measured"
+COST = re.compile(r"fastt's own cost ([\d.]+) s")
+
+
+def ended(x: dict) -> str:
+    """Where a run with fastt ended (a session closed in its warm-up: the original graph)."""
+    if x["ended_on"]:
+        return x["ended_on"]
+    return "the original graph (in its warm-up)" if any(IN_WARMUP in ln for ln in x["lines"]) \
+        else "?"
+
+
+def spent(x: dict) -> float:
+    """What fastt said it spent, over every session of the run."""
+    return sum(float(m.group(1)) for ln in x["lines"] if "session closed" in ln
+               for m in [COST.search(ln)] if m)
 
 
 def run(script: str, args: list[str], fastt: bool, out: str, cache: str | None = None
@@ -128,11 +144,11 @@ def markdown(doc: dict, level: str = "#") -> str:
              "(s) | verdict |", "|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         f = [p["fastt"] for p in r["pairs"]]
-        ended = sorted({x["ended_on"] or "?" for x in f})
+        ends = sorted({ended(x) for x in f})
         lines.append(f"| {r['name']} | {r['plain_s']:.1f} | {r['fastt_s']:.1f} | "
-                     f"{r['ratio']:.3f} | {'; '.join(ended)} | "
+                     f"{r['ratio']:.3f} | {'; '.join(ends)} | "
                      f"{statistics.median(x['tried'] for x in f):g} | "
-                     f"{statistics.median(x['spent_s'] for x in f):.2f} | {verdict(r)} |")
+                     f"{statistics.median(spent(x) for x in f):.2f} | {verdict(r)} |")
     cached = [r for r in doc["rows"] if "cache" in r]
     lines += ["", "The plan cache, where a first run kept a plan: the run that filled a fresh "
               "cache, and the next run, starting from it.", ""]

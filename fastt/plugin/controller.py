@@ -5,9 +5,15 @@ it, ``step_started()`` times it (``fastt.plugin.window``), ``after_step(run_meta
 records it and, between two steps, profiles, plans, activates, measures and rolls back
 through a ``Backend`` (the TensorFlow side). The phases:
 
-    warmup -> profile -> plan -> measure -> (rolled back | active) -> profile -> ... -> steady
+    warmup -> profile -> planning -> measure -> recheck -> (rolled back | active)
+           -> profile -> ... -> steady
     steady -> (every ``reprofile_every`` steps, or more where a round would take over 1% of
                the steps in between) profile -> plan only on a significant change
+
+A round, a trial or a re-profile starts only when the run pays for it (``waiting`` until it
+does: ``fastt.plugin.budget``); a plan not computed within ``plan_wait_s`` is waited for
+(``planning``) while the steps go on; a plan an earlier run kept (``Backend.cached``) is
+measured after the warm-up instead of the first round.
 
 The first plan is the starting strategy (data parallel when the model fits one device, else a
 model-parallel spread), the next ones the chosen strategy; planning stops when the cost models
