@@ -136,7 +136,8 @@ def _cluster(args: argparse.Namespace) -> int:
                   flush=True)
         spec = launcher.up(args.workers, args.cores_per_worker, args.port, path,
                            starting=starting)
-        print(f"cluster up, state in {path}; point training at it with:", file=sys.stderr)
+        print(f"cluster up on 127.0.0.1, serving this user's connections only; state in "
+              f"{path}; point training at it with:", file=sys.stderr)
         print(f"FASTT_CLUSTER={spec}")
     elif args.action == "down":
         stopped = launcher.down(path)

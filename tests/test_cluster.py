@@ -3,6 +3,7 @@ trained over a 2-worker local cluster, and a worker killed mid-training."""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -179,3 +180,42 @@ def test_a_killed_worker_is_named_within_60_s(tmp_path):
     reader = tf.train.load_checkpoint(checkpoint)
     assert "global_step" in reader.get_variable_to_shape_map()
     assert reader.get_tensor("dense0/kernel").shape == (64, 256)
+
+
+CLIENT = """
+import os, sys
+import tensorflow as tf
+tf1 = tf.compat.v1
+tf1.disable_eager_execution()
+with tf.device("/job:worker/task:0/device:CPU:0"):
+    c = tf.constant(1.0) + 1.0
+cfg = tf1.ConfigProto(operation_timeout_in_ms=8000)
+try:
+    with tf1.Session("grpc://" + sys.argv[1], config=cfg) as s:
+        print("ran", s.run(c, options=tf1.RunOptions(timeout_in_ms=8000)))
+except tf.errors.OpError as e:
+    print("refused", type(e).__name__)
+"""
+
+
+def _as_user(uid):
+    """A command's prefix that runs it as ``uid`` (util-linux's setpriv)."""
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or
+                    shutil.which("setpriv") is None,
+                    reason="running a client as another local user needs root and setpriv")
+def test_workers_refuse_another_local_users_connections():
+    """TensorFlow's gRPC servers have no authentication: a worker of `fastt cluster up`
+    accepts connections from its own user's sockets only (the loopback shim)."""
+    nobody = 65534
+    env = {**os.environ, "PYTHONPATH": ROOT, "TF_CPP_MIN_LOG_LEVEL": "2", "HOME": "/tmp",
+           "MPLCONFIGDIR": "/tmp"}
+    with LocalCluster(workers=1) as cluster:
+        def client(prefix=()):
+            p = subprocess.run([*prefix, sys.executable, "-c", CLIENT, cluster.addresses[0]],
+                               env=env, cwd="/", capture_output=True, text=True, timeout=300)
+            return p.stdout.strip().splitlines()[-1:] or [p.stderr[-500:]]
+        assert client(_as_user(nobody)) == ["refused DeadlineExceededError"]
+        assert client() == ["ran 2.0"]  # its own user: served

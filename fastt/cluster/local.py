@@ -120,7 +120,8 @@ class LocalCluster:
             env["LD_PRELOAD"] = " ".join(filter(None, [shim, env.get("LD_PRELOAD", "")]))
         else:
             log.warning("the loopback shim was not built at install (no C compiler?); "
-                        "the workers listen on every interface of this machine")
+                        "the workers listen on every interface of this machine and accept "
+                        "connections from any user")
         try:
             for i in range(self.workers):
                 self.cores.append(_cores_for(i, self.cores_per_worker))
