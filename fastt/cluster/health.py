@@ -8,8 +8,9 @@ becomes one clear error naming it. No TensorFlow here.
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import grpc
 
@@ -52,21 +53,60 @@ class Watch:
         self.spec, self.interval, self.timeout = spec, interval, timeout
         self._last = -float("inf")
 
+    def lost(self) -> str:
+        """Every task that does not answer now, named with why ("" when all answer)."""
+        found = unanswered(self.spec.tasks, self.timeout)
+        self._last = time.monotonic()
+        return "; ".join(f"{t} does not answer ({why})" for t, why in found)
+
     def check(self, force: bool = False, cause: BaseException | None = None) -> None:
         now = time.monotonic()
         if not force and now - self._last < self.interval:
             return
-        lost = unanswered(self.spec.tasks, self.timeout)
-        self._last = time.monotonic()
-        if not lost:
+        names = self.lost()
+        if not names:
             return
-        names = "; ".join(f"{t} does not answer ({why})" for t, why in lost)
         step = f" The step failed with {type(cause).__name__}: {_first_line(cause)}." \
             if cause is not None else ""
         raise WorkerLostError(
             f"cluster {self.spec.value}: {names}.{step} Checkpoints saved so far are intact; "
             "restart the worker (e.g. 'fastt cluster down' then 'fastt cluster up') and resume "
             "from the last one.") from cause
+
+
+class StepWatch:
+    """While a step runs on the cluster for longer than ``watch.interval``, its servers are
+    checked every interval from a thread of its own: a lost one is said at once, naming it
+    (TensorFlow retries a lost server until the step's deadline, a minute or more), and
+    ``on_lost`` is called once (to end the step sooner)."""
+
+    def __init__(self, watch: Watch, on_lost: Callable[[str], None]) -> None:
+        self.watch, self.on_lost = watch, on_lost
+        self._since: float | None = None  # when the step running started
+        self.said = ""  # the loss said, once
+        self._thread: threading.Thread | None = None
+
+    def started(self) -> None:
+        self._since = time.monotonic()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="fastt-watch", daemon=True)
+            self._thread.start()
+
+    def ended(self) -> None:
+        self._since = None
+
+    def _loop(self) -> None:
+        while not self.said:
+            time.sleep(self.watch.interval)
+            since = self._since
+            if since is None or time.monotonic() - since < self.watch.interval:
+                continue
+            names = self.watch.lost()
+            if names and self._since is not None:
+                self.said = names
+                log.warning("fastt: cluster %s: %s while a step runs; the step is ended",
+                            self.watch.spec.value, names)
+                self.on_lost(names)
 
 
 def _first_line(error: BaseException | None) -> str:

@@ -69,7 +69,8 @@ def _call(p: "SessionPlugin", c: StepCallable, args: tuple[Any, ...], run_metada
         meta = _tf1.RunMetadata() if trace else run_metadata
         retry = False
         try:
-            with profiler_chatter_dropped() if trace else contextlib.nullcontext():
+            with profiler_chatter_dropped() if trace else contextlib.nullcontext(), \
+                    p.guard.running():
                 out = fn(*args, run_metadata=meta)
             if cur.snapshot is not None and cur.strategy is not None and p.settings.verify:
                 with p.lock:

@@ -4,11 +4,12 @@ original graph) and on every step on fastt's cluster (a server that hangs), whos
 checked every few seconds and after a failed step, so that a lost one is an error naming it."""
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 import tensorflow as tf
 
-from fastt.cluster.health import Watch
+from fastt.cluster.health import StepWatch, Watch
 from fastt.plugin import remote
 
 _tf1 = tf.compat.v1
@@ -21,6 +22,20 @@ class Guard:
 
     def __init__(self, watch: Watch | None, original_s: Callable[[], float | None]) -> None:
         self.watch, self.original_s = watch, original_s
+        self.steps = StepWatch(watch, lambda names: None) if watch is not None else None
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Around a run on the cluster: a server lost while it runs is named within seconds
+        (``StepWatch``), though TensorFlow ends the run only at its deadline."""
+        if self.steps is None:
+            yield
+            return
+        self.steps.started()
+        try:
+            yield
+        finally:
+            self.steps.ended()
 
     def check(self, force: bool = False) -> None:
         """On the cluster: every server answers (checked every few seconds, or now)."""

@@ -193,10 +193,11 @@ class SessionPlugin:
             first = cur.snapshot is not None
             try:
                 syncs = cur.followers(req.fetch_names, req.target_names, req.feeds)
-                values = hook.run_elements(
-                    cur.sess, found[:nf], found[nf:nf + nt] + syncs,
-                    dict(zip(found[nf + nt:], req.feeds.values())),
-                    self.guard.options(options, first), meta)
+                with self.guard.running():
+                    values = hook.run_elements(
+                        cur.sess, found[:nf], found[nf:nf + nt] + syncs,
+                        dict(zip(found[nf + nt:], req.feeds.values())),
+                        self.guard.options(options, first), meta)
                 if first and self.settings.verify and cur.strategy is not None:
                     with self.lock:
                         self.verify(cur, req.fetch_names, req.target_names, req.feeds, values)
@@ -248,8 +249,9 @@ class SessionPlugin:
     def _user_run(self, fetches: Any, feed_dict: Any, options: Any, meta: Any) -> Any:
         """TensorFlow's own run on the user's session (bounded and watched on a cluster)."""
         try:
-            return hook.original("run")(self.sess, fetches, feed_dict,
-                                        self.guard.options(options, False), meta)
+            with self.guard.running():
+                return hook.original("run")(self.sess, fetches, feed_dict,
+                                            self.guard.options(options, False), meta)
         except remote.STEP_ERRORS as e:
             self.guard.failed(e)
             raise
