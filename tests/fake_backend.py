@@ -87,6 +87,9 @@ class FakeBackend:
         self.on_graph = 0
         self.activations.append(None if strategy is None else strategy.name)
 
+    def lost(self, error):
+        pass
+
     def cached(self):
         return self.hit
 

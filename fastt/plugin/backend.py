@@ -70,6 +70,11 @@ class PluginBackend:
         fifo = strategy is None or not ordered or self.order_mechanism() == "none"
         self.engine.calibrate(strategy, untraced_s, fifo)
 
+    def lost(self, error: BaseException) -> None:
+        """After fastt's own work failed with ``error``: on the cluster, a
+        ``WorkerLostError`` naming each server that does not answer."""
+        self.plugin.guard.failed(error)
+
     def cost_change(self) -> float:
         return self.engine.cost_change()
 

@@ -141,7 +141,9 @@ class Controller(Trials):
         self.budget.charge("own", self._win.own)
 
     def fail(self, error: BaseException) -> None:
-        """Something inside fastt failed: back to the original graph, stop planning."""
+        """Something inside fastt failed: back to the original graph, stop planning (a server
+        of the cluster lost: ``WorkerLostError`` naming it, from ``Backend.lost``)."""
+        self.backend.lost(error)
         if self.settings.strict:
             raise error
         failed = self._measuring or self.active  # the strategy that failed, if one did
