@@ -129,7 +129,7 @@ def probe_link(comm: CommCostModel, src: str, dst: str, target: str = "",
     each gives up to a call in a burst."""
     comm.update(probe_pair(src, dst, target, config))
     fit = comm.link(src, dst)
-    if fit is None:
+    if fit is None or same_process(src, dst):  # one process: nothing to share (below)
         return
     shares = probe_cpu_share(src, dst, fit.predict(SHARE_BYTES), target, config)
     if shares is not None:

@@ -30,9 +30,11 @@ from typing import Any, Callable
 
 # Estimates before the session saw one of its own (seconds; a traced step: per step, plus a
 # multiple of the untraced step; ``prepare``: what a plan needs from TensorFlow on the training
-# thread, the first time probing the links): the corpus' small graphs took 0.3-0.6 s to
-# activate on 2 CPU devices, and probing 2 devices of one process about 1 s.
-PRIORS = {"trace": 0.02, "activate": 0.5, "first_step": 0.2, "plan": 0.1, "prepare": 1.0}
+# thread, the first time probing the links; ``record``: writing a dump, with its report): the
+# corpus' small graphs took 0.3-0.6 s to activate on 2 CPU devices, probing 2 devices of one
+# process about 1 s, and a dump about 1 s.
+PRIORS = {"trace": 0.02, "activate": 0.5, "first_step": 0.2, "plan": 0.1, "prepare": 1.0,
+          "record": 1.0}
 LAST = ("prepare",)  # kinds whose next cost is the last one's (the first probes the links)
 TRACE_FACTOR = 2.0  # a traced step's extra, in its untraced steps, before one was seen
 KINDS = ("own", "traced", "planning", "trials")

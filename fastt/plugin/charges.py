@@ -10,8 +10,8 @@ from fastt.plugin.budget import Budget
 class Charges:
     """The step-by-step accounting of one session's ``Budget``."""
 
-    def __init__(self, budget: Budget) -> None:
-        self.budget = budget
+    def __init__(self, budget: Budget, dumps: bool = False) -> None:
+        self.budget, self.dumps = budget, dumps  # dumps: each decision writes one
         self.role: tuple[str, float] | None = None  # the last step's: (kind, reference s)
         self.first_on_graph = False  # the next step is the first on a new graph
         self.read_s = 0.0  # what reading the last traced step's profile took
@@ -57,9 +57,11 @@ class Charges:
 
     def trial_need(self) -> float:
         """A trial's fixed costs: a strategy kept is activated three times (on trial, the
-        graph before measured again, kept), each time with a first step on a new graph."""
+        graph before measured again, kept), each time with a first step on a new graph; with
+        dumps on, its decision and the strategy it supersedes are written."""
         b = self.budget
-        return 3 * (b.estimate("activate") + b.estimate("first_step"))
+        return 3 * (b.estimate("activate") + b.estimate("first_step")) + \
+            (2 * b.estimate("record") if self.dumps else 0.0)
 
     def trial_over(self) -> bool:
         """Whether the trial running must end: with the step that just ran (its loss is

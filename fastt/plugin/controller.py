@@ -51,7 +51,7 @@ class Controller(Trials):
                  run_plan: Callable[[Callable[[], Any]], Pending] = Done) -> None:
         self.settings, self.backend, self._clock = settings, backend, clock
         self.budget = Budget(settings.overhead_fraction, settings.overhead_s, clock)
-        self.charges = Charges(self.budget)
+        self.charges = Charges(self.budget, dumps=bool(settings.dump_dir))
         self._run_plan = run_plan  # where plans are computed (the plugin: off the thread)
         self._pending: tuple[str, Pending, float] | None = None  # (name, plan, began)
         self._waiting = ""  # what waits for the run to pay for it ("" when nothing)
@@ -154,7 +154,7 @@ class Controller(Trials):
         log.debug("fastt: the failure in full: %r", error)
         if self._rechecking is not None:  # found faster, never kept
             self._rechecking.status, self._rechecking.reason = "failed", reason
-            self._rechecking.dump = self.backend.record(self._rechecking, self.history)
+            self._rechecking.dump = self._record(self._rechecking)
         self.phase, self._measuring, self.active, self._rechecking = "off", None, None, None
         self._pending = None
         self.charges.trial_ended = True
@@ -172,7 +172,7 @@ class Controller(Trials):
                 continue
             entry.status, entry.reason = "failed", reason
             entry.error = f"{type(error).__name__}: {error}"
-            entry.dump = self.backend.record(entry, self.history)
+            entry.dump = self._record(entry)
         what = f"{say.label(failed)} failed: " if failed is not None else ""
         log.warning("fastt: %s%s; training continues on %s, and fastt plans nothing more in "
                     "this session", what, reason, on)
@@ -185,7 +185,7 @@ class Controller(Trials):
                               (self.active, "rolled_back")):
             if entry is not None:
                 entry.status, entry.reason = status, why
-                entry.dump = self.backend.record(entry, self.history)
+                entry.dump = self._record(entry)
         self.phase, self._measuring, self._rechecking, self.active = "off", None, None, None
         self._running, self._pending = None, None
         self.charges.trial_ended = True
@@ -325,6 +325,14 @@ class Controller(Trials):
         self._when_paid(f"a trial of {name}", self._trial_need,
                         lambda: self._measure_entry(entry))
 
+    def _record(self, entry: Entry) -> str:
+        """``entry``'s dump written (or refreshed); its path. What it took is learned: a
+        trial's decision writes one or two."""
+        began = self._clock()
+        path = self.backend.record(entry, self.history)
+        self.budget.learn("record", self._clock() - began)
+        return path
+
     def _activate(self, entry: Entry | None) -> None:
         """Run ``entry``'s graph (None: the original)."""
         began = self._clock()
@@ -379,7 +387,7 @@ class Controller(Trials):
             self._measuring = self._rechecking = None
             entry.status = "unfinished"
             entry.reason = say.unfinished(entry, self.step - self._win.start_step, self.active)
-            entry.dump = self.backend.record(entry, self.history)
+            entry.dump = self._record(entry)
             entry.timeline = None
             log.info(say.left_unfinished(entry))
         if self.history or self.phase in ("warmup", "waiting", "profile", "planning"):
@@ -388,6 +396,7 @@ class Controller(Trials):
     def log_closing(self, running: Entry | None = None) -> None:
         """The line a session logs when it closes (``running``: the strategy it ended on,
         when not the one kept)."""
+        log.debug("fastt: its own cost in full: %s", self.budget.as_dict())
         if self.phase == "warmup":  # too short a session to measure the original graph
             log.info(say.closed_in_warmup(
                 self.step, self._win.times, self.settings.measure_steps,

@@ -46,6 +46,7 @@ class Trials:
     _fifo_next: Entry | None
     _restarts: int
     _activate: Callable[[Entry | None], None]
+    _record: Callable[[Entry], str]
     _next_round: Callable[[], None]
 
     @property
@@ -188,13 +189,13 @@ class Trials:
             entry.status = "active"
             if previous is not None:
                 previous.status = "superseded"
-                previous.dump = self.backend.record(previous, self.history)
+                previous.dump = self._record(previous)
             self.active = entry
             if entry.cached:  # its order was chosen when it was kept; no round to come
                 self.rounds = self.settings.max_rounds
             elif entry.ordered and self.settings.order:
                 self._fifo_next = entry
-        entry.dump = self.backend.record(entry, self.history)
+        entry.dump = self._record(entry)
         entry.timeline = None  # in its dump now; a RunMetadata can be large
         log.info(say.decided(entry, self.original_median_s))
         self._next_round()
