@@ -43,12 +43,10 @@ def probe_pair(src: str, dst: str, target: str = "", config: Any = None,
     times each, through a session on ``target`` ("" = in-process) with ``config``; default
     sizes ``DEFAULT_SIZES``, and ``LARGE_SIZES`` between processes. Each size keeps its
     fastest sample over ``SWEEPS`` sweeps (load only ever adds time): a burst of other load
-    may last a whole sweep, every size then slower by the same (once in 42 link fits over
-    three full runs of the real testbed here: 0.77 ms of latency where the others found
-    0.10-0.17, and an LSTM's model-parallel plan predicted 50% slow). While those points do
-    not lie on a line (r2 under ``LINEAR``: a burst through most of one sweep's repeats; 1
-    sweep in 20 here, its smallest sizes at 0.5-0.7 ms instead of 0.1), a sweep more, up to
-    ``ATTEMPTS``."""
+    may last a whole sweep, every size then slower by the same, and a link's latency several
+    times its own. While those points do not lie on a line (r2 under ``LINEAR``: a burst
+    through most of one sweep's repeats), a sweep more, up to ``ATTEMPTS``; between devices of
+    one process, whose hand-over is not traced, one sweep."""
     if sizes is None:
         sizes = DEFAULT_SIZES + (() if same_process(src, dst) else LARGE_SIZES)
     best: list[TransferSample] = []
