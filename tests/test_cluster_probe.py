@@ -129,7 +129,9 @@ def test_each_size_keeps_its_fastest_sample_over_the_sweeps(monkeypatch):
         return [TransferSample(a, b, n, latency + n / 2e9 + (0.05 if n == bump else 0.0))
                 for n in sizes]
     taken = []
-    monkeypatch.setattr(probe, "_sweep", lambda *args: taken.append(1) or next(sweeps))
+    traced = True  # the sweeps' transfers were traced (devices of two processes)
+    monkeypatch.setattr(probe, "_sweep",
+                        lambda *args: taken.append(1) or (next(sweeps), traced))
     line = [1.2e-4 + n / 2e9 for n in sizes]
     # a burst of load through the whole first sweep; in the second, one size caught by one;
     # then each sweep one size: the fastest of each size lie on a line, no third sweep
@@ -145,3 +147,9 @@ def test_each_size_keeps_its_fastest_sample_over_the_sweeps(monkeypatch):
     got = probe.probe_pair(a, b, sizes=sizes)
     assert len(taken) == 3 and got[5].seconds == pytest.approx(1.3e-4 + sizes[5] / 2e9)
     assert [t.seconds for t in got[:5]] == pytest.approx(line[:5])
+    # devices of one process: nothing traced, the hand-over timed as a difference; one sweep
+    traced = False
+    sweeps = iter([sweep(1.2e-4, bump=sizes[5]), sweep(1.2e-4)])
+    taken.clear()
+    got = probe.probe_pair(a, b, sizes=sizes)
+    assert len(taken) == 1 and got[5].seconds == pytest.approx(0.05 + 1.2e-4 + sizes[5] / 2e9)
