@@ -96,6 +96,19 @@ def _cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify(args: argparse.Namespace) -> int:
+    from fastt import verify_cmd
+    if args.json:
+        check_output(args.json, "--json file")
+    if args.devices:
+        from fastt.plugin.settings import parse_devices
+        try:
+            parse_devices(args.devices)
+        except FasttError as e:
+            raise FasttError(f"--devices: {e}") from None
+    return verify_cmd.run(args.script, args.args, args.devices, args.json, args.all)
+
+
 def _inspect(args: argparse.Namespace) -> int:
     from fastt.inspect import dumps, summary
     declined = dumps.find_declined(args.dir)
@@ -194,6 +207,16 @@ def build_parser() -> argparse.ArgumentParser:
     _graph_arguments(p)
     p.add_argument("--dump", metavar="DIR", help="write a dump (strategy-<k>/) per strategy")
     p.set_defaults(func=_plan, strategy="os-dpos")
+
+    p = sub.add_parser("verify", help="run a training script under fastt and check each "
+                       "strategy's first step against the original graph's, value by value")
+    p.add_argument("script", help="the training script, run unchanged as python SCRIPT ARGS")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="the script's own arguments")
+    p.add_argument("--devices", help="FASTT_DEVICES for the run (default: the environment's, "
+                                     "else cpu:2)")
+    p.add_argument("--json", help="write every check, tensor by tensor, as JSON")
+    p.add_argument("--all", action="store_true", help="list every tensor compared")
+    p.set_defaults(func=_verify)
 
     p = sub.add_parser("inspect", help="summarize strategy dumps (FASTT_DUMP_DIR or "
                                        "'compare --dump'): strategies, step times, splits")

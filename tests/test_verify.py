@@ -1,9 +1,12 @@
 """The per-step check's comparison (no TensorFlow)."""
 import math
+import os
 
 import numpy as np
 
 from fastt.plugin.verify import Difference, differences, relative, tolerance, verdict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_reassociation_is_within_float32_tolerance_and_a_lost_update_is_not():
@@ -35,3 +38,59 @@ def test_the_verdict_names_the_worst_difference():
     assert line.startswith("the step differs") and "variable b: 1" in line
     assert verdict([Difference("x", "fetch", 0.0, 1e-4)]) == ""
     assert differences({"gone": np.ones(1)}, {}, "fetch")[0].relative == math.inf
+
+
+def _fake(tmp_path, body):
+    """A script that appends checks to FASTT_VERIFY_REPORT as the plugin would."""
+    script = tmp_path / "fake_train.py"
+    script.write_text("import sys\nsys.path.insert(0, %r)\n" % ROOT +
+                      "import os, sys\nfrom fastt.plugin.verify import Difference, record\n"
+                      "path = os.environ['FASTT_VERIFY_REPORT']\n" + body)
+    return str(script)
+
+
+def test_record_and_read_round_trip(tmp_path):
+    from fastt.plugin.verify import read, record
+    path = str(tmp_path / "checks.jsonl")
+    assert read(path) == []
+    record(path, "strategy 1 (data-parallel)", [Difference("w", "variable", 3e-7, 1e-4),
+                                                 Difference("n", "fetch", math.inf, 0.0)], step=7)
+    record(path, "strategy 2 (os-dpos)", [], "it runs the script's Python (PyFunc)")
+    first, second = read(path)
+    assert first["step"] == 7 and first["tensors"][1]["relative"] is None  # inf: unequal
+    assert "fetch n: inf" in first["verdict"]
+    assert second["skipped"].startswith("it runs") and second["verdict"] == ""
+
+
+def test_the_command_passes_its_settings_and_says_each_check(tmp_path, capsys, monkeypatch):
+    from fastt import verify_cmd
+    monkeypatch.setenv("FASTT_MEASURE_STEPS", "7")  # the caller's own setting wins
+    script = _fake(tmp_path, "assert os.environ['FASTT'] == '1' and "
+                   "os.environ['FASTT_DEVICES'] == 'cpu:3' and "
+                   "os.environ['FASTT_MEASURE_STEPS'] == '7' and "
+                   "os.environ['FASTT_OVERHEAD'] == 'off' and sys.argv[1:] == ['--x', '1']\n"
+                   "record(path, 'strategy 1 (os-dpos)', "
+                   "[Difference('loss:0', 'fetch', 2e-6, 1e-4)], step=12)\n")
+    out = tmp_path / "checks.json"
+    assert verify_cmd.run(script, ["--x", "1"], "cpu:3", str(out)) == verify_cmd.EXIT_WITHIN
+    said = capsys.readouterr().out
+    assert "strategy 1 (os-dpos) at step 12: 1 tensors within reassociation; largest 2e-06 " \
+           "at fetch loss:0" in said
+    import json
+    assert json.loads(out.read_text())["checks"][0]["tensors"][0]["name"] == "loss:0"
+
+
+def test_the_command_fails_on_a_difference_nothing_checked_or_the_scripts_failure(
+        tmp_path, capsys):
+    from fastt import verify_cmd
+    differs = _fake(tmp_path, "record(path, 's', [Difference('w2', 'variable', 0.01, 1e-4), "
+                    "Difference('w1', 'variable', 0.0, 1e-4)])\n")
+    assert verify_cmd.run(differs, [], show_all=True) == verify_cmd.EXIT_DIFFERS
+    said = capsys.readouterr().out
+    assert "2 tensors DIFFER; largest 0.01 at variable w2" in said and "variable w1: 0" in said
+    nothing = _fake(tmp_path, "")
+    assert verify_cmd.run(nothing, []) == verify_cmd.EXIT_UNCHECKED
+    assert "nothing was checked" in capsys.readouterr().out
+    failing = _fake(tmp_path, "sys.exit(4)\n")
+    assert verify_cmd.run(failing, []) == 4
+    assert "exited with 4" in capsys.readouterr().err

@@ -112,6 +112,11 @@ class Controller(Trials):
         kind = {"measure": "trials", "planning": "planning"}.get(phase)
         return kind, self._reference()
 
+    @property
+    def running(self) -> Entry | None:
+        """The strategy whose graph the steps run on (None: the original graph)."""
+        return self._measuring or self.active
+
     def _reference(self) -> float | None:
         """The step time of the graph kept so far (the original's before one is kept)."""
         if self.active is not None and self.active.measured_s:
@@ -146,7 +151,7 @@ class Controller(Trials):
         self.backend.lost(error)
         if self.settings.strict:
             raise error
-        failed = self._measuring or self.active  # the strategy that failed, if one did
+        failed = self.running  # the strategy that failed, if one did
         running = self._running  # None: the original graph runs already
         phase = self.phase
         reason = say.failure(error) if str(error) else \
@@ -377,7 +382,7 @@ class Controller(Trials):
         graph before it to be measured again, is recorded as unfinished, with how far it got
         (its record is not lost); then the closing line."""
         entry = self._measuring or self._rechecking
-        running = self._measuring or self.active  # the graph the session ends on
+        running = self.running  # the graph the session ends on
         kept = self.active if self.active is not None and self.active.status == "active" \
             else None
         if kept is not None or (self.phase == "steady" and self.history):

@@ -88,7 +88,7 @@ def closed(steps: int, on: Entry | None, original_s: float | None, tried: int,
     else:
         dumps = f"no dump could be written in FASTT_DUMP_DIR={dump_dir}"
     return (f"fastt: session closed after {steps} training steps on {where}; {tried} "
-            f"strategies tried, {dumps}")
+            f"strateg{'y' if tried == 1 else 'ies'} tried, {dumps}")
 
 
 def closed_in_warmup(steps: int, times: list[float], measure_steps: int,
@@ -129,4 +129,5 @@ def cost(b: Budget) -> str:
     session = b.elapsed()
     share = f", {100 * b.spent / session:.1f}% of the session's {session:.1f} s" \
         if session > 0 else ""
-    return f"fastt's own cost {b.spent:.2f} s{share} (budget {b.describe()}: FASTT_OVERHEAD)"
+    limit = f"budget {b.describe()}: FASTT_OVERHEAD" if b.on else "no budget: FASTT_OVERHEAD=off"
+    return f"fastt's own cost {b.spent:.2f} s{share} ({limit})"

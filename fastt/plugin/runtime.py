@@ -10,6 +10,7 @@ user's structure. ``sess.graph`` stays the user's graph.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import contextlib
 import logging
 import threading
@@ -24,6 +25,7 @@ from fastt.ir import Graph
 from fastt.errors import FasttError
 from fastt.op_types import PYTHON, USER_CODE
 from fastt.plugin import dump, remote
+from fastt.plugin import messages as say
 from fastt.plugin.activation import Running
 from fastt.plugin.backend import PluginBackend
 from fastt.plugin.callables import StepCallable
@@ -37,6 +39,7 @@ from fastt.plugin.state import (SCOPE, IteratorInits, RunFanIn, StateOps, has_op
 from fastt.plugin.step_finder import StepDetector, updates_trainables
 from fastt.plugin.streams import StreamCounter
 from fastt.plugin import verify
+from fastt.plugin.verify import Difference
 from fastt.plugin.threads import Background, StepThreads, trace_slot
 from tf_patches import session_hook as hook
 from tf_patches.quiet import profiler_chatter_dropped
@@ -225,8 +228,9 @@ class SessionPlugin:
         python = sorted(n for n in ran if has_op(self.graph, n)
                         and self.graph.get_operation_by_name(n).type in PYTHON)
         if python:  # a second run would call the script's Python again (draw another batch)
-            log.info("fastt: the first step of %s not verified: it runs the script's Python "
-                     "(%s), which a second run would call again", cur.strategy.name, python[0])
+            why = f"it runs the script's Python ({python[0]}), which a second run would call again"
+            log.info("fastt: the first step of %s not verified: %s", cur.strategy.name, why)
+            self.verify_record(cur, [], why)
             return
         ref = self.backend.build(None)
         try:
@@ -240,11 +244,31 @@ class SessionPlugin:
         finally:
             ref.close()
         worst = verify.verdict(found)
+        self.verify_record(cur, found)
         log.info("fastt: verified the first step of %s against the original graph: %s",
                  cur.strategy.name, worst or f"{len(found)} tensors within reassociation "
                  f"(largest {max((d.relative for d in found), default=0.0):.2g})")
         if worst:
             raise VerifyError(worst + f" ({len(names)} fetches and targets)")
+
+    def verify_record(self, cur: Running, found: list[Difference],
+                      skipped: str = "") -> None:
+        """The check appended to ``FASTT_VERIFY_REPORT`` (a file that cannot be written is
+        said once; training goes on)."""
+        path = self.settings.verify_report
+        if not path:
+            return
+        ctl = self.controller
+        entry = ctl.running if ctl is not None else None
+        name = say.label(entry) if entry is not None and entry.name == cur.strategy.name \
+            else cur.strategy.name
+        try:
+            verify.record(path, name, found, skipped,
+                          step=ctl.step if ctl is not None else None)
+        except OSError as e:
+            log.warning("fastt: FASTT_VERIFY_REPORT=%s cannot be written (%s); checks are "
+                        "logged only", path, e)
+            self.settings = dataclasses.replace(self.settings, verify_report="")
 
     def _user_run(self, fetches: Any, feed_dict: Any, options: Any, meta: Any) -> Any:
         """TensorFlow's own run on the user's session (bounded and watched on a cluster)."""

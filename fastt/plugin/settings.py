@@ -129,6 +129,7 @@ class Settings:
     rollback: bool = True  # False: a strategy measured slower stays active (trying one out)
     strict: bool = False
     verify: bool = False  # each strategy's first step checked against the original graph's
+    verify_report: str = ""  # a file each check is appended to (FASTT_VERIFY_REPORT)
     overhead_fraction: float = 0.03  # fastt's own cost: this share of the run so far ...
     overhead_s: float = 2.0  # ... plus these seconds (both infinite: no limit)
     cache_dir: str = ""  # the plan cache (FASTT_CACHE_DIR; "": off)
@@ -184,6 +185,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         raise SettingsError(f"FASTT_LOG_LEVEL={env['FASTT_LOG_LEVEL']!r}: expected DEBUG, INFO, "
                             "WARNING or ERROR (in any case)")
     fraction, fixed = _overhead(env)
+    report = env.get("FASTT_VERIFY_REPORT", "").strip()
     cache_dir = (env.get("FASTT_CACHE_DIR", "").strip() or cache.default_dir(env)) \
         if _flag(env, "FASTT_CACHE", True) else ""
     return Settings(
@@ -204,5 +206,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         replan_threshold=_real(env, "FASTT_REPLAN_THRESHOLD", 0.1, 1.0, "a fraction in [0, 1)"),
         order=_flag(env, "FASTT_ORDER", True), split=_flag(env, "FASTT_SPLIT", True),
         rollback=_flag(env, "FASTT_ROLLBACK", True),
-        strict=_flag(env, "FASTT_STRICT", False), verify=_flag(env, "FASTT_VERIFY", False),
+        strict=_flag(env, "FASTT_STRICT", False),
+        verify=_flag(env, "FASTT_VERIFY", False) or bool(report),
+        verify_report=report,
         log_level=level, cluster=cluster)

@@ -14,6 +14,7 @@ magnitude more.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -82,3 +83,25 @@ def verdict(found: list[Difference]) -> str:
         return ""
     more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
     return f"the step differs from the original graph's beyond reassociation: {bad[0]}{more}"
+
+
+def record(path: str, strategy: str, found: list[Difference], skipped: str = "",
+           step: int | None = None) -> None:
+    """Append one check to ``path`` as a JSON line (``FASTT_VERIFY_REPORT``, what
+    ``fastt verify`` reads): the strategy, each tensor's difference (``relative`` null where
+    it differs without bound), or why the step was not checked."""
+    doc = {"strategy": strategy, "step": step, "skipped": skipped, "verdict": verdict(found),
+           "tensors": [{"name": d.name, "kind": d.kind, "tolerance": d.tolerance,
+                        "relative": d.relative if math.isfinite(d.relative) else None}
+                       for d in found]}
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(doc) + "\n")
+
+
+def read(path: str) -> list[dict[str, Any]]:
+    """The checks ``record`` appended to ``path`` (none when it does not exist)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
