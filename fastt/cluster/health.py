@@ -78,9 +78,9 @@ class StepWatch:
     """While a step runs on the cluster for longer than ``watch.interval``, its servers are
     checked every interval from a thread of its own: a lost one is said at once, naming it
     (TensorFlow retries a lost server until the step's deadline, a minute or more), and
-    ``on_lost`` is called once (to end the step sooner)."""
+    ``on_lost``, if given, is called once."""
 
-    def __init__(self, watch: Watch, on_lost: Callable[[str], None]) -> None:
+    def __init__(self, watch: Watch, on_lost: Callable[[str], None] | None = None) -> None:
         self.watch, self.on_lost = watch, on_lost
         self._since: float | None = None  # when the step running started
         self.said = ""  # the loss said, once
@@ -104,9 +104,10 @@ class StepWatch:
             names = self.watch.lost()
             if names and self._since is not None:
                 self.said = names
-                log.warning("fastt: cluster %s: %s while a step runs; the step is ended",
-                            self.watch.spec.value, names)
-                self.on_lost(names)
+                log.warning("fastt: cluster %s: %s while a step runs; TensorFlow ends the "
+                            "step with an error at its deadline", self.watch.spec.value, names)
+                if self.on_lost is not None:
+                    self.on_lost(names)
 
 
 def _first_line(error: BaseException | None) -> str:

@@ -15,6 +15,8 @@ from fastt.plugin import remote
 _tf1 = tf.compat.v1
 FIRST_STEP_TIMEOUT_S = 120.0  # at least; 50 original steps when longer
 
+_NOTHING = contextlib.nullcontext()
+
 
 class Guard:
     """The deadlines and server checks of one user session (``watch``: on fastt's cluster;
@@ -22,15 +24,17 @@ class Guard:
 
     def __init__(self, watch: Watch | None, original_s: Callable[[], float | None]) -> None:
         self.watch, self.original_s = watch, original_s
-        self.steps = StepWatch(watch, lambda names: None) if watch is not None else None
+        self.steps = StepWatch(watch) if watch is not None else None
+
+    def running(self) -> contextlib.AbstractContextManager[None]:
+        """Around a run on the cluster: a server lost while it runs is named within seconds
+        (``StepWatch``), though TensorFlow ends the run only at its deadline (off a cluster:
+        nothing, at no cost)."""
+        return _NOTHING if self.steps is None else self._watched()
 
     @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        """Around a run on the cluster: a server lost while it runs is named within seconds
-        (``StepWatch``), though TensorFlow ends the run only at its deadline."""
-        if self.steps is None:
-            yield
-            return
+    def _watched(self) -> Iterator[None]:
+        assert self.steps is not None
         self.steps.started()
         try:
             yield
