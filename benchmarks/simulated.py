@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import models as zoo_models  # noqa: E402
 from benchmarks.common import cpu_model, previous_full_run, with_row, write_json  # noqa: E402
 
-from fastt.sched.registry import STRATEGIES  # noqa: E402
+from fastt.sched.registry import names  # noqa: E402
 
 STRONG = ("2xV100", "4xV100", "8xV100", "2x4xV100", "2x8xV100")
 WEAK = ("2xV100", "4xV100", "8xV100", "2x4xV100")
@@ -72,7 +72,7 @@ def case(graph, fetch, seconds, spec: str, batch: int) -> dict:
     row: dict = {"devices": spec, "gpus": gpus(spec), "batch": batch, "strategies": {}}
     planned = {}
     setup = Setup(graph, spec, ds, fetch, costs)  # the strategies share its data-parallel graphs
-    for name, s in plan_each(setup, STRATEGIES).items():
+    for name, s in plan_each(setup, names()).items():
         if isinstance(s, str):
             row["strategies"][name] = {"error": s}
             continue
@@ -154,14 +154,14 @@ def main() -> None:
         else None
     doc = doc or {"meta": {"python": platform.python_version(), "cpu": cpu_model(),
                            "cpus": os.cpu_count(),
-                           "quick": args.quick, "strategies": list(STRATEGIES),
+                           "quick": args.quick, "strategies": list(names()),
                            "metric": "simulated step time, one transfer at a time per link "
                                      "direction"},
                   "models": []}
     doc["meta"]["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     # the registry's strategies, also when rows of an older run are kept (their strategies
     # missing from a row read n/a)
-    doc["meta"]["strategies"] = list(STRATEGIES)
+    doc["meta"]["strategies"] = list(names())
     order = [m.name for m in zoo_models.SIMULATED]
     for m in models:  # written after each model, with the run it comes from
         doc["models"] = with_row(doc["models"], {**bench(m, scalings),

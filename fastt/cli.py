@@ -190,11 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=_positive, default=5, help="profiled steps (default 5)")
     p.set_defaults(func=_demo)
 
-    from fastt.sched.registry import KINDS, STRATEGIES
+    from fastt.sched.registry import DEFAULT, KINDS, names
     p = sub.add_parser("plan", help="compute a strategy for a training graph; compare it with "
                                     "every baseline")
     _graph_arguments(p)
-    p.add_argument("--strategy", default="os-dpos", choices=STRATEGIES, type=str.lower,
+    p.add_argument("--strategy", default=DEFAULT, choices=names(), type=str.lower,
                    help="; ".join(f"{k.name}: {k.summary}" for k in KINDS.values()))
     p.add_argument("--json", help="write the strategy as JSON (schema: "
                    "docs/dumps-and-inspection.md)")
@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "them side by side")
     _graph_arguments(p)
     p.add_argument("--dump", metavar="DIR", help="write a dump (strategy-<k>/) per strategy")
-    p.set_defaults(func=_plan, strategy="os-dpos")
+    p.set_defaults(func=_plan, strategy=DEFAULT)
 
     p = sub.add_parser("verify", help="run a training script under fastt and check each "
                        "strategy's first step against the original graph's, value by value")

@@ -17,7 +17,7 @@ from fastt.ir import Graph
 from fastt.sched.device_spec import DeviceSet, parse
 from fastt.sched.allreduce import BUCKET_BYTES
 from fastt.sched._gc import without_gc
-from fastt.sched.registry import STRATEGIES, kind
+from fastt.sched.registry import DEFAULT, kind, names
 from fastt.sched.planning import Planning
 from fastt.sched.strategy import Strategy, place_first, plan
 
@@ -138,7 +138,7 @@ def prepare(graph: Graph, spec: str, costs: str | CostModels = "analytical",
 
 
 @without_gc  # one collection for the command, not one per strategy
-def plan_all(setup: Setup, strategy: str = "os-dpos", baselines: Sequence[str] = STRATEGIES,
+def plan_all(setup: Setup, strategy: str = DEFAULT, baselines: Sequence[str] | None = None,
              progress: Any = None, stage: Any = None
              ) -> tuple[Strategy, dict[str, Strategy | str]]:
     """The chosen strategy and every baseline (or why it could not be computed). What
@@ -147,7 +147,7 @@ def plan_all(setup: Setup, strategy: str = "os-dpos", baselines: Sequence[str] =
     strategy's, the exact program's) share what is left of it, not what is left before it.
     ``progress(name)`` is called before each strategy, ``stage(what)`` before the steps
     between them."""
-    others = [b for b in baselines if b != strategy]
+    others = [b for b in (names() if baselines is None else baselines) if b != strategy]
     first = [b for b in others if not (kind(b).search or kind(b).timed)]
     if setup.planning.deadline is not None:
         if stage:
@@ -187,8 +187,8 @@ def plan_each(setup: Setup, names: Sequence[str], progress: Any = None
     return out
 
 
-def run(graph: Graph, spec: str, strategy: str = "os-dpos", costs: str = "analytical",
-        fetch: Sequence[str] = (), baselines: Sequence[str] = STRATEGIES,
+def run(graph: Graph, spec: str, strategy: str = DEFAULT, costs: str = "analytical",
+        fetch: Sequence[str] = (), baselines: Sequence[str] | None = None,
         progress: Any = None) -> tuple[Strategy, dict[str, Strategy | str]]:
     """The chosen strategy and every baseline (or why it could not be computed)."""
     return plan_all(prepare(graph, spec, costs, fetch), strategy, baselines, progress)

@@ -60,3 +60,23 @@ def side_by_side(*calls: Callable[[], Any]) -> list[Any]:
     own: on 2 cores two at a time finish sooner than one after the other)."""
     with ThreadPoolExecutor(len(calls)) as pool:
         return [f.result() for f in [pool.submit(c) for c in calls]]
+
+
+def training_graph(B=8):
+    """x[B,4] -> matmul(w) -> relu -> per-example loss -> mean; dW by transpose_a matmul."""
+    return Graph([
+        op("x", "Placeholder", out=((B, 4),)),
+        op("w", "VarHandleOp", out=((),), dtype="resource", is_variable=True),
+        op("w/read", "ReadVariableOp", ["w"], out=((4, 3),)),
+        op("h", "MatMul", ["x", "w/read"], out=((B, 3),)),
+        op("a", "Relu", ["h"], out=((B, 3),)),
+        op("bn", "FusedBatchNormV3", ["a"], out=((B, 3),)),
+        op("loss", "Mean", ["bn", "axes"], out=((),)),
+        op("axes", "Const", out=((2,),), dtype="int32", attrs={"value": [0, 1]}),
+        op("dy", "Mul", ["bn", "a"], out=((B, 3),)),
+        op("dh", "ReluGrad", ["dy", "a"], out=((B, 3),)),
+        op("dw", "MatMul", ["x", "dh"], out=((4, 3),), attrs={"transpose_a": True}),
+        op("shape", "Shape", ["x"], out=((2,),), dtype="int32"),
+        op("lr", "Const", out=((),)),
+        op("update", "ResourceApplyGradientDescent", ["w", "lr", "dw"], out=()),
+    ])

@@ -7,13 +7,13 @@ from fastt.ir import Graph
 from fastt.sched import Problem
 from fastt.sched.bounds import least_shares, lower_bound
 from fastt.sched.device_spec import parse
-from fastt.sched.registry import STRATEGIES
+from fastt.sched.registry import names
 from fastt.sched.planning import Planning
 from fastt.sched.strategy import plan
 from tests.exact import optimal_makespan
 from tests.helpers import op
 from tests.test_dpos import devs, random_problem
-from tests.test_data_parallel import training_graph
+from tests.helpers import training_graph
 
 
 def test_bound_is_the_chain_or_the_work_and_never_above_the_optimum():
@@ -58,7 +58,7 @@ def test_no_strategy_beats_the_bound(spec):
     single = plan(g, ds.devices, costs, "single", shared=shared)
     folded = sum(times[o.name] for o in g if o.type == "Shape")
     assert bound.work == pytest.approx((single.predicted_step_time_s - folded) / len(ds.devices))
-    for name in STRATEGIES:
+    for name in names():
         s = plan(g, ds.devices, costs, name, shared=shared)
         assert bound.value <= s.predicted_step_time_s + 1e-12, name
     assert bound.critical_path > 0 and bound.work > 0

@@ -79,7 +79,7 @@ def small_planning(monkeypatch):
     """``fastt plan`` on a small training graph with static costs, without TensorFlow."""
     from fastt import plan_cmd
     from fastt.sched import exact
-    from tests.test_data_parallel import training_graph
+    from tests.helpers import training_graph
     from tests.test_strategy import costs
     monkeypatch.setattr(plan_cmd, "load", lambda *args: training_graph(B=16))
     monkeypatch.setattr(plan_cmd, "cost_source", lambda g, ds, *args: costs(ds, g))

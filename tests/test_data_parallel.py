@@ -7,27 +7,7 @@ from fastt.sched.data_parallel import BATCH_SHAPE, batch_size, data_parallel, \
 from fastt.sched.replicas import replica_of
 from fastt.sched.split_rules import rules
 from fastt.sched.update_order import lost_update_orders, reads_before_updates
-from tests.helpers import op
-
-
-def training_graph(B=8):
-    """x[B,4] -> matmul(w) -> relu -> per-example loss -> mean; dW by transpose_a matmul."""
-    return Graph([
-        op("x", "Placeholder", out=((B, 4),)),
-        op("w", "VarHandleOp", out=((),), dtype="resource", is_variable=True),
-        op("w/read", "ReadVariableOp", ["w"], out=((4, 3),)),
-        op("h", "MatMul", ["x", "w/read"], out=((B, 3),)),
-        op("a", "Relu", ["h"], out=((B, 3),)),
-        op("bn", "FusedBatchNormV3", ["a"], out=((B, 3),)),
-        op("loss", "Mean", ["bn", "axes"], out=((),)),
-        op("axes", "Const", out=((2,),), dtype="int32", attrs={"value": [0, 1]}),
-        op("dy", "Mul", ["bn", "a"], out=((B, 3),)),
-        op("dh", "ReluGrad", ["dy", "a"], out=((B, 3),)),
-        op("dw", "MatMul", ["x", "dh"], out=((4, 3),), attrs={"transpose_a": True}),
-        op("shape", "Shape", ["x"], out=((2,),), dtype="int32"),
-        op("lr", "Const", out=((),)),
-        op("update", "ResourceApplyGradientDescent", ["w", "lr", "dw"], out=()),
-    ])
+from tests.helpers import op, training_graph
 
 
 def test_replicas_chain_and_gradients_are_summed_before_one_update():

@@ -10,7 +10,7 @@ from fastt.sched.device_spec import parse
 from fastt.sched.exact import solve
 from fastt.sched.strategy import plan
 from tests.exact import check_schedule, optimal_makespan
-from tests.test_data_parallel import training_graph
+from tests.helpers import training_graph
 from tests.test_dpos import devs, random_problem
 
 

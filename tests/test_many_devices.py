@@ -60,7 +60,7 @@ _SMALL = """
 import sys
 from fastt import plan_cmd
 from fastt.cli import main
-from tests.test_data_parallel import training_graph
+from tests.helpers import training_graph
 from tests.test_strategy import costs
 plan_cmd.load = lambda *args: training_graph(B=128)
 plan_cmd.cost_source = lambda g, ds, *args: costs(ds, g)

@@ -3,6 +3,7 @@ import random
 
 import pytest
 
+from fastt.costs.source import CostSource
 from fastt.ir import Graph
 from fastt.sched import Device, dpos
 from fastt.sched.osdpos import compiler, os_dpos, schedule_critical_path
@@ -12,7 +13,7 @@ from tests.exact import check_schedule
 from tests.helpers import op
 
 
-class TableCosts:
+class TableCosts(CostSource):
     """Per-op times equal on every device; links: intercept + slope * bytes."""
 
     def __init__(self, times, intercept=1e-5, slope=1e-10):

@@ -154,7 +154,7 @@ def test_an_order_that_cannot_beat_the_best_so_far_is_not_returned_and_the_rest_
     from fastt.sched.data_parallel import data_parallel
     from fastt.sched.pipedream import fastest_order
     from fastt.sched.simulate import simulate_fifo
-    from tests.test_data_parallel import training_graph
+    from tests.helpers import training_graph
     rng = random.Random(seed)
     g = data_parallel(training_graph(B=16), 4)
     ds = parse("2xV100")

@@ -11,10 +11,10 @@ from fastt.ir.ops import op_to_dict
 from fastt.plugin.cache import PARTS, CacheError, PlanCache, key_of
 from fastt.sched import serial
 from fastt.sched.device_spec import parse
-from fastt.sched.registry import STRATEGIES
+from fastt.sched.registry import names
 from fastt.sched.splitting import Split
 from fastt.sched.strategy import plan
-from tests.test_data_parallel import training_graph
+from tests.helpers import training_graph
 from tests.test_strategy import costs
 
 
@@ -22,7 +22,7 @@ def planned():
     ds = parse("2xV100")
     g = training_graph(B=8)
     c = costs(ds, g)
-    out = [plan(g, ds.devices, c, name) for name in STRATEGIES]
+    out = [plan(g, ds.devices, c, name) for name in names()]
     out.append(plan(g, ds.devices, c, "os-dpos", splits=[Split("h", "rows", 2)]))
     return out
 

@@ -68,7 +68,7 @@ def test_the_searches_come_after_what_every_plan_needs(monkeypatch):
     from types import SimpleNamespace
 
     from fastt import plan_cmd
-    from fastt.sched.registry import STRATEGIES
+    from fastt.sched.registry import names
     order = []
 
     def plan_one(setup, name):
@@ -77,12 +77,12 @@ def test_the_searches_come_after_what_every_plan_needs(monkeypatch):
     monkeypatch.setattr(plan_cmd, "plan_one", plan_one)
     monkeypatch.setattr(plan_cmd, "place_first",
                         lambda shared, kinds: order.append(("placed", [k.name for k in kinds])))
-    baselines = [s for s in STRATEGIES if s not in ("os-dpos", "exact")]
+    baselines = [s for s in names() if s not in ("os-dpos", "exact")]
     for deadline in (None, 60.0):
         order.clear()
         setup = SimpleNamespace(planning=SimpleNamespace(deadline=deadline))
-        chosen, others = plan_cmd.plan_all(setup, "os-dpos", STRATEGIES)
-        assert chosen == "os-dpos" and list(others) == [s for s in STRATEGIES if s != "os-dpos"]
+        chosen, others = plan_cmd.plan_all(setup, "os-dpos", names())
+        assert chosen == "os-dpos" and list(others) == [s for s in names() if s != "os-dpos"]
         assert order[-2:] == ["os-dpos", "exact"]
         first = [("placed", baselines)] if deadline else []
         assert order[:len(first)] == first
@@ -99,8 +99,8 @@ def test_compare_shows_every_strategy_and_dumps_them(tmp_path, capsys, monkeypat
     captured = capsys.readouterr()
     header = next(x for x in captured.out.splitlines() if x.startswith("strategy "))
     assert header.split()[:3] == ["strategy", "predicted", "step"] and "ops per device" in header
-    from fastt.sched.registry import STRATEGIES
-    names = ("os-dpos", *(n for n in STRATEGIES if n != "os-dpos"))  # the chosen one first
+    from fastt.sched.registry import names
+    names = ("os-dpos", *(n for n in names() if n != "os-dpos"))  # the chosen one first
     assert len(names) == 11
     for name in names:
         assert re.search(rf"^{re.escape(name)}( \*)? +\d+\.\d{{3}} ms", captured.out, re.M)
@@ -125,7 +125,7 @@ def test_os_dpos_is_no_slower_than_any_strategy_on_real_graphs(name, spec):
     # transformer: 620 vs 789 ms, with these costs).
     from fastt.adapters.tf_import import from_tf_graph
     from fastt.sched.device_spec import parse
-    from fastt.sched.registry import STRATEGIES
+    from fastt.sched.registry import names
     from fastt.sched.strategy import plan
     from tests.test_strategy import costs
     m = zoo.build(name)
@@ -133,10 +133,10 @@ def test_os_dpos_is_no_slower_than_any_strategy_on_real_graphs(name, spec):
     c = costs(ds, g)
     from fastt.errors import Declined
     got = {}
-    for n in STRATEGIES:
+    for n in names():
         try:
             got[n] = plan(g, ds.devices, c, n, fetches=[m.train_op.name]).simulated_step_time_s
         except Declined:  # the exact program, above its size
             assert n == "exact" and len(g) > 300
-    assert len(got) >= len(STRATEGIES) - 1
+    assert len(got) >= len(names()) - 1
     assert all(got["os-dpos"] <= t + 1e-12 for t in got.values()), got

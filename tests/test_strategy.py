@@ -8,12 +8,12 @@ from fastt.ir import Graph
 from fastt.costs.source import StaticCosts
 from fastt.sched.device_spec import parse
 from fastt.sched.splitting import Split
-from fastt.sched.registry import STRATEGIES
+from fastt.sched.registry import names
 from fastt.sched.data_parallel import data_parallel
 from fastt.sched.fitting import data_parallel_fitting, peak_memory_one_device
 from fastt.sched.strategy import plan
 from tests.helpers import op
-from tests.test_data_parallel import training_graph
+from tests.helpers import training_graph
 
 
 def costs(ds, graph):
@@ -21,7 +21,7 @@ def costs(ds, graph):
     return StaticCosts(times, ds)
 
 
-@pytest.mark.parametrize("name", STRATEGIES)
+@pytest.mark.parametrize("name", names())
 def test_every_strategy_places_and_orders_every_op(name):
     ds = parse("2xV100")
     g = training_graph(B=8)
@@ -40,8 +40,8 @@ def test_os_dpos_is_never_simulated_slower_than_any_registered_strategy(spec):
     ds = parse(spec)
     g = training_graph(B=16)
     c = costs(ds, g)
-    got = {n: plan(g, ds.devices, c, n).simulated_step_time_s for n in STRATEGIES}
-    assert len(got) == len(STRATEGIES) >= 8
+    got = {n: plan(g, ds.devices, c, n).simulated_step_time_s for n in names()}
+    assert len(got) == len(names()) >= 8
     assert all(got["os-dpos"] <= t + 1e-12 for t in got.values()), got
     assert plan(g, ds.devices, c, "data-parallel").replicas == len(ds.devices)
 
@@ -161,12 +161,12 @@ def test_strategies_sharing_a_planning_are_those_planned_alone(spec, monkeypatch
     ds = parse(spec)
     g = training_graph(B=16)
     c = costs(ds, g)
-    alone = {n: plan(g, ds.devices, c, n) for n in STRATEGIES}
+    alone = {n: plan(g, ds.devices, c, n) for n in names()}
     built = []
     real = strategy.data_parallel
     monkeypatch.setattr(strategy, "data_parallel", lambda *a: built.append(a) or real(*a))
     shared = strategy.Planning(g, ds.devices, c)
-    for n in STRATEGIES:
+    for n in names():
         s = plan(g, ds.devices, c, n, shared=shared)
         a = alone[n]
         assert (s.placement, s.order, s.replicas, s.splits) == \
@@ -332,7 +332,7 @@ def test_placed_aside_is_placed_as_here(monkeypatch):
     ds = parse("2xV100")
     g = training_graph(B=16)
     c = costs(ds, g)
-    kinds = [KINDS[n] for n in STRATEGIES if not KINDS[n].search and not KINDS[n].timed]
+    kinds = [KINDS[n] for n in names() if not KINDS[n].search and not KINDS[n].timed]
     here = Planning(g, ds.devices, c)
     aside = Planning(g, ds.devices, c, deadline=math.inf)
     jobs = [(k, g) for k in kinds if k.starts in ("model", "both")] + \

@@ -94,3 +94,39 @@ def test_the_command_fails_on_a_difference_nothing_checked_or_the_scripts_failur
     failing = _fake(tmp_path, "sys.exit(4)\n")
     assert verify_cmd.run(failing, []) == 4
     assert "exited with 4" in capsys.readouterr().err
+
+
+def test_a_sum_that_cancels_is_compared_over_its_kind_and_a_lost_small_update_is_not():
+    """The Adam slot of an attention key's bias holds rounding noise (its gradient cancels):
+    another order of the sum is other noise, within tolerance over the slots' scale. A bias
+    whose small update was lost still differs: it is not at the rounding level."""
+    rng = np.random.default_rng(1)
+    ref = {"q/biases/Adam": rng.standard_normal(8).astype(np.float32) * 1e-3,
+           "key/biases/Adam": rng.standard_normal(8).astype(np.float32) * 1e-11,
+           "key/biases": np.full(8, 0.02, np.float32)}
+    got = dict(ref, **{"key/biases/Adam": rng.standard_normal(8).astype(np.float32) * 1e-11})
+    found = {d.name: d for d in differences(ref, got, "variable")}
+    assert relative(ref["key/biases/Adam"], got["key/biases/Adam"]) > 0.5  # alone: noise
+    assert found["key/biases/Adam"].within and found["key/biases/Adam"].relative < 1e-7
+    lost = dict(ref, **{"key/biases": np.full(8, 0.02 + 1e-5, np.float32)})  # lr * grad
+    assert not {d.name: d for d in differences(ref, lost, "variable")}["key/biases"].within
+
+
+def test_a_variable_adam_drives_with_noise_may_end_anywhere_within_its_step():
+    """Adam turns the noise gradient of an attention key's bias into learning-rate steps of
+    the noise's sign: the two runs' biases differ by up to their steps, and that is allowed
+    only for a variable whose slots are at the rounding level, and only within its step."""
+    rng = np.random.default_rng(2)
+    before = {"key/biases": np.zeros(8, np.float32), "q/biases": np.zeros(8, np.float32)}
+    step = np.float32(1e-3) * np.sign(rng.standard_normal(8)).astype(np.float32)
+    ref = {"key/biases": step, "key/biases/Adam": step * np.float32(1e-8),
+           "q/biases": step, "q/biases/Adam": step * np.float32(1e-1)}
+    got = dict(ref, **{"key/biases": -step, "key/biases/Adam": -step * np.float32(1e-8)})
+    found = {d.name: d for d in differences(ref, got, "variable", before=before)}
+    assert found["key/biases"].within and found["key/biases"].tolerance == 1.0
+    beyond = dict(got, **{"key/biases": np.float32(5) * step})  # past either run's step
+    assert not {d.name: d for d in differences(ref, beyond, "variable",
+                                               before=before)}["key/biases"].within
+    flipped = dict(ref, **{"q/biases": -step})  # its slots are not noise: a real difference
+    assert not {d.name: d for d in differences(ref, flipped, "variable",
+                                               before=before)}["q/biases"].within

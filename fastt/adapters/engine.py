@@ -28,6 +28,7 @@ from fastt.ir import Graph, TensorRef
 from fastt.op_types import BATCH_SOURCES
 from fastt.profiler import Profile, profile
 from fastt.sched.problem import Device
+from fastt.sched.registry import DEFAULT
 from fastt.sched.fitting import data_parallel_fitting, peak_memory_one_device
 from fastt.sched.strategy import Strategy, plan, predict, replay
 
@@ -193,7 +194,7 @@ class Engine:
         return ModelCosts(self._models())
 
     # -- strategies ------------------------------------------------------------------------
-    def starting_strategy(self, chosen: str = "os-dpos") -> tuple[str, str]:
+    def starting_strategy(self, chosen: str = DEFAULT) -> tuple[str, str]:
         """The first plan to try: data parallel when a replica fits each device; without a
         batch, a model-parallel spread; when a replica does not fit, the ``chosen`` strategy
         (a search finds what fits: a pipeline over micro-batches, a spread); and why not

@@ -9,7 +9,6 @@ measured under their own name keep their measured time.
 """
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from typing import Sequence
 
@@ -65,7 +64,7 @@ class Overheads:
         return self._fits[device].get(typ, 0.0)
 
 
-class DerivedCosts:
+class DerivedCosts(CostSource):
     """A ``CostSource`` for a transformed ``graph`` over a ``CostSource`` of the original."""
 
     def __init__(self, base: CostSource, graph: Graph, overheads: Overheads,
@@ -91,8 +90,7 @@ class DerivedCosts:
         return row
 
     def _base_row(self, op: str, devices: Sequence[str]) -> list[float]:
-        row = getattr(self.base, "compute_row", None)
-        return list(row(op, devices)) if row else [self.base.compute(op, d) for d in devices]
+        return list(self.base.compute_row(op, devices))
 
     def _row(self, o: Op, devices: Sequence[str]) -> list[float]:
         origin = o.meta.origin
@@ -132,12 +130,10 @@ class DerivedCosts:
         return self.base.link(src, dst)
 
     def link_knee(self, src: str, dst: str) -> tuple[float, float]:
-        knee = getattr(self.base, "link_knee", None)
-        return knee(src, dst) if knee else (math.inf, 0.0)
+        return self.base.link_knee(src, dst)
 
-    def transfer_cpu(self, src: str, dst: str) -> tuple[float, float]:
-        share = getattr(self.base, "transfer_cpu", None)
-        return share(src, dst) if share else (0.0, 0.0)
+    def transfer_cpu(self, src: str, dst: str) -> tuple[float, ...]:
+        return self.base.transfer_cpu(src, dst)
 
     def device_step(self, device: str) -> float:
         reach = getattr(self.base, "device_step", None)

@@ -1,5 +1,7 @@
 """Where costs come from, behind one interface: ``CostSource``, what the scheduler and the
-simulator read (they depend on it only). The sources:
+simulator read (they depend on it only). A source implements ``compute`` and ``link`` and
+overrides what else it knows; the base class says what each optional method means and its
+default. The sources:
 
 - ``ModelCosts``: profiled, over ``CostModels`` (compute samples, link fits, probes);
 - ``StaticCosts``: a table of per-op seconds (e.g. grappler's analytical estimates on simulated
@@ -10,38 +12,63 @@ simulator read (they depend on it only). The sources:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:
     from fastt.costs import CostModels
 
 
-class CostSource(Protocol):
-    """What a placer needs to know about costs (``CostModels`` adapts to it)."""
+class CostSource:
+    """What a placer needs to know about costs: ``compute`` and ``link`` (required), and
+    the optional methods below, whose defaults say "nothing known"."""
 
-    def compute(self, op: str, device: str) -> float: ...
-
-    # Optional: ``compute_row(op, devices) -> [seconds per device]``, used when present.
+    def compute(self, op: str, device: str) -> float:
+        """Seconds ``op`` takes on ``device``."""
+        raise NotImplementedError
 
     def link(self, src: str, dst: str) -> tuple[float, float]:
         """(intercept seconds, slope seconds per byte) of the src -> dst path."""
-        ...
+        raise NotImplementedError
 
-    # Optional: ``transfer_cpu(src, dst) -> (sender share, receiver share[, sender seconds,
-    # receiver seconds])``: the share of a transfer's time that the two devices' compute
-    # streams spend on it, and the seconds of a call in a burst (``CommCostModel.burst_cpu``;
-    # without them, the share of the latency); without the method, none;
-    # ``step_overhead(devices_used=None, plan=None) -> seconds`` a step over that many
-    # devices (of the plan of that ``Strategy.key``) takes beyond its ops and transfers
-    # (None: the least; default 0);
-    # ``device_step(device) -> seconds`` a step pays to run anything on ``device`` (a remote
-    # worker's call; default 0); ``serve_delay(device) -> seconds`` at most a request for a
-    # tensor waits for the device's busy cores (default 0); ``link_knee(src, dst) -> (bytes,
-    # seconds per byte)``: past those bytes the path costs that much more per byte (default:
-    # never).
+    def compute_row(self, op: str, devices: Sequence[str]) -> list[float]:
+        """``compute`` on each of ``devices`` (override where one call is cheaper)."""
+        return [self.compute(op, d) for d in devices]
+
+    def link_knee(self, src: str, dst: str) -> tuple[float, float]:
+        """(bytes, seconds per byte): past those bytes the path costs that much more per
+        byte (default: never)."""
+        return (math.inf, 0.0)
+
+    def transfer_cpu(self, src: str, dst: str) -> tuple[float, ...]:
+        """(sender share, receiver share[, sender seconds, receiver seconds]): the share of
+        a transfer's time the two devices' compute streams spend on it, and the seconds of
+        a call in a burst (``CommCostModel.burst_cpu``; without them, the share of the
+        latency). Default: none."""
+        return (0.0, 0.0)
+
+    def step_overhead(self, devices_used: int | None = None, plan: str | None = None
+                      ) -> float:
+        """Seconds a step over ``devices_used`` devices (of the plan of that
+        ``Strategy.key``) takes beyond its ops and transfers (None: the least). Default 0;
+        a source that knows it overrides this (``knows_step_overhead``)."""
+        return 0.0
+
+    def device_step(self, device: str) -> float:
+        """Seconds a step pays to run anything on ``device`` (a remote worker's call)."""
+        return 0.0
+
+    def serve_delay(self, device: str) -> float:
+        """Seconds at most a request for a tensor waits for ``device``'s busy cores."""
+        return 0.0
 
 
-class ModelCosts:
+def knows_step_overhead(costs: Any) -> bool:
+    """Whether ``costs`` overrides ``CostSource.step_overhead`` (a plan's key, which that
+    method reads, is not computed for nothing)."""
+    return type(costs).step_overhead is not CostSource.step_overhead
+
+
+class ModelCosts(CostSource):
     """``CostSource`` over measured ``CostModels`` (unknown links cost 0: explore them)."""
 
     def __init__(self, models: "CostModels") -> None:
@@ -76,7 +103,7 @@ class Links(Protocol):
     def link(self, src: str, dst: str) -> tuple[float, float]: ...
 
 
-class StaticCosts:
+class StaticCosts(CostSource):
     """A ``CostSource`` from a table of per-op seconds (the same on every device) and a
     device set's links; ops missing from the table cost 0."""
 

@@ -37,9 +37,18 @@ class DumpError(FasttError):
     """A strategy dump (or one of its files) is missing or not what its schema says."""
 
 
-@functools.lru_cache(maxsize=None)
 def schema(name: str) -> dict[str, Any]:
-    """The schema ``name`` (``strategy``, ``trace``, ``cost_models`` or ``declined``)."""
+    """The schema ``name`` (``strategy``, ``trace``, ``cost_models`` or ``declined``); the
+    strategy schema's strategy names are the registry's as it is now."""
+    doc = _file(name)
+    if name == "strategy":
+        from fastt.sched.registry import names
+        doc["$defs"]["strategy_name"]["enum"] = list(names())
+    return doc
+
+
+@functools.lru_cache(maxsize=None)
+def _file(name: str) -> dict[str, Any]:
     path = os.path.join(SCHEMA_DIR, f"{name}.schema.json")
     if not os.path.exists(path):
         raise DumpError(f"no schema named {name!r} (known: strategy, trace, cost_models, "

@@ -37,6 +37,7 @@ from fastt.plugin.charges import Charges
 from fastt.plugin.entry import Entry, Sample, session_id
 from fastt.plugin.protocols import Backend, Done, Pending
 from fastt.plugin.trials import Trials
+from fastt.sched import registry
 from fastt.plugin.settings import Settings
 from fastt.plugin.window import Window
 
@@ -290,7 +291,8 @@ class Controller(Trials):
     def _plan_round(self) -> None:
         self.rounds += 1
         self._reprofile_began = None  # a round that plans measures: not a re-profile's cost
-        first = not self.history and self.settings.strategy in ("os-dpos", "dpos")
+        # a strategy that may start from the data-parallel graph tries that graph first
+        first = not self.history and registry.kind(self.settings.strategy).starts == "both"
         name = self.backend.starting_strategy() if first else self.settings.strategy
         began = self._clock()
         self.backend.prepare_plan()  # on this thread: what planning needs from TensorFlow

@@ -240,7 +240,8 @@ class SessionPlugin:
                 {ref.element(n): v for n, v in feeds.items()}, None, None)
             found = verify.differences(dict(zip(fetches, out)), dict(zip(fetches, values)),
                                        "fetch")
-            found += verify.differences(ref.capture().values, cur.capture().values, "variable")
+            found += verify.differences(ref.capture().values, cur.capture().values, "variable",
+                                        before=cur.snapshot.values)
         finally:
             ref.close()
         worst = verify.verdict(found)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 from fastt.cluster.spec import ClusterSpec, from_tf_config, parse_cluster_spec
 from fastt.errors import ClusterError, FasttError
 from fastt.plugin import budget, cache
-from fastt.sched.registry import STRATEGIES
+from fastt.sched.registry import DEFAULT, names
 
 _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("", "0", "false", "off", "no")
@@ -112,7 +112,7 @@ class Settings:
     enabled: bool = False
     devices: list[str] = field(default_factory=list)  # empty: decided from the machine
     logical_cpus: int = 1
-    strategy: str = "os-dpos"
+    strategy: str = DEFAULT
     bucket_mb: float = 25.0  # the ring all-reduce's gradient buckets
     device_memory_mb: float = math.inf  # what each device may hold, as fastt plans it
     transfer_priorities: str = "auto"  # weight transfers ordered by need: auto, on, off
@@ -176,10 +176,10 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
                             "process, but the sessions run on the cluster (FASTT_CLUSTER or "
                             "TF_CONFIG): leave FASTT_DEVICES unset to use every device of the "
                             "cluster, or list cluster devices (/job:worker/task:1/device:CPU:0)")
-    strategy = env.get("FASTT_STRATEGY", "os-dpos").strip().lower() or "os-dpos"
-    if strategy not in STRATEGIES:
+    strategy = env.get("FASTT_STRATEGY", DEFAULT).strip().lower() or DEFAULT
+    if strategy not in names():
         raise SettingsError(f"FASTT_STRATEGY={env['FASTT_STRATEGY']!r}: expected one of "
-                            f"{', '.join(STRATEGIES)} (in any case)")
+                            f"{', '.join(names())} (in any case)")
     level = env.get("FASTT_LOG_LEVEL", "INFO").strip().upper() or "INFO"
     if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
         raise SettingsError(f"FASTT_LOG_LEVEL={env['FASTT_LOG_LEVEL']!r}: expected DEBUG, INFO, "

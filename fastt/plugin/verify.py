@@ -11,6 +11,18 @@ for float32 (eps 1.2e-7) 1e-4, about 840 eps, a sum of a thousand terms or a sho
 such sums; float64 and 16-bit floats alike. Integers, booleans and strings must be equal. A
 lost or reordered update moves a variable by a learning rate times its gradient, orders of
 magnitude more.
+
+A sum that cancels is the exception: the gradient of a bias just before a batch norm, or of an
+attention key's bias (a softmax does not see it), is zero but for rounding, and so are the
+optimizer slots that accumulate it; their values are the rounding error itself, and another
+order of the sum gives other noise. Its terms are of the size of its siblings' (the tensors
+of the same kind: the same last name component, every ``Adam`` slot, every ``biases``), so a
+tensor *at the rounding level*, whose largest magnitude is below ``sqrt(eps)`` of the largest
+of its kind, is compared over that largest magnitude instead of its own. Adam and RMSProp
+divide by the gradient's own scale, so they turn such noise into full learning-rate steps
+whose signs are the noise's: a variable whose optimizer slots (``name/Adam``, ...) are at the
+rounding level may differ by up to twice the original graph's largest step of it (a step of
+the same size the other way; its tolerance is 1 of that).
 """
 from __future__ import annotations
 
@@ -44,35 +56,71 @@ def relative(reference: Any, value: Any) -> float:
     """The largest absolute difference between ``value`` and ``reference`` over the largest
     magnitude of ``reference`` (0 for equal tensors; inf for another shape, or any
     difference in a tensor that is not floating point)."""
+    return _over(*_measure(reference, value))
+
+
+def _over(worst: float, scale: float) -> float:
+    return worst / scale if scale > 0 else (0.0 if worst == 0 else math.inf)
+
+
+def _measure(reference: Any, value: Any) -> tuple[float, float]:
+    """(largest absolute difference, largest magnitude of ``reference``); the difference is
+    inf for another shape, or any difference in a tensor that is not floating point."""
     a, b = np.asarray(reference), np.asarray(value)
     if a.shape != b.shape:
-        return math.inf
+        return math.inf, 0.0
     if a.dtype.kind not in "fc" or b.dtype.kind not in "fc":
-        return 0.0 if np.array_equal(a, b) else math.inf
+        return (0.0 if np.array_equal(a, b) else math.inf), 0.0
     a64, b64 = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64), \
         b.astype(np.complex128 if b.dtype.kind == "c" else np.float64)
     nan = np.isnan(a64) | np.isnan(b64)
     if np.any(np.isnan(a64) != np.isnan(b64)):
-        return math.inf
+        return math.inf, 0.0
     diff = np.abs(a64 - b64)[~nan]
     if diff.size == 0:
-        return 0.0
-    scale = float(np.max(np.abs(a64)[~nan]))
-    worst = float(np.max(diff))
-    return worst / scale if scale > 0 else (0.0 if worst == 0 else math.inf)
+        return 0.0, 0.0
+    return float(np.max(diff)), float(np.max(np.abs(a64)[~nan]))
+
+
+def _kind_of(name: str) -> str:
+    """The kind of tensor ``name`` is: its last name component (``w/Adam`` -> ``Adam``)."""
+    return name.rsplit("/", 1)[-1].split(":")[0]
 
 
 def tolerance(value: Any) -> float:
     return TOLERANCE.get(np.asarray(value).dtype.name, 0.0)
 
 
-def differences(reference: Mapping[str, Any], values: Mapping[str, Any], kind: str
-                ) -> list[Difference]:
+def differences(reference: Mapping[str, Any], values: Mapping[str, Any], kind: str,
+                before: Mapping[str, Any] | None = None) -> list[Difference]:
     """Each tensor of ``reference`` against the same name in ``values`` (a name missing there
-    differs without bound)."""
-    return [Difference(name, kind, relative(ref, values[name]) if name in values
-                       else math.inf, tolerance(ref))
-            for name, ref in reference.items()]
+    differs without bound); a tensor at the rounding level over the largest of its kind; with
+    ``before`` (the variables before the step), a variable driven by noise within its step."""
+    measured = {name: _measure(ref, values[name]) if name in values else (math.inf, 0.0)
+                for name, ref in reference.items()}
+    largest: dict[tuple[str, str], float] = {}
+    for name, (_, scale) in measured.items():
+        key = (_kind_of(name), np.asarray(reference[name]).dtype.name)
+        largest[key] = max(largest.get(key, 0.0), scale)
+    noise: set[str] = set()  # at the rounding level
+    for name, ref in reference.items():
+        dtype = np.asarray(ref).dtype
+        of_kind = largest[(_kind_of(name), dtype.name)]
+        if dtype.kind in "fc" and measured[name][1] < \
+                math.sqrt(float(np.finfo(dtype).eps)) * of_kind:
+            noise.add(name)
+    driven = {n.rsplit("/", 1)[0] for n in noise if "/" in n}  # variables of noisy slots
+    out = []
+    for name, ref in reference.items():
+        worst, scale = measured[name]
+        if before is not None and name in driven and name in before and name in values:
+            step = _measure(ref, before[name])[0]  # the original graph's step, largest
+            out.append(Difference(name, kind, _over(worst, 2 * step), 1.0))
+            continue
+        if name in noise:  # the residue of a sum that cancels
+            scale = largest[(_kind_of(name), np.asarray(ref).dtype.name)]
+        out.append(Difference(name, kind, _over(worst, scale), tolerance(ref)))
+    return out
 
 
 def verdict(found: list[Difference]) -> str:

@@ -8,6 +8,7 @@ import math
 from typing import Callable, Sequence
 
 from fastt.costs.memory import MemoryModel
+from fastt.costs.source import CostSource
 from fastt.devices import same_process
 from fastt.ir import Graph
 from fastt.sched import baselines
@@ -27,7 +28,7 @@ def peak_memory_one_device(graph: Graph) -> float:
     return simulate(p, [0] * p.n, [p.topo]).peak_memory[0]
 
 
-class _UnitCosts:
+class _UnitCosts(CostSource):
     def compute(self, op: str, device: str) -> float:
         return 1.0
 

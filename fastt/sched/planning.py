@@ -300,10 +300,8 @@ def _place_aside() -> list[tuple[Any, float]]:
 def step_overhead(costs: CostSource, placement: Mapping[str, str] | None = None) -> float:
     """What a step of ``placement`` takes beyond its ops and transfers, when ``costs`` knows
     it (else 0); None: the least over the ways a step spreads (a bound)."""
-    known = getattr(costs, "step_overhead", None)
-    if not known:
-        return 0.0
-    return float(known(None if placement is None else len(set(placement.values()))))
+    return float(costs.step_overhead(None if placement is None
+                                     else len(set(placement.values()))))
 
 
 def _replay_key(p: Problem, plan: int, ordered: bool) -> tuple:

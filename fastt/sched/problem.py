@@ -253,11 +253,8 @@ class Problem:
         ops = [graph[name] for name in names]
         dag = graph_edges(ops, index, back)
         devs = [d.name for d in devices]
-        row = getattr(costs, "compute_row", None)
-        w = [row(n, devs) for n in names] if row else \
-            [[costs.compute(n, d) for d in devs] for n in names]
-        knees = getattr(costs, "link_knee", None)
-        links = [[(*costs.link(a, b), *(knees(a, b) if knees else (math.inf, 0.0)))
+        w = [costs.compute_row(n, devs) for n in names]
+        links = [[(*costs.link(a, b), *costs.link_knee(a, b))
                   if a != b else (0.0, 0.0, math.inf, 0.0) for b in devs] for a in devs]
         stream = [0] * len(names)
         for i, name in enumerate(names):
@@ -266,12 +263,9 @@ class Problem:
                 w[i] = _collective_seconds(graph[name], links)
             elif graph[name].meta.split_of == TRANSFER_SCOPE:
                 stream[i] = TRANSFER_STREAM
-        share = getattr(costs, "transfer_cpu", None)
         # (send share, receive share[, send seconds, receive seconds of a call in a burst])
-        cpu = [[(*share(a, b), 0.0, 0.0)[:4] if share and a != b else (0.0,) * 4
+        cpu = [[(*costs.transfer_cpu(a, b), 0.0, 0.0)[:4] if a != b else (0.0,) * 4
                 for b in devs] for a in devs]
-        reach = getattr(costs, "device_step", None)
-        served = getattr(costs, "serve_delay", None)
         rep = graph.colocation_groups()
         joined: dict[str, str] = {}  # colocation group -> the group of its while frame
 
@@ -297,10 +291,10 @@ class Problem:
             recv_cpu=[[c[1] for c in row] for row in cpu],
             call_cpu=[[_calls(c, lk[0]) for c, lk in zip(row, lrow)]
                       for row, lrow in zip(cpu, links)],
-            reach=[reach(d) if reach else 0.0 for d in devs], cores=shared_cores(devs),
+            reach=[costs.device_step(d) for d in devs], cores=shared_cores(devs),
             stream=stream, knee=[[lk[2] for lk in row] for row in links],
             extra=[[lk[3] for lk in row] for row in links],
-            serve_delay=[served(d) if served else 0.0 for d in devs])
+            serve_delay=[costs.serve_delay(d) for d in devs])
 
 
 def _four(call_cpu: Sequence[Any] | None, a: int, b: int) -> tuple[float, float, float, float]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from fastt.ir import Graph, Op, TensorRef
 from fastt.op_types import BINARY, POOL, REDUCE, UNARY
@@ -64,87 +64,152 @@ SEVERAL = frozenset({"Split", "SplitV", "Unpack", "SparseSoftmaxCrossEntropyWith
                      "SoftmaxCrossEntropyWithLogits"})
 
 
+Rules = Callable[[Op, Graph], "list[SplitRule]"]
+
+
+def _conv2d(op: Op, graph: Graph) -> list[SplitRule]:
+    c = _channel_axis(op)
+    return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL)), "concat", 0),
+            SplitRule("channel", (Part(FULL), Part(SPLIT, 3)), "concat", c)]
+
+
+def _conv2d_backprop_input(op: Op, graph: Graph) -> list[SplitRule]:
+    c = _channel_axis(op)  # inputs: (input_sizes, filter, out_backprop)
+    return [SplitRule("batch", (Part(SHAPE, 0), Part(FULL), Part(SPLIT, 0)), "concat", 0),
+            SplitRule("channel", (Part(SHAPE, c), Part(SPLIT, 2), Part(FULL)), "concat", c)]
+
+
+def _conv2d_backprop_filter(op: Op, graph: Graph) -> list[SplitRule]:
+    c = _channel_axis(op)  # inputs: (input, filter_sizes, out_backprop)
+    return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL), Part(SPLIT, 0)), "sum", -1),
+            SplitRule("channel", (Part(FULL), Part(SHAPE, 3), Part(SPLIT, c)), "concat", 3)]
+
+
+def _matmul(op: Op, graph: Graph) -> list[SplitRule]:
+    ta, tb = bool(op.attrs.get("transpose_a")), bool(op.attrs.get("transpose_b"))
+    return [SplitRule("rows", (Part(SPLIT, 1 if ta else 0), Part(FULL)), "concat", 0),
+            SplitRule("cols", (Part(FULL), Part(SPLIT, 0 if tb else 1)), "concat", 1),
+            SplitRule("reduce", (Part(SPLIT, 0 if ta else 1), Part(SPLIT, 1 if tb else 0)),
+                      "sum", -1)]
+
+
+def _batch_matmul(op: Op, graph: Graph) -> list[SplitRule]:
+    r = _rank(graph, op, 0)
+    if r is None or r < 3 or _rank(graph, op, 1) != r:
+        return []
+    ax, ay = bool(op.attrs.get("adj_x")), bool(op.attrs.get("adj_y"))
+    return [SplitRule("batch", (Part(SPLIT, 0), Part(SPLIT, 0)), "concat", 0),
+            SplitRule("rows", (Part(SPLIT, r - 1 if ax else r - 2), Part(FULL)), "concat",
+                      r - 2),
+            SplitRule("cols", (Part(FULL), Part(SPLIT, r - 2 if ay else r - 1)), "concat",
+                      r - 1)]
+
+
+def _pool(op: Op, graph: Graph) -> list[SplitRule]:
+    c = _channel_axis(op)
+    return [SplitRule("batch", (Part(SPLIT, 0),), "concat", 0),
+            SplitRule("channel", (Part(SPLIT, c),), "concat", c)]
+
+
+def _max_pool_grad(op: Op, graph: Graph) -> list[SplitRule]:
+    c = _channel_axis(op)  # inputs: (orig_input, orig_output, grad)
+    return [SplitRule(d, (Part(SPLIT, a),) * 3, "concat", a) for d, a in
+            (("batch", 0), ("channel", c))]
+
+
+def _avg_pool_grad(op: Op, graph: Graph) -> list[SplitRule]:
+    c = _channel_axis(op)  # inputs: (orig_input_shape, grad)
+    return [SplitRule(d, (Part(SHAPE, a), Part(SPLIT, a)), "concat", a) for d, a in
+            (("batch", 0), ("channel", c))]
+
+
+def _bias_add_grad(op: Op, graph: Graph) -> list[SplitRule]:
+    return [SplitRule("batch", (Part(SPLIT, 0),), "sum", -1)]
+
+
+def _reshape(op: Op, graph: Graph) -> list[SplitRule]:
+    """Rows stay rows: [B, ...] -> [B*k, ...] or [B*k, ...] -> [B, ...]."""
+    if len(op.inputs) != 2:
+        return []
+    src, out = graph.tensor(op.inputs[0]).shape, op.outputs[0].shape
+    rows_in = src[0] if src and None not in src else None
+    rows_out = out[0] if out and None not in out else None
+    # With equal element counts, divisible leading dims keep whole rows together.
+    if rows_in is not None and rows_out is not None and rows_in > 1 and rows_out > 1 \
+            and (rows_out % rows_in == 0 or rows_in % rows_out == 0):
+        return [SplitRule("batch", (Part(SPLIT, 0), Part(SHAPE, 0)), "concat", 0)]
+    return []
+
+
+def _concat_rows(op: Op, graph: Graph) -> list[SplitRule]:
+    return _concat(op, graph) if len(op.inputs) >= 2 else []  # along another axis
+
+
+def _slice(op: Op, graph: Graph) -> list[SplitRule]:
+    """(A concat's gradient) every row kept: begin is 0 there, size follows each part."""
+    if len(op.inputs) == 3 and _keeps_rows(graph, op):
+        return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL), Part(SHAPE, 0)), "concat", 0)]
+    return []
+
+
+def _pad(op: Op, graph: Graph) -> list[SplitRule]:
+    """(A strided conv's explicit padding) no row added: the rows are padded one by one."""
+    if len(op.inputs) >= 2 and _keeps_rows(graph, op):
+        return [SplitRule("batch", (Part(SPLIT, 0),) + (Part(FULL),) * (len(op.inputs) - 1),
+                          "concat", 0)]
+    return []
+
+
+def _tile(op: Op, graph: Graph) -> list[SplitRule]:
+    """(A mean's gradient) the multiple is 1 on the rows."""
+    if len(op.inputs) == 2 and _keeps_rows(graph, op):
+        return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL)), "concat", 0)]
+    return []
+
+
+def _pack(op: Op, graph: Graph) -> list[SplitRule]:
+    """(An RNN's outputs stacked on the time axis) row k of each input makes row k."""
+    out = op.outputs[0].shape
+    if out and _rows_kept(graph, op.inputs, out) and int(op.attrs.get("axis", 0)) % len(out):
+        return [SplitRule("batch", (Part(SPLIT, 0),) * len(op.inputs), "concat", 0)]
+    return []
+
+
+def _gather(op: Op, graph: Graph) -> list[SplitRule]:
+    """Rows of an embedding lookup."""
+    if len(op.inputs) == 3 and _const(graph, op, 2) == 0 and not op.attrs.get("batch_dims"):
+        return [SplitRule("batch", (Part(FULL), Part(SPLIT, 0), Part(FULL)), "concat", 0)]
+    return []
+
+
+#: op type -> its split rules (ops of one output of known shape; ``SEVERAL``: ``_several``).
+#: A new rule is one entry here and its function (docs/extending.md).
+RULES: dict[str, Rules] = {
+    "Conv2D": _conv2d, "Conv2DBackpropInput": _conv2d_backprop_input,
+    "Conv2DBackpropFilter": _conv2d_backprop_filter, "MatMul": _matmul,
+    **dict.fromkeys(("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"), _batch_matmul),
+    **dict.fromkeys(POOL, _pool), "MaxPoolGrad": _max_pool_grad,
+    "AvgPoolGrad": _avg_pool_grad, "BiasAddGrad": _bias_add_grad, "Reshape": _reshape,
+    **dict.fromkeys(UNARY | BINARY, lambda op, graph: _elementwise(op, graph)),
+    **dict.fromkeys(REDUCE | {"Transpose", "ExpandDims", "Squeeze"},
+                    lambda op, graph: _batch_local(op, graph)),
+    "ConcatV2": _concat_rows, "Slice": _slice,
+    **dict.fromkeys(("Pad", "PadV2", "MirrorPad"), _pad), "Tile": _tile, "Pack": _pack,
+    "GatherV2": _gather,
+}
+
+
 def rules(op: Op, graph: Graph) -> list[SplitRule]:
     """The split rules of ``op`` (empty when it cannot be split)."""
-    t = op.type
     if any(graph.tensor(r).dtype in ("resource",) or graph.tensor(r).dtype.endswith("_ref")
            for r in op.inputs):
         return []
-    if t in SEVERAL:
+    if op.type in SEVERAL:
         return _several(op, graph)
     if len(op.outputs) != 1 or op.outputs[0].shape is None:
         return []
-    c = _channel_axis(op)
-    if t == "Conv2D":
-        return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL)), "concat", 0),
-                SplitRule("channel", (Part(FULL), Part(SPLIT, 3)), "concat", c)]
-    if t == "Conv2DBackpropInput":  # (input_sizes, filter, out_backprop)
-        return [SplitRule("batch", (Part(SHAPE, 0), Part(FULL), Part(SPLIT, 0)), "concat", 0),
-                SplitRule("channel", (Part(SHAPE, c), Part(SPLIT, 2), Part(FULL)), "concat", c)]
-    if t == "Conv2DBackpropFilter":  # (input, filter_sizes, out_backprop)
-        return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL), Part(SPLIT, 0)), "sum", -1),
-                SplitRule("channel", (Part(FULL), Part(SHAPE, 3), Part(SPLIT, c)), "concat", 3)]
-    if t == "MatMul":
-        ta, tb = bool(op.attrs.get("transpose_a")), bool(op.attrs.get("transpose_b"))
-        return [SplitRule("rows", (Part(SPLIT, 1 if ta else 0), Part(FULL)), "concat", 0),
-                SplitRule("cols", (Part(FULL), Part(SPLIT, 0 if tb else 1)), "concat", 1),
-                SplitRule("reduce", (Part(SPLIT, 0 if ta else 1), Part(SPLIT, 1 if tb else 0)),
-                          "sum", -1)]
-    if t in ("BatchMatMul", "BatchMatMulV2", "BatchMatMulV3"):
-        r = _rank(graph, op, 0)
-        if r is None or r < 3 or _rank(graph, op, 1) != r:
-            return []
-        ax, ay = bool(op.attrs.get("adj_x")), bool(op.attrs.get("adj_y"))
-        return [SplitRule("batch", (Part(SPLIT, 0), Part(SPLIT, 0)), "concat", 0),
-                SplitRule("rows", (Part(SPLIT, r - 1 if ax else r - 2), Part(FULL)), "concat",
-                          r - 2),
-                SplitRule("cols", (Part(FULL), Part(SPLIT, r - 2 if ay else r - 1)), "concat",
-                          r - 1)]
-    if t in POOL:
-        return [SplitRule("batch", (Part(SPLIT, 0),), "concat", 0),
-                SplitRule("channel", (Part(SPLIT, c),), "concat", c)]
-    if t == "MaxPoolGrad":  # (orig_input, orig_output, grad)
-        return [SplitRule(d, (Part(SPLIT, a),) * 3, "concat", a) for d, a in
-                (("batch", 0), ("channel", c))]
-    if t == "AvgPoolGrad":  # (orig_input_shape, grad)
-        return [SplitRule(d, (Part(SHAPE, a), Part(SPLIT, a)), "concat", a) for d, a in
-                (("batch", 0), ("channel", c))]
-    if t == "BiasAddGrad":
-        return [SplitRule("batch", (Part(SPLIT, 0),), "sum", -1)]
-    if t == "Reshape" and len(op.inputs) == 2:
-        # rows stay rows: [B, ...] -> [B*k, ...] or [B*k, ...] -> [B, ...]
-        src, out = graph.tensor(op.inputs[0]).shape, op.outputs[0].shape
-        rows_in = src[0] if src and None not in src else None
-        rows_out = out[0] if out and None not in out else None
-        # With equal element counts, divisible leading dims keep whole rows together.
-        if rows_in is not None and rows_out is not None and rows_in > 1 and rows_out > 1 \
-                and (rows_out % rows_in == 0 or rows_in % rows_out == 0):
-            return [SplitRule("batch", (Part(SPLIT, 0), Part(SHAPE, 0)), "concat", 0)]
-        return []
-    if t in UNARY or t in BINARY:
-        return _elementwise(op, graph)
-    if t in REDUCE or t == "Transpose" or t == "ExpandDims" or t == "Squeeze":
-        return _batch_local(op, graph)
-    if t == "ConcatV2" and len(op.inputs) >= 2:  # along another axis than the batch
-        return _concat(op, graph)
-    if t == "Slice" and len(op.inputs) == 3 and _keeps_rows(graph, op):
-        # (a concat's gradient) every row kept: begin is 0 there, size follows each part
-        return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL), Part(SHAPE, 0)), "concat", 0)]
-    if t in ("Pad", "PadV2", "MirrorPad") and len(op.inputs) >= 2 and _keeps_rows(graph, op):
-        # (a strided conv's explicit padding) no row added: the rows are padded one by one
-        return [SplitRule("batch", (Part(SPLIT, 0),) + (Part(FULL),) * (len(op.inputs) - 1),
-                          "concat", 0)]
-    if t == "Tile" and len(op.inputs) == 2 and _keeps_rows(graph, op):
-        # (a mean's gradient) the multiple is 1 on the rows
-        return [SplitRule("batch", (Part(SPLIT, 0), Part(FULL)), "concat", 0)]
-    if t == "Pack" and _rows_kept(graph, op.inputs, op.outputs[0].shape) and \
-            int(op.attrs.get("axis", 0)) % len(op.outputs[0].shape) != 0:
-        # (an RNN's outputs stacked on the time axis) row k of each input makes row k
-        return [SplitRule("batch", (Part(SPLIT, 0),) * len(op.inputs), "concat", 0)]
-    if t == "GatherV2" and len(op.inputs) == 3 and _const(graph, op, 2) == 0 \
-            and not op.attrs.get("batch_dims"):  # rows of an embedding lookup
-        return [SplitRule("batch", (Part(FULL), Part(SPLIT, 0), Part(FULL)), "concat", 0)]
-    return []
+    rule = RULES.get(op.type)
+    return rule(op, graph) if rule is not None else []
 
 
 def _const(graph: Graph, op: Op, i: int) -> Any:

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from fastt.costs.source import CostSource
+from fastt.costs.source import CostSource, knows_step_overhead
 from fastt.errors import FasttError, NoBatch
 from fastt.ir import Graph
 from fastt.sched._gc import without_gc
@@ -45,7 +45,7 @@ from fastt.sched.allreduce import BUCKET_BYTES
 from fastt.sched.hybrid import kept_whole
 from fastt.sched.osdpos import BUDGET_S, Plan, compiler, os_dpos
 from fastt.sched.problem import Device, Problem
-from fastt.sched.registry import KINDS, StrategyKind, kind
+from fastt.sched.registry import DEFAULT, KINDS, StrategyKind, kind
 from fastt.sched.schedule import Schedule
 from fastt.sched.simulate import SimResult, simulate, simulate_fifo
 from fastt.sched.splitting import Split
@@ -113,7 +113,7 @@ def plan_key(placement: dict[str, str], splits: Sequence[Split], replicas: int) 
 
 
 def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
-         name: str = "os-dpos", copy_bytes_per_s: float = 10e9, workers: int = 1,
+         name: str = DEFAULT, copy_bytes_per_s: float = 10e9, workers: int = 1,
          fetches: Sequence[str] = (), splits: Sequence[Split] = (), split: bool = True,
          bucket_bytes: float = BUCKET_BYTES, shared: Planning | None = None,
          transfer_priorities: str = "auto") -> Strategy:
@@ -266,10 +266,10 @@ def _overhead(costs: CostSource, placement: dict[str, str], splits: Sequence[Spl
               replicas: int) -> float:
     """What a step of this plan takes beyond its replay under ``costs``: its own where it
     was profiled (``CostModels.step_overhead``)."""
-    known = getattr(costs, "step_overhead", None)
-    if not known:
+    if not knows_step_overhead(costs):
         return 0.0  # nor the key's cost (a large graph's placement)
-    return float(known(len(set(placement.values())), plan_key(placement, splits, replicas)))
+    return float(costs.step_overhead(len(set(placement.values())),
+                                     plan_key(placement, splits, replicas)))
 
 
 def _placement(shared: Planning, p: Problem, s: Schedule) -> dict[str, str]:

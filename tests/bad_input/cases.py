@@ -108,7 +108,7 @@ def _plan_dump(out: Path) -> None:
     from fastt import plan_cmd
     from fastt.sched.device_spec import parse
     from fastt.sched.strategy import plan
-    from tests.test_data_parallel import training_graph
+    from tests.helpers import training_graph
     from tests.test_strategy import costs
     ds, g = parse("2xV100"), training_graph(B=16)
     setup = plan_cmd.Setup(g, "2xV100", ds, ["update", "loss"], costs(ds, g))
