@@ -108,15 +108,21 @@ def run(kind: str, name: str, env: dict[str, str]) -> dict[str, Any]:
     return row
 
 
+def _share(t: dict[str, Any]) -> float:
+    """A tensor's difference as a share of its tolerance (inf: beyond any)."""
+    r, tol = t["relative"], t["tolerance"]
+    if r is None:
+        return float("inf")
+    return r / tol if tol > 0 else (float("inf") if r > 0 else 0.0)
+
+
 def _rel(r: float | None) -> str:
     return "unequal" if r is None else f"{r:.2g}"
 
 
 def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     checked = [c for r in rows for c in r["checks"] if not c["skipped"]]
-    largest = max((c["largest"]["relative"] / c["largest"]["tolerance"]
-                   if c["largest"]["relative"] is not None else float("inf")
-                   for c in checked if c["largest"]), default=0.0)
+    largest = max((_share(c["largest"]) for c in checked if c["largest"]), default=0.0)
     lines = ["# The per-step check over the zoo and the corpus", "",
              f"{meta['date']}, {meta['machine']}; {meta['seconds']:.0f} s. Each strategy's "
              "first step run again on the original graph from the same state on the same "
@@ -133,8 +139,7 @@ def markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     for r in rows:
         cs = [c for c in r["checks"] if not c["skipped"]]
         worst = max((c for c in cs if c["largest"]), default=None,
-                    key=lambda c: c["largest"]["relative"] / c["largest"]["tolerance"]
-                    if c["largest"]["relative"] is not None else float("inf"))
+                    key=lambda c: _share(c["largest"]))
         where = "-" if worst is None else \
             f"{_rel(worst['largest']['relative'])} of {worst['largest']['tolerance']:g} " \
             f"({worst['largest']['kind']} `{worst['largest']['name']}`)"

@@ -27,6 +27,7 @@ _original: dict[str, Callable[..., Any]] = {}
 _factory: Callable[..., Any] | None = None
 _retarget: Callable[[str, Any], tuple[str, Any]] | None = None
 _local = threading.local()
+_forsaken: set[bytes] = set()  # targets of clusters that lost a server
 
 
 def installed() -> bool:
@@ -131,7 +132,18 @@ def _close(self: Any) -> None:
     p = plugin_of(self)
     if p is not None:
         p.close()
+    if getattr(self, "_target", None) in _forsaken:
+        self._closed = True  # deleted when collected, with no CloseSession call
+        return
     _original["close"](self)
+
+
+def forsake(target: str) -> None:
+    """Sessions on ``target``, a cluster that lost a server, close without TensorFlow's
+    ``CloseSession`` call, which retries a lost master for a minute (and a live master's
+    cleanup on the lost worker as long): each is marked closed and its C++ session deleted
+    when it is collected, which calls no server."""
+    _forsaken.add(target.encode() if isinstance(target, str) else target)
 
 
 # -- what the plugin uses ----------------------------------------------------------------------

@@ -7,6 +7,7 @@ becomes one clear error naming it. No TensorFlow here.
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -85,19 +86,24 @@ class StepWatch:
         self._since: float | None = None  # when the step running started
         self.said = ""  # the loss said, once
         self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
 
     def started(self) -> None:
         self._since = time.monotonic()
         if self._thread is None:
             self._thread = threading.Thread(target=self._loop, name="fastt-watch", daemon=True)
             self._thread.start()
+            atexit.register(self.stop)  # no gRPC call while the interpreter shuts down
+
+    def stop(self) -> None:
+        """The thread ends within an interval (at exit; after a loss it ends by itself)."""
+        self._stopped.set()
 
     def ended(self) -> None:
         self._since = None
 
     def _loop(self) -> None:
-        while not self.said:
-            time.sleep(self.watch.interval)
+        while not self.said and not self._stopped.wait(self.watch.interval):
             since = self._since
             if since is None or time.monotonic() - since < self.watch.interval:
                 continue

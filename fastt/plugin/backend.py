@@ -83,7 +83,7 @@ class PluginBackend:
         server checked first: the probes run on each)."""
         if self.engine.unprobed():
             self.plugin.guard.check(force=True)
-            with hook.plain_sessions():
+            with hook.plain_sessions(), self.plugin.guard.running():
                 self.engine.probe()
 
     def prepare_plan(self) -> None:

@@ -10,7 +10,9 @@ from typing import Any, Callable, Iterator
 import tensorflow as tf
 
 from fastt.cluster.health import StepWatch, Watch
+from fastt.errors import WorkerLostError
 from fastt.plugin import remote
+from tf_patches import session_hook as hook
 
 _tf1 = tf.compat.v1
 FIRST_STEP_TIMEOUT_S = 120.0  # at least; 50 original steps when longer
@@ -24,7 +26,7 @@ class Guard:
 
     def __init__(self, watch: Watch | None, original_s: Callable[[], float | None]) -> None:
         self.watch, self.original_s = watch, original_s
-        self.steps = StepWatch(watch) if watch is not None else None
+        self.steps = StepWatch(watch, self._forsake) if watch is not None else None
 
     def running(self) -> contextlib.AbstractContextManager[None]:
         """Around a run on the cluster: a server lost while it runs is named within seconds
@@ -44,13 +46,28 @@ class Guard:
     def check(self, force: bool = False) -> None:
         """On the cluster: every server answers (checked every few seconds, or now)."""
         if self.watch is not None:
-            self.watch.check(force=force)
+            with self._lost():
+                self.watch.check(force=force)
 
     def failed(self, error: BaseException) -> None:
         """After a step failed with ``error``: on the cluster, a ``WorkerLostError`` naming
         each server that does not answer."""
         if self.watch is not None and isinstance(error, remote.STEP_ERRORS):
-            self.watch.check(force=True, cause=error)
+            with self._lost():
+                self.watch.check(force=True, cause=error)
+
+    @contextlib.contextmanager
+    def _lost(self) -> Iterator[None]:
+        try:
+            yield
+        except WorkerLostError:
+            self._forsake("")
+            raise
+
+    def _forsake(self, _names: str) -> None:
+        """A server is lost: the cluster's sessions close without calling it."""
+        assert self.watch is not None
+        hook.forsake(self.watch.spec.target)
 
     def options(self, options: Any, first: bool) -> Any:
         """The run options of a step (``first``: a new graph's first): with a deadline of
