@@ -226,8 +226,8 @@ def main() -> int:
             old = json.load(f)
         names = {r["name"] for r in doc["rows"]}
         doc["rows"] = [r for r in old["rows"] if r["name"] not in names] + doc["rows"]
-        doc["meta"]["appended"] = [*old["meta"].get("appended", []), meta]
-        doc["meta"] = {**old["meta"], "appended": doc["meta"]["appended"]}
+        doc["meta"] = {**old["meta"], "appended": [*old["meta"].get("appended", []),
+                                                   dict(meta)]}
     with open(path, "w") as f:
         json.dump(doc, f, indent=1)
     text = markdown(doc)
