@@ -136,9 +136,7 @@ class DerivedCosts(CostSource):
         return self.base.transfer_cpu(src, dst)
 
     def device_step(self, device: str) -> float:
-        reach = getattr(self.base, "device_step", None)
-        return reach(device) if reach else 0.0
+        return self.base.device_step(device)
 
     def serve_delay(self, device: str) -> float:
-        served = getattr(self.base, "serve_delay", None)
-        return served(device) if served else 0.0
+        return self.base.serve_delay(device)
