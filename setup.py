@@ -90,10 +90,10 @@ setup(
     # their servers listen on every interface, and the simulator runs its loop in Python.
     ext_modules=[Extension("tf_patches._bind_loopback", ["tf_patches/native/bind_loopback.c"],
                            libraries=["dl"], optional=True),
-                 Extension("fastt.sched._simcore",
-                           ["fastt/sched/_simcore.c", "fastt/sched/_simpeaks.c",
-                            "fastt/sched/_simeft.c", "fastt/sched/_simedges.c"],
-                           depends=["fastt/sched/_simcore.h"], extra_compile_args=["-O2"],
+                 Extension("fastt.sched.sim._simcore",
+                           ["fastt/sched/sim/_simcore.c", "fastt/sched/sim/_simpeaks.c",
+                            "fastt/sched/sim/_simeft.c", "fastt/sched/sim/_simedges.c"],
+                           depends=["fastt/sched/sim/_simcore.h"], extra_compile_args=["-O2"],
                            optional=True)] + priority_executor(),
     cmdclass={"build_py": build_py_with_hook},
 )

@@ -6,7 +6,7 @@ predicts for a training step on one device, next to the peak that TensorFlow's B
 
 Each case runs in a process of its own (the allocator's peak is per process): two warm-up
 steps, then one traced step whose node statistics carry the allocator's bytes in use; the
-predicted peak is ``fastt.sched.fitting.peak_memory_one_device`` of the step's ops (the
+predicted peak is ``fastt.sched.search.memory_fit.peak_memory_one_device`` of the step's ops (the
 training step's fan-in, as the planner sees it). Ops run one at a time
 (``inter_op_parallelism_threads=1``), as the model assumes. Writes memory_fidelity.json and
 memory_fidelity.md.
@@ -49,7 +49,7 @@ def measure(zoo_name: str, kwargs: dict, batch: int) -> dict:
     from fastt import zoo
     from fastt.adapters import tf_import
     from fastt.adapters.runner import traced_run
-    from fastt.sched.fitting import peak_memory_one_device
+    from fastt.sched.search.memory_fit import peak_memory_one_device
     tf.compat.v1.disable_eager_execution()
     built = zoo.build(zoo_name, batch_size=batch, **kwargs)
     step = tf_import.from_tf_graph(built.graph, name=zoo_name).fan_in([built.train_op.name])

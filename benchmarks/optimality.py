@@ -5,12 +5,12 @@
 Small graphs, two kinds: random layered DAGs (10-18 ops, random op and transfer times, on 2-4
 devices, identical or not) and real models coarsened (LeNet, AlexNet and VGG-19's training
 steps on simulated V100s, TensorFlow's analytical op times, ops merged by name scope: a
-layer's forward ops, its gradient ops; cycles the merge makes are merged too). On each, the exact
-program (``fastt.sched.exact``, HiGHS) gives the optimal makespan under DPOS's model of a step
-(links without contention), and each placer's makespan under the same model is set against it:
-DPOS, HEFT, m-TOPO, m-ETF, m-SCT, and OS-DPOS (on these graphs no op has a split rule, so
-OS-DPOS is the plan it would pick among its starting points: the fastest with one transfer at
-a time per link). DPOS's guarantee is checked on each graph: ``omega_DPOS <= 2 omega_opt +
+layer's forward ops, its gradient ops; cycles the merge makes are merged too). On each, the
+exact program (``fastt.sched.placers.exact``, HiGHS) gives the optimal makespan under DPOS's model
+of a step (links without contention), and each placer's makespan under the same model is set against
+it: DPOS, HEFT, m-TOPO, m-ETF, m-SCT, and OS-DPOS (on these graphs no op has a split rule, so
+OS-DPOS is the plan it would pick among its starting points: the fastest with one transfer at a time
+per link). DPOS's guarantee is checked on each graph: ``omega_DPOS <= 2 omega_opt +
 C_max``, with ``omega_opt`` the optimum with free transfers (the exact program again, or its
 lower bound when the time limit stops it) and ``C_max`` the dearest chain of transfers.
 Writes optimality.json and optimality.md.
@@ -29,10 +29,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import machine  # noqa: E402
 from fastt.errors import FasttError  # noqa: E402
-from fastt.sched import Device, Problem, baselines, dpos  # noqa: E402
-from fastt.sched.bounds import c_max  # noqa: E402
-from fastt.sched.exact import solve  # noqa: E402
-from fastt.sched.planning import replay_schedule  # noqa: E402
+from fastt.sched import Device, Problem, dpos  # noqa: E402
+from fastt.sched.placers import baselines  # noqa: E402
+from fastt.sched.search.bounds import c_max  # noqa: E402
+from fastt.sched.placers.exact import solve  # noqa: E402
+from fastt.sched.search.planning import replay_schedule  # noqa: E402
 
 PLACERS = {"DPOS": dpos, "HEFT": baselines.heft, "m-TOPO": baselines.m_topo,
            "m-ETF": baselines.m_etf, "m-SCT": baselines.m_sct, "single": baselines.single}
@@ -70,8 +71,8 @@ def coarsened(model: str, spec: str) -> tuple[str, Problem]:
     from benchmarks import models as zoo_models
     from benchmarks.simulated import training_graph
     from fastt.costs.source import StaticCosts
-    from fastt.sched.device_spec import parse
-    from fastt.sched.osdpos import compiler
+    from fastt.sched.sim.device_spec import parse
+    from fastt.sched.search.osdpos import compiler
     m = zoo_models.pick(zoo_models.SIMULATED, [model])[0]
     graph, fetch, seconds = training_graph(m, m.batch)
     ds = parse(spec)

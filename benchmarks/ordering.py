@@ -32,7 +32,7 @@ from benchmarks.common import arguments, block, keeps_candidate, training_sessio
 from fastt import zoo  # noqa: E402
 from fastt.adapters.engine import Engine  # noqa: E402
 from fastt.plugin.settings import LOCAL_CPU  # noqa: E402
-from fastt.sched.problem import Device  # noqa: E402
+from fastt.sched.sim.problem import Device  # noqa: E402
 from tf_patches import priority_executor  # noqa: E402
 
 tf1 = tf.compat.v1

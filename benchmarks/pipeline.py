@@ -7,7 +7,7 @@ The paper's nine models at the simulated testbed's strong-scaling batch (analyti
 transfer at a time per link direction:
 
 - ``pipedream``: PipeDream's stages over 1, 2 and 4 micro-batches per device
-  (``fastt.sched.pipedream``);
+  (``fastt.sched.placers.pipedream``);
 - ``micro-batched``: the best model-graph list schedule (DPOS, HEFT, m-TOPO, m-ETF, m-SCT,
   one device) over the same micro-batches, every part of an op on its op's device;
 - ``os-dpos, no pipelines``: OS-DPOS from the data-parallel and model graphs only;
@@ -31,10 +31,10 @@ from benchmarks.simulated import training_graph  # noqa: E402
 
 from fastt.costs.source import StaticCosts  # noqa: E402
 from fastt.errors import FasttError  # noqa: E402
-from fastt.sched.device_spec import parse  # noqa: E402
-from fastt.sched.osdpos import Plan  # noqa: E402
-from fastt.sched.planning import Planning, feasible  # noqa: E402
-from fastt.sched.starts import micro_batched_plans  # noqa: E402
+from fastt.sched.sim.device_spec import parse  # noqa: E402
+from fastt.sched.search.osdpos import Plan  # noqa: E402
+from fastt.sched.search.planning import Planning, feasible  # noqa: E402
+from fastt.sched.search.starts import micro_batched_plans  # noqa: E402
 from fastt.sched.registry import KINDS  # noqa: E402
 from fastt.sched.strategy import plan  # noqa: E402
 

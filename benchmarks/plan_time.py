@@ -56,8 +56,8 @@ def row(name: str, spec: str, scaling: str, budget_s: float | None = TARGET_S,
     from benchmarks.simulated import training_graph
     from fastt.costs.source import StaticCosts
     from fastt.plan_cmd import Setup, load, plan_all, prepare
-    from fastt.sched.device_spec import parse
-    clock = time.perf_counter  # fastt.sched.osdpos.clock, which deadlines are read on
+    from fastt.sched.sim.device_spec import parse
+    clock = time.perf_counter  # fastt.sched.search.osdpos.clock, which deadlines are read on
     t0 = clock()
     deadline = {} if budget_s is None else {"deadline": t0 + budget_s}
     gc.disable()  # as `fastt plan` runs (fastt.cli)

@@ -76,7 +76,7 @@ from fastt.cluster import LocalCluster  # noqa: E402
 from fastt.plugin.measure import steady_start  # noqa: E402
 from fastt.plugin.settings import Settings  # noqa: E402
 from fastt.plugin.remote import on_cluster  # noqa: E402
-from fastt.sched.problem import Device  # noqa: E402
+from fastt.sched.sim.problem import Device  # noqa: E402
 from tf_patches import error_messages  # noqa: E402
 
 tf1 = tf.compat.v1

@@ -117,7 +117,7 @@ def simulated_section(sim: dict, out: str) -> list[str]:
     lines += ["", "### Ops per device (OS-DPOS, strong scaling)", "",
               "Replicas: the batch cut into that many shares (1: the model graph). Kept whole: "
               "the weights that run unreplicated on one device while the rest is data "
-              "parallel, so their gradients never cross a link (`fastt.sched.hybrid`; FastT's "
+              "parallel, so their gradients never cross a link (`fastt.passes.hybrid`; FastT's "
               "Table 5 found VGG-19's fully connected layers best kept on one device, its "
               "convolutions replicated).", "",
               "| model | devices | replicas | kept whole | ops per device |",
@@ -157,7 +157,8 @@ def _bound_table(sim: dict) -> list[str]:
     if not rows:
         return []
     lines = ["### Distance to the limit", "",
-             "A lower bound on the step time of any plan fastt can make (`fastt.sched.bounds`): "
+             "A lower bound on the step time of any plan fastt can make "
+             "(`fastt.sched.search.bounds`): "
              "the larger of the critical path with free transfers (each op on its fastest "
              "device; an op fastt can cut into parts, by the batch or a split rule, at 1/D of "
              "its time) and the total compute over the D devices. OS-DPOS / bound: 1 would be "

@@ -33,9 +33,9 @@ from benchmarks.simulated import training_graph  # noqa: E402
 
 from fastt import dtypes  # noqa: E402
 from fastt.costs.source import StaticCosts  # noqa: E402
-from fastt.sched.device_spec import LINKS, parse  # noqa: E402
-from fastt.sched.ring import SCOPE  # noqa: E402
-from fastt.sched.planning import Planning  # noqa: E402
+from fastt.sched.sim.device_spec import LINKS, parse  # noqa: E402
+from fastt.passes.ring import SCOPE  # noqa: E402
+from fastt.sched.search.planning import Planning  # noqa: E402
 from fastt.sched.strategy import plan  # noqa: E402
 
 MODELS = ("vgg_19", "resnet_200")

@@ -3,13 +3,13 @@
     python benchmarks/simulated.py [--quick] [--models NAME ...] [--out benchmarks/results]
 
 Per-op times come from TensorFlow's analytical cost estimator (grappler) for a V100; links
-are NVLink inside a server and 100 Gb/s InfiniBand between servers (fastt.sched.device_spec).
+are NVLink inside a server and 100 Gb/s InfiniBand between servers (fastt.sched.sim.device_spec).
 For every model, device set (2, 4, 8 GPUs on one server; 2 servers x 4 and x 8) and scaling
 (strong: one global batch; weak: a fixed batch per GPU), each strategy is computed (single
 device, data parallel, DPOS, OS-DPOS, HEFT, m-TOPO, m-ETF) and its step replayed by the
 simulator with one transfer at a time per link direction. Ablations on OS-DPOS: its placement
 run first come, first served (no enforced order), and OS-DPOS without splits. Each row also
-gets a lower bound on any plan's step time (``fastt.sched.bounds``). Writes
+gets a lower bound on any plan's step time (``fastt.sched.search.bounds``). Writes
 simulated.json after each model; with ``--models`` (and not ``--quick``) the rows of those
 models replace their rows in an existing full run's simulated.json, the others are kept.
 """
@@ -65,7 +65,7 @@ def case(graph, fetch, seconds, spec: str, batch: int) -> dict:
     """Every strategy and the OS-DPOS ablations on one device set."""
     from fastt.costs.source import StaticCosts
     from fastt.plan_cmd import Setup, plan_each
-    from fastt.sched.device_spec import parse
+    from fastt.sched.sim.device_spec import parse
     from fastt.sched.strategy import plan
     ds = parse(spec)
     costs = StaticCosts(seconds, ds)

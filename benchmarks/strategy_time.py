@@ -66,8 +66,8 @@ def bench_osdpos(models: list[str], devices: int) -> list[dict]:
     import tensorflow as tf
 
     from fastt import plan_cmd
-    from fastt.sched.data_parallel import data_parallel
-    from fastt.sched.device_spec import parse
+    from fastt.passes.data_parallel import data_parallel
+    from fastt.sched.sim.device_spec import parse
     from fastt.sched.strategy import plan
     tf.compat.v1.disable_eager_execution()
     rows = []

@@ -6,7 +6,7 @@ the real testbed: a local 2-worker TensorFlow cluster, one core each.
 
 Per model, as ``benchmarks/real.py`` prepares it (the original profiled on worker 0, the
 links probed, data parallelism run and profiled), both data-parallel layouts are planned with
-transfer priorities off and on (``fastt.sched.transfer_order``; "on" is kept whatever the
+transfer priorities off and on (``fastt.sched.placers.transfer_order``; "on" is kept whatever the
 simulator says). The four graphs run in TensorFlow's own op order, in blocks of S steps,
 rotating who goes first, R repeats; per repeat each "on" block is divided by its layout's
 "off" block, and the median ratio is reported (below 1: ordering pays). A layout with no
@@ -43,7 +43,7 @@ from benchmarks.real import Run, profile_into  # noqa: E402
 from fastt.adapters.engine import Engine  # noqa: E402
 from fastt.cluster import LocalCluster  # noqa: E402
 from fastt.plugin.remote import on_cluster  # noqa: E402
-from fastt.sched.problem import Device  # noqa: E402
+from fastt.sched.sim.problem import Device  # noqa: E402
 
 tf1 = tf.compat.v1
 LAYOUTS = ("data-parallel", "data-parallel-ps")
@@ -102,8 +102,8 @@ def simulated(model: zoo_models.Model) -> dict:
     """Both layouts of ``model`` on 4 and 8 simulated V100s, with and without priorities."""
     from benchmarks.simulated import training_graph
     from fastt.costs.source import StaticCosts
-    from fastt.sched.device_spec import parse
-    from fastt.sched.planning import Planning
+    from fastt.sched.sim.device_spec import parse
+    from fastt.sched.search.planning import Planning
     from fastt.sched.strategy import plan
     graph, fetch, seconds = training_graph(model, model.batch)
     row: dict = {"model": model.name, "batch": model.batch, "devices": {}}
@@ -129,7 +129,7 @@ def markdown(doc: dict, level: str = "##") -> str:
     """The report's section."""
     lines = [f"{level} Transfer priorities", "",
              "The weights a step reads from another device sent in the order their consumers "
-             "need them (`fastt.sched.transfer_order`), against TensorFlow's own order. "
+             "need them (`fastt.sched.placers.transfer_order`), against TensorFlow's own order. "
              "`on / off`: step time with over without them (below 1: ordering pays).", ""]
     real = doc.get("real", {}).get("rows", [])
     if real:

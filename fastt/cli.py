@@ -31,8 +31,8 @@ def _progress(what: str) -> Any:
 
 def _plan(args: argparse.Namespace) -> int:
     from fastt import plan_cmd
-    from fastt.sched.device_spec import parse as parse_devices
-    from fastt.sched.osdpos import clock
+    from fastt.sched.sim.device_spec import parse as parse_devices
+    from fastt.sched.search.osdpos import clock
     began = clock()
     # every input and output checked before the graph is loaded and planned
     plan_cmd.check_graph(args.graph, args.model, args.batch_size)

@@ -11,7 +11,7 @@ from fastt import zoo
 from fastt.adapters.engine import Engine
 from fastt.costs import CostModels
 from fastt.costs.summary import format_cost_models
-from fastt.sched.problem import Device
+from fastt.sched.sim.problem import Device
 
 log = logging.getLogger("fastt")
 _tf1 = tf.compat.v1

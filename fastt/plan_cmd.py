@@ -14,11 +14,11 @@ from fastt.costs.source import CostSource, ModelCosts, StaticCosts
 from fastt.errors import FasttError, GraphFormatError
 from fastt.jsonio import read_bytes, writing
 from fastt.ir import Graph
-from fastt.sched.device_spec import DeviceSet, parse
-from fastt.sched.allreduce import BUCKET_BYTES
-from fastt.sched._gc import without_gc
+from fastt.sched.sim.device_spec import DeviceSet, parse
+from fastt.passes.allreduce import BUCKET_BYTES
+from fastt.sched.placers._gc import without_gc
 from fastt.sched.registry import DEFAULT, kind, names
-from fastt.sched.planning import Planning
+from fastt.sched.search.planning import Planning
 from fastt.sched.strategy import Strategy, place_first, plan
 
 log = logging.getLogger("fastt")

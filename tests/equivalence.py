@@ -17,23 +17,23 @@ from fastt.adapters.rewrite import rewrite
 from fastt.adapters.tf_import import from_tf_graph
 from fastt.cluster import LocalCluster
 from fastt.costs.source import StaticCosts
-from fastt.sched.allreduce import mirrors
-from fastt.sched.device_spec import DeviceSet, parse
-from fastt.sched.problem import Device
-from fastt.sched.split_rules import rules
-from fastt.sched.splitting import Split
-from fastt.sched import transfer_order
-from fastt.sched import baselines
-from fastt.sched.data_parallel import data_parallel
-from fastt.sched.replicas import replica_of
-from fastt.sched.hybrid import kept_whole, weights
-from fastt.sched.dpos import rank_u
-from fastt.sched.pipedream import layers, place_stages
-from fastt.sched.pipeline import Stage
-from fastt.sched.simulate import simulate_fifo
-from fastt.sched.osdpos import clock
-from fastt.sched.fitting import data_parallel_fitting
-from fastt.sched.planning import Planning
+from fastt.passes.allreduce import mirrors
+from fastt.sched.sim.device_spec import DeviceSet, parse
+from fastt.sched.sim.problem import Device
+from fastt.passes.split_rules import rules
+from fastt.passes.splitting import Split
+from fastt.sched.placers import transfer_order
+from fastt.sched.placers import baselines
+from fastt.passes.data_parallel import data_parallel
+from fastt.passes.replicas import replica_of
+from fastt.passes.hybrid import kept_whole, weights
+from fastt.sched.placers.dpos import rank_u
+from fastt.sched.placers.pipedream import layers, place_stages
+from fastt.sched.placers.stages import Stage
+from fastt.sched.sim.simulate import simulate_fifo
+from fastt.sched.search.osdpos import clock
+from fastt.sched.search.memory_fit import data_parallel_fitting
+from fastt.sched.search.planning import Planning
 from fastt.sched.strategy import Strategy, plan
 from tf_patches import priority_executor
 
@@ -290,7 +290,7 @@ PRIORITY_MODELS = ["lenet_ref", "small_cnn", "lstm_lm"]
 
 def check_priorities(names):
     """The parameter-server layout with its weight transfers ordered by need
-    (``fastt.sched.transfer_order``, every weight a group of its own so that every link
+    (``fastt.sched.placers.transfer_order``, every weight a group of its own so that every link
     is chained), in-process under each order mechanism and over a local 2-worker cluster:
     the losses and variables of the original graph."""
     transfer_order.GROUP_BYTES = 0
@@ -318,7 +318,7 @@ PIPELINE_MODELS = ["mlp", "lenet", "lstm_lm", "transformer"]
 
 
 def two_stages(ir, m, devices, costs, micro):
-    """A pipeline of ``ir`` cut into two stages of its layers (``fastt.sched.pipeline``), one
+    """A pipeline of ``ir`` cut into two stages of its layers (``fastt.sched.placers.stages``), one
     per device, over ``micro`` micro-batches, its order GPipe's (ranks, first come)."""
     fetches = [m.train_op.name, m.loss.name]
     shared = Planning(ir, devices, costs, fetches=fetches)
@@ -369,7 +369,7 @@ HYBRID_MODELS = ["mlp", "lenet_ref", "small_cnn", "lstm_lm"]
 
 def hybrid(ir, m, devices, costs, layout):
     """``layout``'s data-parallel plan of ``ir`` on ``devices`` with every other weight kept
-    whole (``fastt.sched.hybrid``), its ops and updates on device 0; and those weights."""
+    whole (``fastt.passes.hybrid``), its ops and updates on device 0; and those weights."""
     fetches = [m.train_op.name, m.loss.name]
     shared = Planning(ir, devices, costs, fetches=fetches)
     kept = weights(shared.graph)[::2]

@@ -6,14 +6,14 @@ import pytest
 
 from fastt.costs.source import StaticCosts
 from fastt.ir import Graph
-from fastt.sched import fitting
-from fastt.sched.allreduce import all_reduce, followers, mirrors, sync_writes
-from fastt.sched.baselines import data_parallel as dp_placer
-from fastt.sched.data_parallel import data_parallel
-from fastt.sched.replicas import replica_of
-from fastt.sched.device_spec import parse
-from fastt.sched.problem import Problem
-from fastt.sched.simulate import simulate
+from fastt.sched.search import memory_fit
+from fastt.passes.allreduce import all_reduce, followers, mirrors, sync_writes
+from fastt.sched.placers.baselines import data_parallel as dp_placer
+from fastt.passes.data_parallel import data_parallel
+from fastt.passes.replicas import replica_of
+from fastt.sched.sim.device_spec import parse
+from fastt.sched.sim.problem import Problem
+from fastt.sched.sim.simulate import simulate
 from tests.helpers import op
 
 B, F = 8, 64
@@ -168,5 +168,5 @@ def test_gpus_of_one_process_sum_each_bucket_with_nccl_on_a_stream_of_its_own():
     chunk = F * F * 4 / n
     assert bent.w[i][0] == pytest.approx(2 * (n - 1) * (latency + per_byte * chunk
                                                          + 1e-9 * (chunk - 16)))
-    assert fitting.nccl(ds.devices) and not fitting.nccl(parse("2xCPU").devices)
-    assert not fitting.nccl(parse("2x2xV100").devices)  # two servers: the graph's ring
+    assert memory_fit.nccl(ds.devices) and not memory_fit.nccl(parse("2xCPU").devices)
+    assert not memory_fit.nccl(parse("2x2xV100").devices)  # two servers: the graph's ring

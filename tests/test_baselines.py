@@ -3,9 +3,9 @@ import random
 import pytest
 
 from fastt.sched import Device, Problem, dpos
-from fastt.sched.baselines import heft, m_etf, m_sct, m_topo, single
-from fastt.sched.msct import favourite_children
-from fastt.sched.simulate import simulate
+from fastt.sched.placers.baselines import heft, m_etf, m_sct, m_topo, single
+from fastt.sched.placers.msct import favourite_children
+from fastt.sched.sim.simulate import simulate
 from tests.exact import check_schedule
 from tests.test_dpos import random_problem
 
@@ -77,7 +77,7 @@ def test_m_sct_keeps_a_chain_with_dear_transfers_on_one_device_where_m_etf_sprea
 def test_sct_never_favours_a_control_edge_and_prices_control_blocks_once():
     # Ops 3-5 are waited for by 6-8 through control edges only (the moving-average updates
     # every gradient op waits for under tf.control_dependencies): one block, 6 rows, not 9.
-    from fastt.sched.msct import _bicliques
+    from fastt.sched.placers.msct import _bicliques
     data = [(0, 1, 8.0), (1, 2, 8.0), (0, 3, 8.0), (0, 4, 8.0), (0, 5, 8.0)]
     control = [(i, j, 0.0, None) for i in (3, 4, 5) for j in (6, 7, 8)]
     p = Problem.build(9, data + control, [[1, 1]] * 9, [Device("/gpu:0"), Device("/gpu:1")],

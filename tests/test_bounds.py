@@ -5,10 +5,10 @@ import pytest
 from fastt.costs.source import StaticCosts
 from fastt.ir import Graph
 from fastt.sched import Problem
-from fastt.sched.bounds import least_shares, lower_bound
-from fastt.sched.device_spec import parse
+from fastt.sched.search.bounds import least_shares, lower_bound
+from fastt.sched.sim.device_spec import parse
 from fastt.sched.registry import names
-from fastt.sched.planning import Planning
+from fastt.sched.search.planning import Planning
 from fastt.sched.strategy import plan
 from tests.exact import optimal_makespan
 from tests.helpers import op
@@ -36,7 +36,7 @@ def test_shares_name_what_fastt_can_cut_and_fold():
     shares = least_shares(g, 4)
     types = {o.name: o.type for o in g}
     assert {types[n] for n, k in shares.items() if k == 0.25} >= {"MatMul"}
-    from fastt.sched.data_parallel import data_parallel
+    from fastt.passes.data_parallel import data_parallel
     dp = data_parallel(g, 4)
     more = least_shares(g, 4, dp)
     parts = {o.meta.origin for o in dp if o.meta.origin and o.meta.fraction < 1}

@@ -78,7 +78,7 @@ def test_a_bad_value_is_named_in_one_error_line(case, where, capsys):
 def small_planning(monkeypatch):
     """``fastt plan`` on a small training graph with static costs, without TensorFlow."""
     from fastt import plan_cmd
-    from fastt.sched import exact
+    from fastt.sched.placers import exact
     from tests.helpers import training_graph
     from tests.test_strategy import costs
     monkeypatch.setattr(plan_cmd, "load", lambda *args: training_graph(B=16))

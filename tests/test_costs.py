@@ -257,7 +257,7 @@ def test_what_reaching_a_device_costs_is_kept_apart_from_the_step_overhead():
 
 
 def test_how_late_a_busy_device_serves_a_request_reaches_the_simulator():
-    from fastt.sched.problem import Device, Problem
+    from fastt.sched.sim.problem import Device, Problem
     m = CostModels(serve={G0: 3e-3})
     again = CostModels.from_dict(json.loads(json.dumps(m.to_dict())))
     assert again.serve_delay(G0.replace("/device:GPU:0", "/gpu:0")) == 3e-3

@@ -2,11 +2,11 @@ import pytest
 
 from fastt.errors import FasttError
 from fastt.ir import Graph
-from fastt.sched.data_parallel import BATCH_SHAPE, batch_size, data_parallel, \
+from fastt.passes.data_parallel import BATCH_SHAPE, batch_size, data_parallel, \
     fold_static_shapes
-from fastt.sched.replicas import replica_of
-from fastt.sched.split_rules import rules
-from fastt.sched.update_order import lost_update_orders, reads_before_updates
+from fastt.passes.replicas import replica_of
+from fastt.passes.split_rules import rules
+from fastt.passes.update_order import lost_update_orders, reads_before_updates
 from tests.helpers import op, training_graph
 
 
@@ -138,8 +138,8 @@ def test_a_join_is_not_priced_as_the_op_whose_name_it_carries():
     # The DP graph's join "dw" (an AddN of the replicas' partial sums) and the model graph's
     # own AddN "dw": one search compiles both, and each keeps its own cost.
     from fastt.costs.source import StaticCosts
-    from fastt.sched.device_spec import parse
-    from fastt.sched.osdpos import compiler
+    from fastt.sched.sim.device_spec import parse
+    from fastt.sched.search.osdpos import compiler
     g = weight_used_twice()
     ds = parse("2xV100")
     compile_graph = compiler(ds.devices, StaticCosts({"dw": 1e-3}, ds), g)

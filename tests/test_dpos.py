@@ -4,7 +4,7 @@ import pytest
 
 from fastt.errors import FasttError
 from fastt.sched import Device, Problem, Timeline, critical_path, dpos, rank_u
-from fastt.sched.bounds import c_max
+from fastt.sched.search.bounds import c_max
 from tests.exact import check_schedule, optimal_makespan
 
 
@@ -169,10 +169,10 @@ def test_the_compiled_list_scheduling_places_as_the_python_one():
     exactly, or the same misfit: by DPOS's visit order and by random topological ones, with
     pinned ops, on 300 problems."""
     from fastt.errors import DoesNotFit
-    from fastt.sched._native import simcore
-    from fastt.sched.dpos import eft_list_schedule, group_memory
+    from fastt.sched.sim._native import simcore
+    from fastt.sched.placers.dpos import eft_list_schedule, group_memory
     if simcore is None:
-        pytest.fail("the compiled list scheduling was not built (fastt/sched/_simeft.c)")
+        pytest.fail("the compiled list scheduling was not built (fastt/sched/sim/_simeft.c)")
     rnd = random.Random(11)
     tried = misfits = 0
     for case in range(300):

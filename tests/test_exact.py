@@ -4,10 +4,11 @@ import pytest
 
 from fastt.costs.source import StaticCosts
 from fastt.errors import FasttError
-from fastt.sched import Problem, baselines, dpos
-from fastt.sched import exact as exact_mod
-from fastt.sched.device_spec import parse
-from fastt.sched.exact import solve
+from fastt.sched import Problem, dpos
+from fastt.sched.placers import baselines
+from fastt.sched.placers import exact as exact_mod
+from fastt.sched.sim.device_spec import parse
+from fastt.sched.placers.exact import solve
 from fastt.sched.strategy import plan
 from tests.exact import check_schedule, optimal_makespan
 from tests.helpers import training_graph
@@ -73,8 +74,8 @@ def test_large_graphs_are_declined_and_the_strategy_plans_small_ones(monkeypatch
 
 
 def test_under_a_deadline_the_program_gets_a_share_of_what_is_left(monkeypatch):
-    from fastt.sched.osdpos import clock
-    from fastt.sched.planning import Planning
+    from fastt.sched.search.osdpos import clock
+    from fastt.sched.search.planning import Planning
     ds = parse("2xV100")
     g = training_graph(B=8)
     costs = StaticCosts({o.name: 1e-3 for o in g}, ds)

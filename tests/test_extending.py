@@ -7,11 +7,11 @@ import pytest
 
 from fastt.costs.source import StaticCosts
 from fastt.sched import registry
-from fastt.sched.baselines import timed
-from fastt.sched.device_spec import parse
-from fastt.sched.problem import Problem
+from fastt.sched.placers.baselines import timed
+from fastt.sched.sim.device_spec import parse
+from fastt.sched.sim.problem import Problem
 from fastt.sched.registry import StrategyKind
-from fastt.sched.schedule import Schedule
+from fastt.sched.sim.schedule import Schedule
 from fastt.sched.strategy import plan
 from tests.helpers import training_graph
 
@@ -81,9 +81,9 @@ def test_the_strategies_table_in_the_docs_is_the_registrys():
 
 def test_a_split_rule_is_one_entry_of_the_table(monkeypatch):
     from fastt.ir import Graph
-    from fastt.sched import split_rules
-    from fastt.sched.split_rules import FULL, SPLIT, Part, SplitRule, find, rules
-    from fastt.sched.splitting import Split, apply_splits
+    from fastt.passes import split_rules
+    from fastt.passes.split_rules import FULL, SPLIT, Part, SplitRule, find, rules
+    from fastt.passes.splitting import Split, apply_splits
     from tests.helpers import op
     g = Graph([op("x", "Placeholder", out=((8, 4),)),
                op("y", "RowWise", ["x"], out=((8, 4),)),
@@ -98,7 +98,7 @@ def test_a_split_rule_is_one_entry_of_the_table(monkeypatch):
 
 def test_a_cost_source_overrides_only_what_it_knows():
     from fastt.costs.source import CostSource, knows_step_overhead
-    from fastt.sched.problem import Problem
+    from fastt.sched.sim.problem import Problem
     ds, g = parse("2xV100"), training_graph(B=8)
 
     class Flat(CostSource):  # the two required methods

@@ -1,4 +1,4 @@
-"""Hybrid data/model parallelism (``fastt.sched.hybrid``): weights kept whole on one device
+"""Hybrid data/model parallelism (``fastt.passes.hybrid``): weights kept whole on one device
 while the rest of the step stays data parallel. The rewritten graphs' equivalence runs in a
 process of its own (``tests/equivalence.py --hybrid``)."""
 import pytest
@@ -6,14 +6,14 @@ import pytest
 from fastt.costs.source import StaticCosts
 from fastt.errors import Declined
 from fastt.ir import Graph
-from fastt.sched.allreduce import all_reduce, mirrors
-from fastt.sched.data_parallel import data_parallel
-from fastt.sched.replicas import replica_of
-from fastt.sched.device_spec import DeviceSet
-from fastt.sched.hybrid import Weight, keep_whole, kept_whole, promising, weights
-from fastt.sched.planning import Planning
-from fastt.sched.problem import Device
-from fastt.sched.starts import hybrid
+from fastt.passes.allreduce import all_reduce, mirrors
+from fastt.passes.data_parallel import data_parallel
+from fastt.passes.replicas import replica_of
+from fastt.sched.sim.device_spec import DeviceSet
+from fastt.passes.hybrid import Weight, keep_whole, kept_whole, promising, weights
+from fastt.sched.search.planning import Planning
+from fastt.sched.sim.problem import Device
+from fastt.sched.search.starts import hybrid
 from fastt.sched.strategy import plan
 from tests.helpers import equivalence, op
 
@@ -150,7 +150,7 @@ def test_a_plan_past_its_deadline_skips_the_searches_but_not_the_baselines(caplo
     made, so OS-DPOS is no slower than any of them."""
     import logging
 
-    from fastt.sched.osdpos import clock
+    from fastt.sched.search.osdpos import clock
     g = two_layers()
     devices, ds = _devices(1e9)
     seconds = {"h1": 0.020, "dw1": 0.020, "da1": 0.001, "h2": 0.001, "dw2": 0.001}
@@ -174,8 +174,8 @@ def test_past_its_deadline_os_dpos_finishes_its_plans_with_what_is_known(monkeyp
     the deadline; the baselines, planned first, are finished (their transfers ordered where
     that may beat the fastest plan replayed: ``Planning.may_win``), so OS-DPOS (which starts
     from them) is still no slower than any."""
-    from fastt.sched import planning
-    from fastt.sched.osdpos import clock
+    from fastt.sched.search import planning
+    from fastt.sched.search.osdpos import clock
     calls = []
     real = planning.prioritize
     monkeypatch.setattr(planning, "prioritize",
@@ -200,7 +200,7 @@ def test_a_finish_expected_to_end_past_the_deadline_is_not_begun(monkeypatch):
     """Before the deadline, OS-DPOS still begins no weight-transfer ordering or first-come
     replay for a plan whose finish (about what compiling a graph of its size takes) would
     end past it, its first plan included."""
-    from fastt.sched.osdpos import clock
+    from fastt.sched.search.osdpos import clock
     g = two_layers()
     devices, ds = _devices(1e9)
     seconds = {"h1": 0.020, "dw1": 0.020, "da1": 0.001, "h2": 0.001, "dw2": 0.001}
@@ -220,7 +220,7 @@ def test_a_finish_expected_to_end_past_the_deadline_is_not_begun(monkeypatch):
 
 
 def test_late_means_work_of_the_expected_length_would_end_past_the_deadline():
-    from fastt.sched.osdpos import clock
+    from fastt.sched.search.osdpos import clock
     devices, ds = _devices(1e9)
     costs = StaticCosts({}, ds)
     soon = Planning(two_layers(), devices, costs, deadline=clock() + 5.0)

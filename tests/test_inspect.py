@@ -15,9 +15,9 @@ from fastt.costs import CostModels
 from fastt.inspect import dumps, figures, graphviz, report, schema, trace
 from fastt.inspect.trace import Slice
 from fastt.profiler import ComputeSample
-from fastt.sched.device_spec import parse
+from fastt.sched.sim.device_spec import parse
 from fastt.costs.source import ModelCosts
-from fastt.sched.splitting import Split
+from fastt.passes.splitting import Split
 from fastt.sched.strategy import plan
 from tests.helpers import training_graph
 from tests.test_strategy import costs

@@ -11,8 +11,8 @@ import pytest
 
 from fastt.cli import main
 from fastt.errors import FasttError
-from fastt.sched import device_spec
-from fastt.sched.device_spec import MAX_DEVICES, parse
+from fastt.sched.sim import device_spec
+from fastt.sched.sim.device_spec import MAX_DEVICES, parse
 
 ROOT = Path(__file__).resolve().parents[1]
 HANG_S = 300  # a guard against a hang, not a timing

@@ -6,9 +6,9 @@ import pytest
 from fastt.costs.source import CostSource
 from fastt.ir import Graph
 from fastt.sched import Device, dpos
-from fastt.sched.osdpos import compiler, os_dpos, schedule_critical_path
-from fastt.sched.problem import Problem
-from fastt.sched.splitting import apply_splits
+from fastt.sched.search.osdpos import compiler, os_dpos, schedule_critical_path
+from fastt.sched.sim.problem import Problem
+from fastt.passes.splitting import apply_splits
 from tests.exact import check_schedule
 from tests.helpers import op
 
@@ -71,7 +71,7 @@ def test_no_candidate_split_is_begun_past_the_budget(monkeypatch):
     """Each reading of the (fake) clock is a second later: the search begins at 0, looks at
     the conv at 1, begins its first candidate at 2 and none after, its budget ending at 2.5
     (before, every candidate of the op it was on was evaluated)."""
-    from fastt.sched import osdpos
+    from fastt.sched.search import osdpos
     g = big_conv()
     costs = TableCosts({"x": 1e-6, "w": 1e-6, "conv": 8e-3, "relu": 1e-3, "loss": 1e-4})
     compile_graph = compiler(devs(4), costs, g)
@@ -87,7 +87,7 @@ def test_no_candidate_is_begun_that_would_end_past_the_budget(monkeypatch):
     """A candidate begins only where the longest one so far would still end within the
     budget (one on a large data-parallel graph takes seconds); the seconds each took are
     what the next ones are judged by."""
-    from fastt.sched import osdpos
+    from fastt.sched.search import osdpos
     g = big_conv()
     costs = TableCosts({"x": 1e-6, "w": 1e-6, "conv": 8e-3, "relu": 1e-3, "loss": 1e-4})
     compile_graph = compiler(devs(4), costs, g)

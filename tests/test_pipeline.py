@@ -9,10 +9,10 @@ import pytest
 from fastt.costs.source import StaticCosts
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, TensorRef, TensorSpec
-from fastt.sched.device_spec import DeviceSet, parse
-from fastt.sched.pipedream import layers
-from fastt.sched.pipeline import Stage, balanced, partition, stage_time
-from fastt.sched.problem import Device, Problem
+from fastt.sched.sim.device_spec import DeviceSet, parse
+from fastt.sched.placers.pipedream import layers
+from fastt.sched.placers.stages import Stage, balanced, partition, stage_time
+from fastt.sched.sim.problem import Device, Problem
 from tests.helpers import equivalence
 
 
@@ -151,9 +151,9 @@ def test_an_order_that_cannot_beat_the_best_so_far_is_not_returned_and_the_rest_
     faster than ``beat``, else None, on random costs, placements and memory limits that make
     some orders misfit."""
     from fastt.errors import DoesNotFit
-    from fastt.sched.data_parallel import data_parallel
-    from fastt.sched.pipedream import fastest_order
-    from fastt.sched.simulate import simulate_fifo
+    from fastt.passes.data_parallel import data_parallel
+    from fastt.sched.placers.pipedream import fastest_order
+    from fastt.sched.sim.simulate import simulate_fifo
     from tests.helpers import training_graph
     rng = random.Random(seed)
     g = data_parallel(training_graph(B=16), 4)

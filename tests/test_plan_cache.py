@@ -10,9 +10,9 @@ from fastt.cli import main
 from fastt.ir.ops import op_to_dict
 from fastt.plugin.cache import PARTS, CacheError, PlanCache, key_of
 from fastt.sched import serial
-from fastt.sched.device_spec import parse
+from fastt.sched.sim.device_spec import parse
 from fastt.sched.registry import names
-from fastt.sched.splitting import Split
+from fastt.passes.splitting import Split
 from fastt.sched.strategy import plan
 from tests.helpers import training_graph
 from tests.test_strategy import costs

@@ -54,7 +54,7 @@ def test_the_budget_reaches_the_planning(monkeypatch):
         seen["deadline"] = setup.deadline
         raise plan_cmd.FasttError("stopped here")
     monkeypatch.setattr(plan_cmd, "plan_all", stop)
-    from fastt.sched.osdpos import clock
+    from fastt.sched.search.osdpos import clock
     before = clock()
     assert main(["plan", "--model", "small_cnn", "--devices", "2xV100", "--budget", "7"]) == 2
     assert before + 7 <= seen["deadline"] <= clock() + 7
@@ -91,7 +91,7 @@ def test_the_searches_come_after_what_every_plan_needs(monkeypatch):
 
 def test_compare_shows_every_strategy_and_dumps_them(tmp_path, capsys, monkeypatch):
     from fastt.inspect import schema
-    from fastt.sched import exact
+    from fastt.sched.placers import exact
     monkeypatch.setattr(exact, "TIME_LIMIT_S", 1.0)  # the table is tested here, not the solver
     out = tmp_path / "dumps"
     assert main(["compare", "--model", "small_cnn", "--batch-size", "8", "--devices", "2xV100",
@@ -124,7 +124,7 @@ def test_os_dpos_is_no_slower_than_any_strategy_on_real_graphs(name, spec):
     # Before OS-DPOS started from every placer, HEFT beat it here (mlp: 119.0 vs 128.1 ms;
     # transformer: 620 vs 789 ms, with these costs).
     from fastt.adapters.tf_import import from_tf_graph
-    from fastt.sched.device_spec import parse
+    from fastt.sched.sim.device_spec import parse
     from fastt.sched.registry import names
     from fastt.sched.strategy import plan
     from tests.test_strategy import costs

@@ -8,7 +8,7 @@ tf1.disable_eager_execution()
 from fastt import zoo  # noqa: E402
 from fastt.adapters.engine import Engine  # noqa: E402
 from fastt.errors import FasttError  # noqa: E402
-from fastt.sched.problem import Device  # noqa: E402
+from fastt.sched.sim.problem import Device  # noqa: E402
 
 DEVICES = [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(2)]
 

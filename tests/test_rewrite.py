@@ -19,7 +19,7 @@ from fastt.adapters.tf_import import from_graph_def, from_tf_graph  # noqa: E402
 from fastt.errors import FasttError  # noqa: E402
 from fastt.ir import writes_variable  # noqa: E402
 from fastt.costs.source import StaticCosts  # noqa: E402
-from fastt.sched.device_spec import parse  # noqa: E402
+from fastt.sched.sim.device_spec import parse  # noqa: E402
 from fastt.sched.strategy import plan  # noqa: E402
 from tests.equivalence import (CLUSTER_MODELS, HEAVY, MODELS, build, forced_splits,  # noqa: E402
                                strategy)

@@ -5,8 +5,8 @@ import pytest
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, TensorRef, TensorSpec
 from fastt.sched import Device, Problem, dpos
-from fastt.sched.problem import TRANSFER_STREAM, shared_cores
-from fastt.sched.simulate import serve_from, simulate, simulate_fifo
+from fastt.sched.sim.problem import TRANSFER_STREAM, shared_cores
+from fastt.sched.sim.simulate import serve_from, simulate, simulate_fifo
 from tests.test_dpos import random_problem
 
 
@@ -201,7 +201,7 @@ def test_a_collective_runs_beside_the_compute_stream_of_its_device():
 
 
 def test_measured_calls_cost_the_share_of_the_latency_alone_and_the_probed_seconds_in_a_burst():
-    from fastt.sched.problem import _calls
+    from fastt.sched.sim.problem import _calls
     # shares 0.5 and 1 of a 0.1 ms latency alone; 0.02 and 0.03 ms probed in a burst
     assert _calls((0.5, 1.0, 2e-5, 3e-5), 1e-4) == pytest.approx((2e-5, 3e-5, 5e-5, 1e-4))
     # no burst probed (an older cost file): a call costs the same in a burst
@@ -261,9 +261,9 @@ def test_the_compiled_loops_replay_as_the_python_ones():
     """``_simcore`` (built by ``pip install``) gives the Python loops' times exactly, in the
     planned order and first come, first served (by priority too): every op's start and
     finish, every transfer, the peaks of memory; and the same needs flattened."""
-    from fastt.sched import simulate as sim
+    from fastt.sched.sim import simulate as sim
     if sim._simcore is None:
-        pytest.fail("the compiled simulation loop was not built (fastt/sched/_simcore.c)")
+        pytest.fail("the compiled simulation loop was not built (fastt/sched/sim/_simcore.c)")
     rnd = random.Random(3)
     for case in range(600):
         p = _tangled_problem(rnd)
@@ -304,10 +304,10 @@ def _random_graph(rnd: random.Random) -> Graph:
 def test_the_compiled_edges_merge_as_the_python_ones():
     """``_simcore.graph_edges`` (``Problem.from_graph``'s edges) gives the Python
     reference's preds, succs, edge bytes and tensors exactly, edge numbers included."""
-    from fastt.sched.edges import graph_edges
-    from fastt.sched._native import simcore
+    from fastt.sched.sim.edges import graph_edges
+    from fastt.sched.sim._native import simcore
     if simcore is None:
-        pytest.fail("the compiled simulation loop was not built (fastt/sched/_simcore.c)")
+        pytest.fail("the compiled simulation loop was not built (fastt/sched/sim/_simcore.c)")
     rnd = random.Random(5)
     for case in range(300):
         g = _random_graph(rnd)

@@ -2,8 +2,8 @@ import pytest
 
 from fastt.errors import FasttError
 from fastt.ir import Graph
-from fastt.sched.split_rules import part_sizes, rules
-from fastt.sched.splitting import Split, apply_splits, split_operation
+from fastt.passes.split_rules import part_sizes, rules
+from fastt.passes.splitting import Split, apply_splits, split_operation
 from tests.helpers import op
 
 

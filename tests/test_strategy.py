@@ -6,11 +6,11 @@ import pytest
 from fastt.errors import DoesNotFit, FasttError
 from fastt.ir import Graph
 from fastt.costs.source import StaticCosts
-from fastt.sched.device_spec import parse
-from fastt.sched.splitting import Split
+from fastt.sched.sim.device_spec import parse
+from fastt.passes.splitting import Split
 from fastt.sched.registry import names
-from fastt.sched.data_parallel import data_parallel
-from fastt.sched.fitting import data_parallel_fitting, peak_memory_one_device
+from fastt.passes.data_parallel import data_parallel
+from fastt.sched.search.memory_fit import data_parallel_fitting, peak_memory_one_device
 from fastt.sched.strategy import plan
 from tests.helpers import op
 from tests.helpers import training_graph
@@ -157,7 +157,7 @@ def test_device_specs(tmp_path):
 def test_strategies_sharing_a_planning_are_those_planned_alone(spec, monkeypatch):
     # one Planning for every strategy: the same plans, the data-parallel replicas (and each
     # count of micro-batches) built once
-    import fastt.sched.planning as strategy
+    import fastt.sched.search.planning as strategy
     ds = parse(spec)
     g = training_graph(B=16)
     c = costs(ds, g)
@@ -181,7 +181,7 @@ def test_strategies_sharing_a_planning_are_those_planned_alone(spec, monkeypatch
 
 
 def test_a_planning_says_again_why_a_layout_does_not_fit():
-    import fastt.sched.planning as strategy
+    import fastt.sched.search.planning as strategy
     ds = parse("2xV100")
     g = training_graph(B=16)
     tiny = [d.__class__(d.name, 10.0) for d in ds.devices]  # no replica fits
@@ -192,7 +192,7 @@ def test_a_planning_says_again_why_a_layout_does_not_fit():
 
 
 def test_os_dpos_keeps_its_order_only_where_the_simulator_says_it_pays(monkeypatch):
-    from fastt.sched import planning
+    from fastt.sched.search import planning
     from fastt.sched import strategy as st
     ds = parse("2xV100")
     g = training_graph(B=16)
@@ -222,9 +222,9 @@ def test_a_deadline_builds_no_more_micro_batches_than_it_can_pay_for():
     """Past its deadline a plan starts pipelines from the data-parallel replicas only (m = the
     devices); without one, from 2 and 4 times as many micro-batches too; what was built is
     used either way, so the pipeline strategy and OS-DPOS see the same graphs."""
-    from fastt.sched.osdpos import clock
-    from fastt.sched.planning import Planning
-    from fastt.sched.starts import micro_batched
+    from fastt.sched.search.osdpos import clock
+    from fastt.sched.search.planning import Planning
+    from fastt.sched.search.starts import micro_batched
     ds = parse("2xV100")
     g = training_graph(B=16)
     free = Planning(g, ds.devices, costs(ds, g))
@@ -241,12 +241,12 @@ def test_the_memory_check_replays_the_planners_problem_in_units_of_time():
     """``unit_costs`` of the planner's compiled layout is the problem compiled with unit
     costs: the same peaks, so the same verdict, without compiling twice."""
     from fastt.costs.memory import MemoryModel
-    from fastt.sched import baselines
-    from fastt.sched.allreduce import all_reduce
-    from fastt.sched.osdpos import compiler
-    from fastt.sched.fitting import _UnitCosts, unit_costs
-    from fastt.sched.problem import Problem
-    from fastt.sched.simulate import simulate
+    from fastt.sched.placers import baselines
+    from fastt.passes.allreduce import all_reduce
+    from fastt.sched.search.osdpos import compiler
+    from fastt.sched.search.memory_fit import _UnitCosts, unit_costs
+    from fastt.sched.sim.problem import Problem
+    from fastt.sched.sim.simulate import simulate
     from tests.test_allreduce import momentum_graph
     ds = parse("4xV100")
     g = momentum_graph()
@@ -277,8 +277,8 @@ def test_equal_plans_are_replayed_and_ordered_once_whichever_strategy_made_them(
     """Planning's replays and transfer orderings are keyed by the plan (placement, and order
     where it is enforced), not by the schedule object: PipeDream's single replicated stage
     and TF-slim's data parallelism end on the same plan of the same replicas."""
-    import fastt.sched.planning as planning
-    from fastt.sched.schedule import Schedule
+    import fastt.sched.search.planning as planning
+    from fastt.sched.sim.schedule import Schedule
     ds = parse("2xV100")
     g = training_graph(B=8)
     shared = planning.Planning(g, ds.devices, costs(ds, g))
@@ -323,10 +323,10 @@ def test_placed_aside_is_placed_as_here(monkeypatch):
     placed in this process, kept as built (not placed again), and misfits kept as such."""
     import os
 
-    from fastt.sched.planning import Planning
-    from fastt.sched.problem import Device
+    from fastt.sched.search.planning import Planning
+    from fastt.sched.sim.problem import Device
     from fastt.sched.registry import KINDS
-    from fastt.sched.starts import micro_batched
+    from fastt.sched.search.starts import micro_batched
     from fastt.sched.strategy import place_first
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     ds = parse("2xV100")

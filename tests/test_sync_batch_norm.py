@@ -3,8 +3,8 @@ equivalence tests run it: small_cnn and resnet_v2_50 normalise in training)."""
 import pytest
 
 from fastt.ir import Graph, TensorRef
-from fastt.sched.data_parallel import data_parallel
-from fastt.sched.replicas import replica_of
+from fastt.passes.data_parallel import data_parallel
+from fastt.passes.replicas import replica_of
 from tests.helpers import op
 
 B, H, C = 8, 5, 3

@@ -220,7 +220,7 @@ def test_ncclallreduce_ops_fastt_makes_are_valid_tensorflow_ops():
     """On GPUs of one process the all-reduce is NCCL's: the GraphDef fastt writes imports
     into TensorFlow with NcclAllReduce's own attributes (its kernel needs GPUs: not run)."""
     from fastt.ir import Graph, Op, OpMeta, TensorSpec
-    from fastt.sched.ring import _collective
+    from fastt.passes.ring import _collective
     spec = TensorSpec("float32", (6,))
     bufs = [Op(name=f"buf{k}", type="Const", outputs=(spec,),
                attrs={"value": [float(k)] * 6, "dtype": "float32"}, meta=OpMeta(replica=k))

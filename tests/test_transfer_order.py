@@ -1,5 +1,5 @@
-"""Weight transfers ordered by need (``fastt.sched.transfer_order``): the pass, its replay in
-the simulator, the planner's choice, and (in a process of its own) the ordered graphs
+"""Weight transfers ordered by need (``fastt.sched.placers.transfer_order``): the pass, its replay
+in the simulator, the planner's choice, and (in a process of its own) the ordered graphs
 training like the original in-process and on a 2-worker cluster."""
 
 import pytest
@@ -7,11 +7,11 @@ import pytest
 from fastt.costs.source import StaticCosts
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, TensorRef, TensorSpec
-from fastt.sched import transfer_order
-from fastt.sched.device_spec import DeviceSet
-from fastt.sched.problem import TRANSFER_STREAM, Device, Problem
-from fastt.sched.simulate import replay_placement
-from fastt.sched.transfer_order import order_transfers, prioritize, \
+from fastt.sched.placers import transfer_order
+from fastt.sched.sim.device_spec import DeviceSet
+from fastt.sched.sim.problem import TRANSFER_STREAM, Device, Problem
+from fastt.sched.sim.simulate import replay_placement
+from fastt.sched.placers.transfer_order import order_transfers, prioritize, \
     weight_transfers
 from tests.helpers import equivalence
 
@@ -197,10 +197,10 @@ def _by_name(p: Problem) -> dict[str, tuple]:
 
 
 def test_the_extended_problem_is_the_one_compiled_from_scratch(every_weight_a_group):
-    """The ordered graph's problem, derived from the plan's (``fastt.sched.extend``), has the
+    """The ordered graph's problem, derived from the plan's (``fastt.sched.sim.extend``), has the
     ops, costs, memory, groups, streams and edges of the ordered graph compiled anew, a valid
     topological order, and replays the same."""
-    from fastt.sched.extend import extended
+    from fastt.sched.sim.extend import extended
     g, placement = _layers()
     p = Problem.from_graph(g, DEVS, costs())
     need = {n: float(i) for i, n in enumerate(p.names)}
@@ -229,7 +229,7 @@ def test_an_update_rewired_keeps_its_variable_and_is_extended(every_weight_a_gro
     """An update op on device 1 reads its own variable's reference (an edge that colocates
     them) and a weight sent from device 0: ordering rewires the weight's edge only, so the
     problem is extended (not compiled anew) and equals the fresh compile."""
-    from fastt.sched.extend import extendable, extended
+    from fastt.sched.sim.extend import extendable, extended
     g, placement = _layers()
     ops = list(g) + _var("u", 4000) + [Op(
         "u/apply", "ApplyGradientDescent", inputs=(TensorRef("u", 0), TensorRef("x", 0),
@@ -248,7 +248,7 @@ def test_an_update_rewired_keeps_its_variable_and_is_extended(every_weight_a_gro
 
 
 def test_a_graph_that_changes_more_than_inputs_is_compiled_anew(every_weight_a_group):
-    from fastt.sched.extend import extended
+    from fastt.sched.sim.extend import extended
     g, placement = _layers()
     p = Problem.from_graph(g, DEVS, costs())
     g2 = order_transfers(g, placement, {n: float(i) for i, n in enumerate(p.names)})[0]
@@ -273,9 +273,9 @@ def test_under_a_deadline_a_plan_that_cannot_win_keeps_its_transfers_unordered(
     with free links (9.1 ms here; 14.6 ms with one transfer at a time). Under a deadline
     the ordering is not begun once a plan of 9.1 ms or less is known; without a deadline,
     or while none is, it is (and here kept: 9.7 ms)."""
-    from fastt.sched import planning
-    from fastt.sched.osdpos import Plan, clock
-    from fastt.sched.schedule import Schedule
+    from fastt.sched.search import planning
+    from fastt.sched.search.osdpos import Plan, clock
+    from fastt.sched.sim.schedule import Schedule
     from fastt.sched.strategy import _finish
     calls = []
     real = planning.prioritize

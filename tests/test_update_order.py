@@ -1,9 +1,9 @@
 """Reads of a variable that came before its update in the user's graph still do after every
-rewrite fastt makes (``fastt.sched.update_order``)."""
+rewrite fastt makes (``fastt.passes.update_order``)."""
 import pytest
 
 from fastt.ir import Graph, OpMeta
-from fastt.sched.update_order import (lost_update_orders, reads_before_updates, variable_reads,
+from fastt.passes.update_order import (lost_update_orders, reads_before_updates, variable_reads,
                                       variable_updates)
 from tests.helpers import op
 
@@ -51,9 +51,9 @@ def test_a_rewrite_that_drops_the_path_from_a_read_to_the_update_is_named():
 
 
 tf = pytest.importorskip("tensorflow")
-from fastt.sched.allreduce import all_reduce  # noqa: E402
-from fastt.sched.data_parallel import data_parallel  # noqa: E402
-from fastt.sched.splitting import apply_splits  # noqa: E402
+from fastt.passes.allreduce import all_reduce  # noqa: E402
+from fastt.passes.data_parallel import data_parallel  # noqa: E402
+from fastt.passes.splitting import apply_splits  # noqa: E402
 from tests.equivalence import build, forced_splits  # noqa: E402
 
 

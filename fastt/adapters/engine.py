@@ -27,9 +27,9 @@ from fastt.errors import FasttError, NoBatch
 from fastt.ir import Graph, TensorRef
 from fastt.op_types import BATCH_SOURCES
 from fastt.profiler import Profile, profile
-from fastt.sched.problem import Device
+from fastt.sched.sim.problem import Device
 from fastt.sched.registry import DEFAULT
-from fastt.sched.fitting import data_parallel_fitting, peak_memory_one_device
+from fastt.sched.search.memory_fit import data_parallel_fitting, peak_memory_one_device
 from fastt.sched.strategy import Strategy, plan, predict, replay
 
 ORDERS = ("priority-executor", "control-dependencies", "none")  # how a plan's order is kept

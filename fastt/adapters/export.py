@@ -20,8 +20,8 @@ from tensorflow.core.framework import graph_pb2, node_def_pb2
 
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op
-from fastt.sched.data_parallel import BATCH_SHAPE
-from fastt.sched.splitting import PART_SHAPE
+from fastt.passes.data_parallel import BATCH_SHAPE
+from fastt.passes.splitting import PART_SHAPE
 
 _STALE_ATTRS = ("_class", "_output_shapes")
 

@@ -20,8 +20,8 @@ from fastt.adapters.fusion import fusion_groups, fusion_hazard
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op, writes_variable
 from fastt.op_types import BATCH_SOURCES, FREE, MERGE_TARGETS
-from fastt.sched.allreduce import sync_writes
-from fastt.sched.data_parallel import batch_inputs
+from fastt.passes.allreduce import sync_writes
+from fastt.passes.data_parallel import batch_inputs
 from fastt.sched.strategy import Strategy
 from tf_patches.priority_executor import PRIORITY_ATTR
 

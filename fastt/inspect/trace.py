@@ -21,7 +21,7 @@ from fastt.errors import FasttError
 from fastt.ir import Graph, TensorRef
 from fastt.op_types import IGNORED_NODES, TRANSFER_TYPES
 from fastt.profiler import node_label
-from fastt.sched.problem import Device
+from fastt.sched.sim.problem import Device
 from fastt.sched.strategy import Strategy, replay
 
 SCHEMA_VERSION = 1

@@ -17,7 +17,7 @@ import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
 from fastt.ir import Graph
-from fastt.sched.allreduce import followers
+from fastt.passes.allreduce import followers
 from fastt.plugin.state import State, StateOps, executed, has_op
 from fastt.plugin.streams import StreamCounter
 from tf_patches import session_hook as hook

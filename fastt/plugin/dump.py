@@ -37,7 +37,7 @@ from fastt.costs.source import ModelCosts
 from fastt.inspect import dumps, trace
 from fastt.ir import Graph
 from fastt.plugin.entry import Entry
-from fastt.sched.problem import Device
+from fastt.sched.sim.problem import Device
 
 
 def document(entry: Entry, history: list[Entry], original_s: list[float],

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from fastt.cluster.spec import ClusterSpec
 from fastt.devices import canonical, device_type
-from fastt.sched.problem import Device
+from fastt.sched.sim.problem import Device
 
 _tf1 = tf.compat.v1
 # TensorFlow's master waits for ever for a lost worker when it creates a session (the first

@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from fastt.op_types import CARRIED_VARIABLE_TYPES, ITERATOR_TYPES, PYTHON
-from fastt.sched.allreduce import mirror_name
+from fastt.passes.allreduce import mirror_name
 from tf_patches.session_hook import unfinalized
 
 log = logging.getLogger("fastt")

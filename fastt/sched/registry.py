@@ -5,7 +5,7 @@ Each is a placer over one interface, a starting graph compiled into a ``Problem`
 ``Schedule`` out (``place(problem, start)``), plus where it may start: the model graph, the
 data-parallel graph (one replica per device; with mirrored variables and ring all-reduce, or
 in TF-slim's parameter-server layout), or all of them (the fastest plan is kept). OS-DPOS is
-DPOS from its starting points followed by the split search (``fastt.sched.osdpos``), which
+DPOS from its starting points followed by the split search (``fastt.sched.search.osdpos``), which
 ``fastt.sched.strategy.plan`` runs when ``search`` is set.
 
 A new strategy is one ``register(StrategyKind(...))`` here and its placer's own module
@@ -18,12 +18,12 @@ from typing import Callable
 
 from fastt.errors import FasttError
 from fastt.ir import Graph
-from fastt.sched import baselines
-from fastt.sched.dpos import dpos
-from fastt.sched.exact import exact
-from fastt.sched.pipedream import pipedream
-from fastt.sched.problem import Problem
-from fastt.sched.schedule import Schedule
+from fastt.sched.placers import baselines
+from fastt.sched.placers.dpos import dpos
+from fastt.sched.placers.exact import exact
+from fastt.sched.placers.pipedream import pipedream
+from fastt.sched.sim.problem import Problem
+from fastt.sched.sim.schedule import Schedule
 
 Place = Callable[[Problem, Graph], Schedule]
 

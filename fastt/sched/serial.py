@@ -13,7 +13,7 @@ from typing import Any
 
 from fastt.ir import Graph, GraphMeta
 from fastt.ir.ops import op_from_dict, op_to_dict
-from fastt.sched.splitting import Split
+from fastt.passes.splitting import Split
 from fastt.sched.strategy import Strategy
 
 FORMAT = 1

@@ -9,7 +9,7 @@ faster plan (so never worse than DPOS on the model either). OS-DPOS also starts 
 other list scheduler of the registry (the data-parallel layout; one device, HEFT, m-TOPO, m-ETF
 and m-SCT on the model graph; PipeDream on the graph cut into micro-batches; not the exact
 program, a strategy of its own with a time limit) and from the data-parallel layouts with
-weights kept whole where that pays (``fastt.sched.hybrid``), splits from the fastest starting
+weights kept whole where that pays (``fastt.passes.hybrid``), splits from the fastest starting
 plan,
 and of its starting plans and its split plan returns the one fastest when links carry one
 transfer at a time: so it is never simulated slower than any of them, by construction
@@ -17,7 +17,7 @@ transfer at a time: so it is never simulated slower than any of them, by constru
 ``single`` place the model graph, as their papers do;
 ``data-parallel`` puts replica k on device k and the shared ops (updates, whole-batch ops) on
 device 0; ``pipedream`` cuts the batch into 1, 2 and 4 micro-batches per device and keeps
-the fastest of its pipelines (``fastt.sched.pipedream``).
+the fastest of its pipelines (``fastt.sched.placers.pipedream``).
 
 Every strategy's step time is predicted the same way: its placement and per-device order
 replayed by the simulator with contention-free links (``predicted_step_time_s``, the model
@@ -25,7 +25,7 @@ DPOS optimises) and with one transfer at a time per link direction
 (``simulated_step_time_s``).
 
 Strategies planned for the same graph, devices and costs share a ``Planning``
-(``fastt.sched.planning``): the data-parallel and micro-batched graphs, compiled problems,
+(``fastt.sched.search.planning``): the data-parallel and micro-batched graphs, compiled problems,
 placements and replays are built once for all.
 """
 from __future__ import annotations
@@ -40,19 +40,19 @@ from typing import Any, Sequence
 from fastt.costs.source import CostSource, knows_step_overhead
 from fastt.errors import FasttError, NoBatch
 from fastt.ir import Graph
-from fastt.sched._gc import without_gc
-from fastt.sched.allreduce import BUCKET_BYTES
-from fastt.sched.hybrid import kept_whole
-from fastt.sched.osdpos import BUDGET_S, Plan, compiler, os_dpos
-from fastt.sched.problem import Device, Problem
+from fastt.sched.placers._gc import without_gc
+from fastt.passes.allreduce import BUCKET_BYTES
+from fastt.passes.hybrid import kept_whole
+from fastt.sched.search.osdpos import BUDGET_S, Plan, compiler, os_dpos
+from fastt.sched.sim.problem import Device, Problem
 from fastt.sched.registry import DEFAULT, KINDS, StrategyKind, kind
-from fastt.sched.schedule import Schedule
-from fastt.sched.simulate import SimResult, simulate, simulate_fifo
-from fastt.sched.splitting import Split
-from fastt.sched.planning import SPLIT_SHARE, Planning, feasible
-from fastt.sched.starts import (MICRO_BATCHED, Start, graph_weights, micro_batched,
+from fastt.sched.sim.schedule import Schedule
+from fastt.sched.sim.simulate import SimResult, simulate, simulate_fifo
+from fastt.passes.splitting import Split
+from fastt.sched.search.planning import SPLIT_SHARE, Planning, feasible
+from fastt.sched.search.starts import (MICRO_BATCHED, Start, graph_weights, micro_batched,
                                 micro_batched_plans, starts)
-from fastt.sched.transfer_order import Prioritized
+from fastt.sched.placers.transfer_order import Prioritized
 
 SCHEMA_VERSION = 1
 
@@ -75,10 +75,10 @@ class Strategy:
     # False: TensorFlow's own first-come order runs the placement faster than ``order``
     # (the step times are then that order's)
     ordered: bool = True
-    # its weight transfers ordered by need (``fastt.sched.transfer_order``): what was found
+    # its weight transfers ordered by need (``fastt.sched.placers.transfer_order``): what was found
     # and whether it was kept (None: no link carries two groups of weights, or switched off)
     transfer_priorities: dict[str, Any] | None = None
-    # the weights of a data-parallel plan that run unreplicated (``fastt.sched.hybrid``)
+    # the weights of a data-parallel plan that run unreplicated (``fastt.passes.hybrid``)
     kept_whole: list[str] = field(default_factory=list)
 
     def key(self) -> str:
@@ -125,7 +125,7 @@ def plan(graph: Graph, devices: Sequence[Device], costs: CostSource,
     to the model graph first; with ``split=False`` OS-DPOS keeps its starting plan (DPOS or
     data parallel, no splits); ``bucket_bytes``: the size of the all-reduce's gradient
     buckets; ``transfer_priorities``: "auto" orders the weight transfers by need where the
-    simulator predicts it faster, "on" always, "off" never (``fastt.sched.transfer_order``).
+    simulator predicts it faster, "on" always, "off" never (``fastt.sched.placers.transfer_order``).
     ``shared``: what strategies planned before for the same graph, devices and
     costs built (``Planning``); given, it stands for the other arguments but ``name``,
     ``workers``, ``splits`` and ``split``. ``DoesNotFit`` when no starting point fits the

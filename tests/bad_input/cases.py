@@ -106,7 +106,7 @@ def _dumps(root: Path) -> None:
 
 def _plan_dump(out: Path) -> None:
     from fastt import plan_cmd
-    from fastt.sched.device_spec import parse
+    from fastt.sched.sim.device_spec import parse
     from fastt.sched.strategy import plan
     from tests.helpers import training_graph
     from tests.test_strategy import costs

@@ -1,0 +1,111 @@
+"""Device sets for planning: ``4xV100``, ``8xV100:pcie``, ``2x4xV100`` (two servers), or JSON.
+
+Links are ``seconds = latency + bytes / bandwidth``. Defaults (override in a JSON file):
+NVLink 2.0 between GPUs of one server 25 GB/s and 5 us; PCIe 3.0 x16 12 GB/s and 10 us;
+between servers 100 Gb/s InfiniBand, 12.5 GB/s and 20 us.
+
+JSON device file::
+
+    {"kind": "V100",
+     "devices": [{"name": "/job:localhost/replica:0/task:0/device:GPU:0", "memory": 1.6e10}],
+     "link": {"bandwidth_gbps": 25, "latency_us": 5},
+     "pairs": [{"src": "...", "dst": "...", "bandwidth_gbps": 12, "latency_us": 10}]}
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+
+from fastt import devices as devnames
+from fastt.errors import FasttError
+from fastt.jsonio import interpreting, read_json
+from fastt.sched.sim.problem import Device
+
+GiB = 2 ** 30
+MEMORY = {"V100": 16 * GiB, "P100": 16 * GiB, "A100": 40 * GiB, "CPU": math.inf}
+LINKS = {"nvlink": (5e-6, 25e9), "pcie": (10e-6, 12e9), "ib": (20e-6, 12.5e9)}
+# On-device copy rate (split, concat, sum): half the memory bandwidth (read + write).
+COPY = {"V100": 450e9, "P100": 366e9, "A100": 777e9, "CPU": 10e9}
+# The most devices fastt plans over. What a plan builds grows with the devices (the
+# data-parallel graphs: one replica of every op per device; the ring all-reduce: O(D^2) ops per
+# bucket; the links: O(D^2) pairs), and --budget never cuts the data-parallel layouts and the
+# placers. Over 64 V100s the zoo's small models plan within the default 60 s on 2 cores
+# (vgg_like, inception_like, transformer: 19-41 s) and ResNet-50's 64 replicas (350k ops,
+# 3.5 GB) take 90-140 s; twice the devices doubles those graphs and their memory.
+MAX_DEVICES = 64
+_SPEC = re.compile(r"^(?:(\d+)x)?(\d+)x([A-Za-z0-9]+)(?::(nvlink|pcie))?$", re.IGNORECASE)
+
+
+@dataclass
+class DeviceSet:
+    kind: str
+    devices: list[Device]
+    links: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def copy_bytes_per_s(self) -> float:
+        return COPY.get(self.kind, COPY["CPU"] if self.kind == "CPU" else COPY["V100"])
+
+    def link(self, src: str, dst: str) -> tuple[float, float]:
+        """(latency s, seconds per byte) of the src -> dst path."""
+        if src == dst:
+            return (0.0, 0.0)
+        latency, bandwidth = self.links[(src, dst)]
+        return (latency, 1.0 / bandwidth)
+
+
+def parse(spec: str) -> DeviceSet:
+    """A device set from ``NxKIND[:link]``, ``SxNxKIND[:link]`` or a JSON file path."""
+    if os.path.exists(spec) or spec.endswith(".json"):
+        return _from_file(spec)
+    m = _SPEC.match(spec.strip())
+    if not m:
+        raise FasttError(f"device spec {spec!r}: expected e.g. 4xV100, 8xV100:pcie, 2x4xV100 "
+                         "or a JSON device file")
+    servers, per, kind = int(m.group(1) or 1), int(m.group(2)), m.group(3).upper()
+    if kind not in MEMORY:
+        raise FasttError(f"device spec {spec!r}: unknown kind {kind!r}; known: "
+                         f"{', '.join(sorted(MEMORY))}")
+    if servers < 1 or per < 1:
+        raise FasttError(f"device spec {spec!r}: needs at least one device")
+    check_count(spec, servers * per)
+    local = LINKS[(m.group(4) or "nvlink").lower()]
+    dtype = "CPU" if kind == "CPU" else "GPU"
+    job = "worker" if servers > 1 else "localhost"
+    devs = [Device(f"/job:{job}/replica:0/task:{s}/device:{dtype}:{i}", MEMORY[kind])
+            for s in range(servers) for i in range(per)]
+    links = {}
+    for a in devs:
+        for b in devs:
+            if a.name != b.name:
+                same = devnames.same_process(a.name, b.name)
+                links[(a.name, b.name)] = local if same else LINKS["ib"]
+    return DeviceSet(kind, devs, links)
+
+
+def check_count(spec: str, count: int) -> None:
+    """A ``FasttError`` naming ``--devices`` when ``count`` is past ``MAX_DEVICES``."""
+    if count > MAX_DEVICES:
+        raise FasttError(f"--devices {spec!r}: {count} devices, more than the {MAX_DEVICES} "
+                         "fastt plans over (its data-parallel and all-reduce graphs grow "
+                         "with the devices, the links with their square)")
+
+
+def _from_file(path: str) -> DeviceSet:
+    data = read_json(path, "device file", expect=dict)
+    with interpreting(path, "device file"):
+        kind = str(data.get("kind", "GPU")).upper()
+        devs = [Device(devnames.canonical(d["name"]), float(d.get("memory", math.inf)))
+                for d in data["devices"]]
+        check_count(path, len(devs))
+        default = data.get("link", {"bandwidth_gbps": 25, "latency_us": 5})
+        link = (float(default["latency_us"]) * 1e-6, float(default["bandwidth_gbps"]) * 1e9)
+        links = {(a.name, b.name): link for a in devs for b in devs if a.name != b.name}
+        for pair in data.get("pairs", []):
+            key = (devnames.canonical(pair["src"]), devnames.canonical(pair["dst"]))
+            links[key] = (float(pair["latency_us"]) * 1e-6, float(pair["bandwidth_gbps"]) * 1e9)
+    if not devs:
+        raise FasttError(f"device file {path!r} lists no device")
+    return DeviceSet(kind, devs, links)
