@@ -1,7 +1,8 @@
 """fastt: automatic placement, ordering and splitting of TensorFlow graph-mode training.
 
-The scheduling core (``fastt.ir``, ``fastt.costs``, ``fastt.profiler``) imports no TensorFlow;
-``fastt.adapters`` is where TensorFlow graphs come in and go out.
+The core (``fastt.ir``, ``fastt.profiler``, ``fastt.costs``, ``fastt.passes``, ``fastt.sched``,
+``fastt.inspect``) imports no TensorFlow; ``fastt.adapters`` is where TensorFlow graphs come in
+and go out, and ``tf_patches`` the only code that reaches into TensorFlow's internals.
 """
 import logging
 

@@ -273,26 +273,26 @@ def write_dumps(root: str, setup: Setup, strategies: Sequence[Strategy],
     """A strategy dump (``strategy-<k>/``, status ``planned``) per strategy in ``root``:
     document, predicted trace, placed graph, cost models when they come from a file, report.
     The paths written."""
-    from fastt.inspect import dumps, trace
+    from fastt.inspect import trace, writer
     session = f"plan-{os.getpid()}"
-    history = [dumps.history_entry(k, s.name, "planned", s.predicted_step_time_s)
+    history = [writer.history_entry(k, s.name, "planned", s.predicted_step_time_s)
                for k, s in enumerate(strategies, 1)]
     original = setup.graph.fan_in(setup.fetches)
     paths = []
     for k, s in enumerate(strategies, 1):
         if progress:
             progress(s.name)
-        path = dumps.new_dir(root)
+        path = writer.new_dir(root)
         history[k - 1]["dump"] = os.path.basename(path)
-        doc = dumps.document(s, source="plan", session=session, n=k, status="planned",
+        doc = writer.document(s, source="plan", session=session, n=k, status="planned",
                              history=history)
         predicted = functools.partial(trace.predicted, s, setup.devices.devices, setup.costs,
                                       original, setup.devices.copy_bytes_per_s)
-        dumps.write(path, doc, strategy=s, models=setup.models, predicted=predicted,
+        writer.write(path, doc, strategy=s, models=setup.models, predicted=predicted,
                     report=False, strict=True)
         paths.append(path)
     for path in paths:  # every report shows the whole history
-        dumps.refresh(path, strict=True)
+        writer.refresh(path, strict=True)
     return paths
 
 

@@ -35,6 +35,7 @@ from typing import Any, Callable
 from fastt import devices
 from fastt.errors import ProfileError
 from fastt.ir import Graph, TensorRef
+from fastt.ir.flops import flops
 from fastt.op_types import IGNORED_NODES, TRANSFER_TYPES
 from fastt.sharing import processor_sharing
 
@@ -266,7 +267,6 @@ def profile(run_metadata: Any, graph: Graph, untraced_s: float | None = None,
             continue
         out.fused[user] = members
         group = [user] + members
-        from fastt.costs.analytical import flops  # here: fastt.costs imports this module
         weights = [flops(graph[m], graph) for m in group]
         total = sum(weights)
         for m, w in zip(group, weights):

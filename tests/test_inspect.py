@@ -12,7 +12,7 @@ import pytest
 from fastt import plan_cmd
 from fastt.cli import main
 from fastt.costs import CostModels
-from fastt.inspect import dumps, figures, graphviz, report, schema, trace
+from fastt.inspect import dumps, figures, graphviz, report, schema, trace, writer
 from fastt.inspect.trace import Slice
 from fastt.profiler import ComputeSample
 from fastt.sched.sim.device_spec import parse
@@ -47,8 +47,8 @@ def assert_lanes_apart(doc):
 
 def test_the_validator_names_what_is_wrong():
     _, _, _, s = planned()
-    hist = [dumps.history_entry(1, s.name, "planned", s.predicted_step_time_s, dump="x")]
-    doc = json.loads(json.dumps(dumps.document(s, source="plan", session="plan-1", n=1,
+    hist = [writer.history_entry(1, s.name, "planned", s.predicted_step_time_s, dump="x")]
+    doc = json.loads(json.dumps(writer.document(s, source="plan", session="plan-1", n=1,
                                                status="planned", history=hist)))
     assert schema.validate(doc, "strategy") == []
     bad = json.loads(json.dumps(doc))
@@ -209,11 +209,11 @@ def test_a_dump_refreshes_only_what_changes(tmp_path):
     dump = dumps.load(paths[0])
     before = os.path.getmtime(os.path.join(paths[0], "predicted_trace.json"))
     doc = dict(dump.doc, status="failed", reason="injected")
-    dumps.write(paths[0], doc, predicted=lambda: pytest.fail("the trace is written once"))
+    writer.write(paths[0], doc, predicted=lambda: pytest.fail("the trace is written once"))
     assert os.path.getmtime(os.path.join(paths[0], "predicted_trace.json")) == before
     assert dumps.load(paths[0]).doc["reason"] == "injected"
     assert "injected" in open(os.path.join(paths[0], "report.html")).read()
-    assert os.path.basename(dumps.new_dir(str(tmp_path))) == "strategy-2"
+    assert os.path.basename(writer.new_dir(str(tmp_path))) == "strategy-2"
 
 
 def test_without_matplotlib_reports_have_tables_and_one_warning(tmp_path, monkeypatch, caplog):
@@ -234,17 +234,17 @@ def session_dumps(root):
     """Two strategies of one plugin session: the first rolled back, the second active."""
     ds, g, c, s1 = planned("m-topo")
     s2 = plan(g, ds.devices, c, "os-dpos", fetches=FETCHES)
-    history = [dumps.history_entry(1, s1.name, "rolled_back", s1.predicted_step_time_s,
+    history = [writer.history_entry(1, s1.name, "rolled_back", s1.predicted_step_time_s,
                                    "measured 9.00 ms/step, slower than the original graph",
                                    measured_s=[9e-3, 9.2e-3], activated_at_step=5),
-               dumps.history_entry(2, s2.name, "active", s2.predicted_step_time_s,
+               writer.history_entry(2, s2.name, "active", s2.predicted_step_time_s,
                                    measured_s=[6e-3, 6.4e-3, 6.2e-3], activated_at_step=12)]
     for k, (s, h) in enumerate(zip((s1, s2), history), 1):
-        doc = dumps.document(s, source="session", session="123-1", n=k, status=h["status"],
+        doc = writer.document(s, source="session", session="123-1", n=k, status=h["status"],
                              reason=h["reason"], measured_s=h["measured_step_times_s"],
                              original_s=[8e-3, 8.1e-3], activated_at_step=k * 6,
                              order_mechanism="priority-executor", history=history[:k])
-        dumps.write(dumps.new_dir(str(root)), doc, strategy=s, report=False, strict=True)
+        writer.write(writer.new_dir(str(root)), doc, strategy=s, report=False, strict=True)
 
 
 def test_inspect_prints_every_strategy_with_its_step_times(tmp_path, capsys):

@@ -1,6 +1,8 @@
 """The layering rules, checked: the scheduling core, the cost models and ``fastt.inspect``
-import no TensorFlow (so their tests run in seconds and they can be used without it), and only
-``tf_patches/`` reaches into TensorFlow's internals (``tensorflow.python``)."""
+import no TensorFlow (so their tests run in seconds and they can be used without it), only
+``tf_patches/`` reaches into TensorFlow's internals (``tensorflow.python``), every module
+imports only from its own room or the rooms below it (``LAYERS``), and no imports go round in a
+circle."""
 import ast
 import os
 import subprocess
@@ -10,9 +12,31 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # TensorFlow-free: IR, profiler, cost models, scheduler and simulator, dumps and reports
-CORE = ("fastt.ir", "fastt.profiler", "fastt.sharing", "fastt.costs", "fastt.sched",
-        "fastt.inspect")
+CORE = ("fastt.ir", "fastt.profiler", "fastt.sharing", "fastt.schemas", "fastt.costs",
+        "fastt.passes", "fastt.sched", "fastt.inspect")
 TF_SIDE = ("tensorflow", "tf_keras", "tf_slim", "tf_patches", "fastt.adapters", "fastt.plugin")
+# The rooms from the bottom up; a module belongs to the longest prefix naming it and imports
+# (at module level, inside functions or for type checking) only from its room or lower ones.
+LAYERS = (
+    ("fastt", "fastt._version", "fastt.errors", "fastt.jsonio", "fastt.dtypes",
+     "fastt.devices", "fastt.op_types", "fastt.sharing", "fastt.schemas"),
+    ("fastt.ir",),
+    ("fastt.profiler",),
+    ("fastt.costs",),
+    ("fastt.passes",),
+    ("fastt.sched.sim",),
+    ("fastt.sched.placers",),
+    ("fastt.sched.registry",),
+    ("fastt.sched.search",),
+    ("fastt.sched",),
+    ("fastt.inspect",),
+    ("tf_patches",),
+    ("fastt.zoo", "fastt.cluster"),
+    ("fastt.adapters",),
+    ("fastt.plugin",),
+    ("fastt.demo", "fastt.plan_cmd", "fastt.verify_cmd"),
+    ("fastt.cli", "fastt.startup"),
+)
 
 
 def _modules() -> dict[str, str]:
@@ -121,6 +145,90 @@ def test_only_tf_patches_reaches_into_tensorflow_internals(top):
                     if name == "tensorflow.python" or name.startswith("tensorflow.python."):
                         bad.append(f"{os.path.relpath(path, ROOT)}: {name}")
     assert not bad, bad
+
+
+def _layer(module: str) -> int:
+    """The index in ``LAYERS`` of the room ``module`` belongs to (-1: none)."""
+    best, found = "", -1
+    for i, room in enumerate(LAYERS):
+        for prefix in room:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > len(best):
+                best, found = prefix, i
+    return found
+
+
+def _edges(modules: dict[str, str]) -> dict[str, set[str]]:
+    """module -> the project's modules it imports, anywhere in its file."""
+    out = {}
+    for m, path in modules.items():
+        targets = {_resolve(n, modules) for n in _imports(path, m, False)}
+        out[m] = {t for t in targets if t and t != m and not m.startswith(t + ".")}
+    return out
+
+
+def upward_imports(modules: dict[str, str]) -> list[str]:
+    """``a -> b`` for every import of a module in a higher room than the importer's."""
+    return sorted(f"{a} -> {b}" for a, targets in _edges(modules).items() for b in targets
+                  if _layer(b) > _layer(a))
+
+
+def import_circles(modules: dict[str, str]) -> list[list[str]]:
+    """The sets of modules that import each other round a circle (Tarjan's strongly connected
+    components, O(modules + imports))."""
+    edges = _edges(modules)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                members.append(w)
+                if w == v:
+                    break
+            if len(members) > 1:
+                circles.append(sorted(members))
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_every_module_has_a_room():
+    assert [m for m in _modules() if _layer(m) < 0] == []
+
+
+def test_no_module_imports_from_a_room_above_its_own():
+    assert upward_imports(_modules()) == []
+
+
+def test_no_imports_go_round_in_a_circle():
+    assert import_circles(_modules()) == []
+
+
+def test_the_room_checks_see_a_violation(tmp_path):
+    pkg = tmp_path / "fastt"
+    (pkg / "ir").mkdir(parents=True)
+    (pkg / "costs").mkdir()
+    (pkg / "ir" / "a.py").write_text("def f():\n    from fastt.costs import b\n")
+    (pkg / "costs" / "b.py").write_text("from fastt.ir.a import f\n")
+    modules = {"fastt.ir.a": str(pkg / "ir" / "a.py"), "fastt.costs.b": str(pkg / "costs" / "b.py")}
+    assert upward_imports(modules) == ["fastt.ir.a -> fastt.costs.b"]
+    assert import_circles(modules) == [["fastt.costs.b", "fastt.ir.a"]]
 
 
 def test_the_checker_sees_a_violation(tmp_path):

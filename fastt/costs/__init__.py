@@ -8,7 +8,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastt import devices
+from fastt import devices, schemas
 from fastt.costs.comm import CommCostModel, LinkFit
 from fastt.costs.compute import ComputeCostModel
 from fastt.costs.memory import MemoryModel
@@ -151,18 +151,17 @@ class CostModels:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "CostModels":
         """The cost models saved in ``path``: ``CostModelError`` naming the file when it is
-        not a cost-model document (``fastt/inspect/schemas/cost_models.schema.json``)."""
-        from fastt.inspect.schema import validate
+        not a cost-model document (``fastt/schemas/cost_models.schema.json``)."""
         what = "cost-model file"
         doc = read_json(path, what, CostModelError, expect=dict)
         if doc.get("schema_version") != SCHEMA_VERSION:
             raise CostModelError(f"{what} {os.fspath(path)!r} is not a fastt cost-model "
                                  f"document (schema_version {doc.get('schema_version')!r}, "
                                  f"expected {SCHEMA_VERSION})")
-        errors = validate(doc, "cost_models")
-        if errors:
+        found = schemas.errors(doc, schemas.load("cost_models"))
+        if found:
             raise CostModelError(f"{what} {os.fspath(path)!r} does not follow the cost_models "
-                                 "schema: " + "; ".join(errors[:3]))
+                                 "schema: " + "; ".join(found[:3]))
         with interpreting(path, what, CostModelError):
             return cls.from_dict(doc)
 

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fastt.costs.analytical import flops
+from fastt.ir.flops import flops
 from fastt.costs.source import CostSource
 from fastt.ir import Graph, Op
 from fastt.op_types import ALIASING_TYPES, COPY_TYPES

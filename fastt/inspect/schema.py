@@ -1,36 +1,19 @@
-"""The documented schemas of a strategy dump, and a small validator for them.
+"""The documented schemas of a strategy dump (``fastt/schemas/``), checked.
 
-The schemas are JSON Schema (draft 2020-12) files in ``fastt/inspect/schemas/``:
-``strategy.schema.json`` (``strategy.json``), ``trace.schema.json`` (``predicted_trace.json``,
-``measured_trace.json``), ``cost_models.schema.json`` (``cost_models.json``) and
-``declined.schema.json`` (the record of a session the plugin did not plan,
-``declined-<session>.json``). ``validate``
-checks a document against one of them with the keywords those files use (``type``, ``enum``,
-``const``, ``required``, ``properties``, ``additionalProperties``, ``items``, ``prefixItems``,
-``minItems``, ``maxItems``, ``minimum``, local ``$ref``), so fastt needs no JSON Schema library.
+``validate`` checks a document against one of them, the strategy schema's strategy names
+filled in from the registry as it is now; ``check`` raises ``DumpError`` naming the file.
 """
 from __future__ import annotations
 
-import functools
-import json
-import os
+import copy
 from typing import Any
 
+from fastt import schemas
 from fastt.errors import FasttError
 
-SCHEMA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "schemas")
 #: dump file -> schema name
 FILES = {"strategy.json": "strategy", "predicted_trace.json": "trace",
          "measured_trace.json": "trace", "cost_models.json": "cost_models"}
-_TYPES: dict[str, Any] = {
-    "null": lambda v: v is None,
-    "boolean": lambda v: isinstance(v, bool),
-    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
-    "string": lambda v: isinstance(v, str),
-    "array": lambda v: isinstance(v, list),
-    "object": lambda v: isinstance(v, dict),
-}
 
 
 class DumpError(FasttError):
@@ -40,100 +23,22 @@ class DumpError(FasttError):
 def schema(name: str) -> dict[str, Any]:
     """The schema ``name`` (``strategy``, ``trace``, ``cost_models`` or ``declined``); the
     strategy schema's strategy names are the registry's as it is now."""
-    doc = _file(name)
+    doc = schemas.load(name)
     if name == "strategy":
         from fastt.sched.registry import names
+        doc = copy.deepcopy(doc)
         doc["$defs"]["strategy_name"]["enum"] = list(names())
     return doc
-
-
-@functools.lru_cache(maxsize=None)
-def _file(name: str) -> dict[str, Any]:
-    path = os.path.join(SCHEMA_DIR, f"{name}.schema.json")
-    if not os.path.exists(path):
-        raise DumpError(f"no schema named {name!r} (known: strategy, trace, cost_models, "
-                        "declined)")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 def validate(doc: Any, name: str, limit: int = 20) -> list[str]:
     """What is wrong with ``doc`` under schema ``name``: at most ``limit`` messages, each
     naming the place (``$.history[0].status``); empty when it is valid."""
-    root = schema(name)
-    errors: list[str] = []
-    _check(doc, root, root, "$", errors, limit)
-    return errors
+    return schemas.errors(doc, schema(name), limit)
 
 
 def check(doc: Any, name: str, what: str) -> None:
     """Raise ``DumpError`` naming ``what`` (e.g. a file) when ``doc`` is not valid."""
-    errors = validate(doc, name)
-    if errors:
-        raise DumpError(f"{what} does not follow the {name} schema: " + "; ".join(errors[:5]))
-
-
-def _check(v: Any, s: dict[str, Any], root: dict[str, Any], at: str, errors: list[str],
-           limit: int) -> None:
-    if len(errors) >= limit:
-        return
-    if "$ref" in s:
-        ref = s["$ref"]
-        if not ref.startswith("#/"):
-            raise DumpError(f"schema reference {ref!r} is not local")
-        target: Any = root
-        for part in ref[2:].split("/"):
-            target = target[part]
-        _check(v, target, root, at, errors, limit)
-    if "const" in s and v != s["const"]:
-        errors.append(f"{at}: {v!r} is not {s['const']!r}")
-        return
-    if "enum" in s and v not in s["enum"]:
-        errors.append(f"{at}: {v!r} is not one of {s['enum']}")
-        return
-    if "type" in s:
-        kinds = s["type"] if isinstance(s["type"], list) else [s["type"]]
-        if not any(_TYPES[k](v) for k in kinds):
-            errors.append(f"{at}: {type(v).__name__} {_clip(v)} is not of type "
-                          f"{' or '.join(kinds)}")
-            return
-    if _TYPES["number"](v) and "minimum" in s and v < s["minimum"]:
-        errors.append(f"{at}: {v!r} is below the minimum {s['minimum']}")
-    if isinstance(v, dict):
-        _check_object(v, s, root, at, errors, limit)
-    elif isinstance(v, list):
-        _check_array(v, s, root, at, errors, limit)
-
-
-def _check_object(v: dict[str, Any], s: dict[str, Any], root: dict[str, Any], at: str,
-                  errors: list[str], limit: int) -> None:
-    for key in s.get("required", ()):
-        if key not in v:
-            errors.append(f"{at}: missing key {key!r}")
-    props = s.get("properties", {})
-    extra = s.get("additionalProperties", True)
-    for key, value in v.items():
-        if key in props:
-            _check(value, props[key], root, f"{at}.{key}", errors, limit)
-        elif extra is False:
-            errors.append(f"{at}: unexpected key {key!r}")
-        elif isinstance(extra, dict):
-            _check(value, extra, root, f"{at}[{key!r}]", errors, limit)
-
-
-def _check_array(v: list[Any], s: dict[str, Any], root: dict[str, Any], at: str,
-                 errors: list[str], limit: int) -> None:
-    if len(v) < s.get("minItems", 0):
-        errors.append(f"{at}: {len(v)} items, fewer than {s['minItems']}")
-    if "maxItems" in s and len(v) > s["maxItems"]:
-        errors.append(f"{at}: {len(v)} items, more than {s['maxItems']}")
-    prefix = s.get("prefixItems", [])
-    for i, item in enumerate(v):
-        sub = prefix[i] if i < len(prefix) else s.get("items")
-        if isinstance(sub, dict):
-            _check(item, sub, root, f"{at}[{i}]", errors, limit)
-
-
-def _clip(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= 40 else text[:37] + "..."
+    found = validate(doc, name)
+    if found:
+        raise DumpError(f"{what} does not follow the {name} schema: " + "; ".join(found[:5]))

@@ -5,7 +5,7 @@ first); its threads are lanes of ops (``ops``, ``ops 2``... wherever ops overlap
 runs several kernels at once) and lanes of transfers into that device (``transfers``...). Op
 events have ``cat`` ``op``, transfer events ``transfer``; ``args.device`` is the full device
 name. ``otherData.fastt`` says the kind, the devices in process order, the step time and the
-strategy (schema: ``fastt/inspect/schemas/trace.schema.json``).
+strategy (schema: ``fastt/schemas/trace.schema.json``).
 
 ``predicted`` replays a ``Strategy`` with the simulator; ``measured`` reads the step stats of
 one traced step (a ``RunMetadata``, read by attribute: no TensorFlow here).

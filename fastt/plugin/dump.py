@@ -1,7 +1,7 @@
 """``FASTT_DUMP_DIR/strategy-<k>/``: what the plugin decided, and what it measured.
 
 ``strategy.json`` (schema ``fastt.session-strategy`` version 3, documented in
-``fastt/inspect/schemas/strategy.schema.json``) holds the strategy document
+``fastt/schemas/strategy.schema.json``) holds the strategy document
 (``Strategy.to_dict``: devices, placement, order, splits, predicted step time) plus:
 
 - ``source`` (``session``), ``session`` (``<pid>-<k>``), ``n`` (its number in the session),
@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 from fastt.costs import CostModels
 from fastt.costs.source import ModelCosts
-from fastt.inspect import dumps, trace
+from fastt.inspect import trace, writer
 from fastt.ir import Graph
 from fastt.plugin.entry import Entry
 from fastt.sched.sim.problem import Device
@@ -42,12 +42,12 @@ from fastt.sched.sim.problem import Device
 
 def document(entry: Entry, history: list[Entry], original_s: list[float],
              order_mechanism: str, session: str) -> dict[str, Any]:
-    return dumps.document(
+    return writer.document(
         entry.strategy, source="session", session=session, n=entry.n, status=entry.status,
         reason=entry.reason, measured_s=entry.measured_s, original_s=original_s,
         activated_at_step=entry.step, order_mechanism=order_mechanism,
         predicted_s=entry.predicted_s, decision=entry.decision(),
-        history=[dumps.history_entry(e.n, e.name, e.status, e.predicted_s, e.reason, e.dump,
+        history=[writer.history_entry(e.n, e.name, e.status, e.predicted_s, e.reason, e.dump,
                                      e.measured_s, e.step,
                                      e.verdict.verdict if e.verdict else None)
                  for e in history])
@@ -57,7 +57,7 @@ def write(root: str, entry: Entry, doc: dict[str, Any], models: CostModels | Non
           devices: Sequence[Device], original: Graph, strict: bool = False) -> str:
     """Write the entry's directory (refresh it when ``entry.dump`` names one); its path.
     ``original``: the user's training step the strategy was planned for."""
-    path = entry.dump or dumps.new_dir(root)
+    path = entry.dump or writer.new_dir(root)
     s, meta = entry.strategy, entry.timeline
 
     def predicted() -> dict[str, Any]:
@@ -66,7 +66,7 @@ def write(root: str, entry: Entry, doc: dict[str, Any], models: CostModels | Non
 
     def measured() -> dict[str, Any]:
         return trace.measured(meta, s.devices, s.name)
-    dumps.write(path, doc, strategy=s, models=models,
+    writer.write(path, doc, strategy=s, models=models,
                 predicted=predicted if models is not None else None,
                 measured=measured if meta is not None else None, strict=strict)
     return path
@@ -75,4 +75,4 @@ def write(root: str, entry: Entry, doc: dict[str, Any], models: CostModels | Non
 def refresh(paths: Sequence[str], strict: bool = False) -> None:
     """Rewrite the reports of ``paths`` (a session's dumps: each shows its whole history)."""
     for p in dict.fromkeys(p for p in paths if p):
-        dumps.refresh(p, strict)
+        writer.refresh(p, strict)

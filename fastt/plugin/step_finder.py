@@ -14,7 +14,7 @@ import logging
 from collections import Counter
 from typing import Any, Callable
 
-from fastt.inspect import dumps
+from fastt.inspect import writer
 from fastt.ir import Graph, writes_variable
 from fastt.op_types import PLAIN_ASSIGNS
 from fastt.plugin.controller import Controller
@@ -123,7 +123,7 @@ class StepDetector:
             if self.controller is not None:
                 self._signature = signature
                 if self._declined:  # said too early: a training step did recur
-                    dumps.remove_declined(self.settings.dump_dir, self.session)
+                    writer.remove_declined(self.settings.dump_dir, self.session)
                     self._declined = ""
             return self.controller
         if self.finder.total == DECLINE_AFTER_RUNS:
@@ -140,7 +140,7 @@ class StepDetector:
                 "" if off else " until a training step recurs")
         self._declined = reason
         if self.settings.dump_dir:
-            dumps.write_declined(self.settings.dump_dir, dumps.declined_document(
+            writer.write_declined(self.settings.dump_dir, writer.declined_document(
                 self.session, reason, self.finder.total, self.finder.signatures()),
                 self.settings.strict)
 

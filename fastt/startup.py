@@ -1,7 +1,8 @@
 """The start-up hook: ``fastt.pth`` (installed into site-packages) calls ``arm()`` when
 ``FASTT`` is set to anything but an off value. Then, as soon as ``import tensorflow``
 finishes, ``fastt.plugin.install()`` patches its sessions. Nothing else is imported at
-start-up, so Python starts as fast as without fastt.
+start-up but this module and the small ``fastt`` package, so Python starts about as fast as
+without fastt.
 """
 from __future__ import annotations
 
