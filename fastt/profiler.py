@@ -36,6 +36,7 @@ from fastt import devices
 from fastt.errors import ProfileError
 from fastt.ir import Graph, TensorRef
 from fastt.ir.flops import flops
+from fastt.ir.fused import absorbed_ops
 from fastt.op_types import IGNORED_NODES, TRANSFER_TYPES
 from fastt.sharing import processor_sharing
 
@@ -259,7 +260,7 @@ def profile(run_metadata: Any, graph: Graph, untraced_s: float | None = None,
         else:
             out.placement.setdefault(user, device)
 
-    absorbed = _absorbed_ops(graph, kernel_type, out.placement)
+    absorbed = absorbed_ops(graph, kernel_type, out.placement)
     for (user, device), seconds in kernel_time.items():
         members = absorbed.get(user)
         if not members:
@@ -299,40 +300,6 @@ def _record_outputs(out: Profile, graph: Graph, user: str, ns: Any) -> None:
         req = td.allocation_description.requested_bytes
         if req > 0:
             out.output_bytes[ref] = int(req)
-
-
-def _absorbed_ops(graph: Graph, kernel_type: dict[str, str],
-                  placement: dict[str, str]) -> dict[str, list[str]]:
-    """Kernel op -> user ops fused into it.
-
-    A node whose kernel type is not its user op's type (``Relu_1 = _MklNativeFusedConv2D``) may
-    have absorbed producers that did not run on their own; an absent producer whose only
-    consumers are the kernel, another absorbed op, or joins that did not run is taken to be
-    part of it. A rewritten graph keeps the join of each replicated or split op under the
-    original name, and TensorFlow prunes the joins that nothing reads: a replica of ``conv``
-    feeds its own ``bias`` and the join ``conv``, which never ran.
-    """
-    result: dict[str, list[str]] = {}
-    for user, ktype in kernel_type.items():
-        typ = graph[user].type
-        if not ktype or ktype == typ or ktype.endswith(("_" + typ, "Native" + typ)):
-            continue  # the op's own kernel (possibly renamed, e.g. _MklNativeConv2D)
-        members: list[str] = []
-        frontier = [user]
-        while frontier:
-            cur = frontier.pop()
-            for ref in graph[cur].inputs:
-                p = ref.op
-                if p in placement or p in members or graph[p].is_variable:
-                    continue
-                if all(e.dst == cur or (e.dst not in placement
-                                        and graph[e.dst].meta.join is not None)
-                       for e in graph.consumers(p)):
-                    members.append(p)
-                    frontier.append(p)
-        if members:
-            result[user] = members
-    return result
 
 
 def _kernel_span(ns: Any) -> tuple[int, int] | None:

@@ -5,8 +5,9 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from fastt.adapters.probe import (DEFAULT_SIZES, LARGE_SIZES, probe_cpu_share,  # noqa: E402
-                                  probe_link, probe_pair, probe_reach, probe_serve_delay)
+from fastt.adapters.probe import DEFAULT_SIZES, LARGE_SIZES, probe_link, probe_pair  # noqa: E402
+from fastt.adapters.probe_cpu import (probe_cpu_share, probe_reach,  # noqa: E402
+                                      probe_serve_delay)
 from fastt.devices import canonical  # noqa: E402
 from fastt.cluster import LocalCluster, parse_cluster_spec  # noqa: E402
 from fastt.cluster.local import port_is_free  # noqa: E402

@@ -31,10 +31,10 @@ class CostModels:
     # last timed profiles of each
     overhead: dict[str, deque[float]] = field(default_factory=lambda: _overheads({}))
     # device -> seconds a step pays to run anything there beyond the cheapest device (a
-    # remote worker's call; probed: fastt.adapters.probe.probe_reach)
+    # remote worker's call; probed: fastt.adapters.probe_cpu.probe_reach)
     device_step: dict[str, float] = field(default_factory=dict)
     # device -> seconds, at most, a request for a tensor it holds waits while its cores run a
-    # kernel (probed: fastt.adapters.probe.probe_serve_delay; 0 where not probed)
+    # kernel (probed: fastt.adapters.probe_cpu.probe_serve_delay; 0 where not probed)
     serve: dict[str, float] = field(default_factory=dict)
     # seconds a step takes beyond its replay, of each plan profiled over several devices or
     # measured untraced since (by ``Strategy.key``)

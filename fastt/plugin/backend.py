@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import tensorflow as tf
 
@@ -16,16 +16,17 @@ from fastt.errors import WorkerLostError
 from fastt.plugin import activation, budget, cache, dump
 from fastt.plugin import messages as say
 from fastt.plugin.activation import Running
+from fastt.plugin.controller import Controller
 from fastt.plugin.entry import Entry
-from fastt.plugin.state import unsaved, unserializable
+from fastt.plugin.guard import Guard
+from fastt.plugin.input_stage import InputStage
+from fastt.plugin.settings import Settings
+from fastt.plugin.state import IteratorInits, StateOps, unsaved, unserializable
 from fastt.plugin.streams import continue_streams, skipped_note
 from fastt.sched import serial
 from fastt.sched.strategy import Strategy
 from tf_patches import priority_executor
 from tf_patches import session_hook as hook
-
-if TYPE_CHECKING:
-    from fastt.plugin.runtime import SessionPlugin
 
 log = logging.getLogger("fastt")
 _tf1 = tf.compat.v1
@@ -37,10 +38,30 @@ def script() -> str:
         "<interactive>"
 
 
+class Host(Protocol):
+    """What the backend reads of the session plugin it serves (``SessionPlugin``); the
+    running graph changes only through ``switch``."""
+    settings: Settings
+    target: str
+    graph: tf.Graph  # the user's
+    guard: Guard
+    inputs: InputStage
+    iterator_inits: IteratorInits
+    user: Running  # the user's own session
+    current: Running  # the graph that serves the user's runs
+    feed_shapes: dict[str, tuple[int, ...]]
+
+    @property
+    def controller(self) -> Controller | None: ...
+    def user_state(self) -> StateOps: ...
+    def inner_config(self) -> Any: ...
+    def switch(self, new: Running) -> None: ...
+
+
 class PluginBackend:
     """What the controller asks of TensorFlow, for ``plugin``'s session, through ``engine``."""
 
-    def __init__(self, plugin: "SessionPlugin", engine: Engine) -> None:
+    def __init__(self, plugin: Host, engine: Engine) -> None:
         self.plugin, self.engine, self.settings = plugin, engine, plugin.settings
         self._streams_said = False
         self._dump_said = False  # a dump that could not be written was said once
@@ -108,7 +129,7 @@ class PluginBackend:
     def activate(self, strategy: Strategy | None, ordered: bool = True) -> None:
         """Run ``strategy`` (None: the original graph) in a new inner session holding the
         running one's state; the running one closes. When the original graph cannot be
-        started anew, the user's own session takes the state back (``_back_to_user``)."""
+        started anew, the user's own session takes the state back (``back_to_user``)."""
         try:
             self._start(strategy, ordered)
         except WorkerLostError:
@@ -131,14 +152,10 @@ class PluginBackend:
         if say:
             log.warning("fastt: %s; the training state went back into the script's own "
                         "session", why)
-        p.current = p.user
-        cur.close()
+        p.switch(p.user)
 
     def _start(self, strategy: Strategy | None, ordered: bool) -> None:
-        p = self.plugin
-        new = self.build(strategy, ordered)
-        old, p.current = p.current, new
-        old.close()
+        self.plugin.switch(self.build(strategy, ordered))
 
     def build(self, strategy: Strategy | None, ordered: bool = True) -> Running:
         """A new inner session running ``strategy`` (None: the original graph), holding the

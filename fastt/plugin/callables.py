@@ -4,26 +4,49 @@ when the controller asks, like ``SessionPlugin.run``."""
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+import threading
+from typing import Any, Protocol
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
-from fastt.plugin.threads import trace_slot
+from fastt.plugin.activation import Running
+from fastt.plugin.controller import Controller
+from fastt.plugin.guard import Guard
+from fastt.plugin.settings import Settings
+from fastt.plugin.step_finder import StepDetector
+from fastt.plugin.streams import StreamCounter
+from fastt.plugin.threads import StepThreads, trace_slot
 from tf_patches import session_hook as hook
 from tf_patches.quiet import profiler_chatter_dropped
 
-if TYPE_CHECKING:
-    from fastt.plugin.runtime import SessionPlugin
-
 _tf1 = tf.compat.v1
+
+
+class Host(Protocol):
+    """What a callable uses of the session plugin it runs for (``SessionPlugin``)."""
+    settings: Settings
+    guard: Guard
+    lock: threading.RLock  # the plugin's state
+    detector: StepDetector
+    steps: StepThreads
+    streams: StreamCounter
+    user: Running  # the user's own session
+    current: Running  # the graph that serves the user's runs
+
+    def step_controller(self, signature: Any, names: list[str]) -> Controller | None: ...
+    def step_fed(self, shapes: dict[str, tuple[int, ...]]) -> None: ...
+    def resolve(self, names: list[str]) -> tuple[Running, list[Any]]: ...
+    def recovered(self, cur: Running, error: Exception) -> bool: ...
+    def verify(self, cur: Running, fetches: list[str], targets: list[str],
+               feeds: dict[str, Any], values: list[Any]) -> None: ...
 
 
 class StepCallable:
     """What ``_make_callable_from_options`` returns while fastt serves the session."""
 
-    def __init__(self, plugin: "SessionPlugin", options: Any) -> None:
+    def __init__(self, plugin: Host, options: Any) -> None:
         self.plugin, self.options = plugin, options
         self.names = list(options.fetch) + list(options.target)
         self.signature = (tuple(sorted(options.fetch)), tuple(sorted(options.target)),
@@ -33,7 +56,7 @@ class StepCallable:
         return call(self.plugin, self, args, run_metadata)
 
 
-def call(p: "SessionPlugin", c: StepCallable, args: tuple[Any, ...], run_metadata: Any) -> Any:
+def call(p: Host, c: StepCallable, args: tuple[Any, ...], run_metadata: Any) -> Any:
     """``c(*args)`` on ``p``'s current session; the controller sees it when it is the
     training step."""
     p.guard.check()
@@ -46,14 +69,14 @@ def call(p: "SessionPlugin", c: StepCallable, args: tuple[Any, ...], run_metadat
             p.steps.leave()
 
 
-def _call(p: "SessionPlugin", c: StepCallable, args: tuple[Any, ...], run_metadata: Any,
+def _call(p: Host, c: StepCallable, args: tuple[Any, ...], run_metadata: Any,
           ctl: Any) -> Any:
     with p.lock:
         if ctl is not None:
             ctl.step_started()
         wanted = ctl.before_step() if ctl else False
-        if ctl is not None and p.engine.models is None:
-            p.feed_shapes = {n: np.shape(a) for n, a in zip(c.options.feed, args)}
+        if ctl is not None:
+            p.step_fed({n: np.shape(a) for n, a in zip(c.options.feed, args)})
     with trace_slot(wanted) as trace, contextlib.ExitStack() as running:
         with p.lock:
             cur = p.current
@@ -95,7 +118,7 @@ def _call(p: "SessionPlugin", c: StepCallable, args: tuple[Any, ...], run_metada
     return out
 
 
-def _make(p: "SessionPlugin", c: StepCallable, cur: Any, trace: bool, extra: list[Any]
+def _make(p: Host, c: StepCallable, cur: Any, trace: bool, extra: list[Any]
           ) -> tuple[Any, Any]:
     """The session that will run ``c`` (after a re-activation on a grown graph) and ``c``'s
     TensorFlow callable on it."""

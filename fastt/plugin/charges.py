@@ -1,10 +1,16 @@
 """What each training step costs fastt's budget, as the ``Controller`` runs them (no
 TensorFlow here): the kind of each step (traced, on trial, run beside a plan being computed)
 and the step time it is measured against; the costs learned on the way (``Budget.learn``); the
-fixed costs a round and a trial are expected to take; when a trial must end."""
+fixed costs a round and a trial are expected to take; when a trial must end; what waits until
+the run pays for it (``Gate``)."""
 from __future__ import annotations
 
+import logging
+from typing import Callable
+
 from fastt.plugin.budget import Budget
+
+log = logging.getLogger("fastt")
 
 
 class Charges:
@@ -76,3 +82,38 @@ class Charges:
         return (f"stopped {steps} steps into its trial at fastt's overhead budget "
                 f"({b.describe()}): {b.trial:.2f} s lost on it so far, {b.spent:.2f} s of "
                 f"{b.allowed():.2f} s spent")
+
+
+class Gate:
+    """What waits for the run to pay for it: ``go`` runs once the budget affords ``need()``
+    more seconds of fastt's work (the ``Controller`` is in its ``waiting`` phase till then)."""
+
+    def __init__(self, budget: Budget) -> None:
+        self.budget = budget
+        self.what = ""  # what waits ("" when nothing)
+        self._then: tuple[Callable[[], float], Callable[[], None]] = (float, lambda: None)
+
+    def admit(self, what: str, need: Callable[[], float], go: Callable[[], None]) -> bool:
+        """``go`` now if the run pays for ``need()`` (True); else ``what`` waits, said once
+        (False)."""
+        b = self.budget
+        if b.affords(need()):
+            self.what = ""
+            go()
+            return True
+        if self.what != what:
+            when = b.when(need())
+            log.info("fastt: %s would cost about %.1f s more of fastt's work, past its budget "
+                     "(%s: %.1f s so far of %.1f s allowed); %s", what, need(), b.describe(),
+                     b.spent, b.allowed(), "it waits until the session has run about "
+                     f"{when:.0f} s" if when is not None else "it is not tried")
+        self.what, self._then = what, (need, go)
+        return False
+
+    def poll(self) -> None:
+        """What waits goes, once the run pays for it."""
+        need, go = self._then
+        if self.budget.affords(need()):
+            log.debug("fastt: the run pays for %s now", self.what)
+            self.what = ""
+            go()

@@ -33,7 +33,7 @@ from typing import Any, Callable
 from fastt.errors import WorkerLostError
 from fastt.plugin import messages as say
 from fastt.plugin.budget import Budget
-from fastt.plugin.charges import Charges
+from fastt.plugin.charges import Charges, Gate
 from fastt.plugin.entry import Entry, Sample, session_id
 from fastt.plugin.protocols import Backend, Done, Pending
 from fastt.plugin.trials import Trials
@@ -55,8 +55,7 @@ class Controller(Trials):
         self.charges = Charges(self.budget, dumps=bool(settings.dump_dir))
         self._run_plan = run_plan  # where plans are computed (the plugin: off the thread)
         self._pending: tuple[str, Pending, float] | None = None  # (name, plan, began)
-        self._waiting = ""  # what waits for the run to pay for it ("" when nothing)
-        self._then: tuple[Callable[[], float], Callable[[], None]] = (float, lambda: None)
+        self._gate = Gate(self.budget)  # what waits for the run to pay for it
         self.session = session or session_id()  # names it in strategy dumps
         self.phase = "warmup"
         self.step = 0
@@ -214,40 +213,22 @@ class Controller(Trials):
             return
         entry = Entry(1, strategy.name, strategy, strategy.predicted_step_time_s,
                       step=self.step, ordered=getattr(strategy, "ordered", True), cached=True)
-        self._when_paid("a trial of the cached plan", self._trial_need,
+        self._when_paid("a trial of the cached plan", self.charges.trial_need,
                         lambda: self._measure_entry(entry))
 
     # -- the budget --------------------------------------------------------------------------
     def _round_need(self) -> float:
         return self.charges.round_need(self.settings.profile_steps, self._reference() or 0.0)
 
-    def _trial_need(self) -> float:
-        return self.charges.trial_need()
-
     def _when_paid(self, what: str, need: Callable[[], float], go: Callable[[], None]
                    ) -> None:
         """``go`` now if the run pays for ``need()`` more seconds of fastt's work, else once it
         does (phase ``waiting``, said once)."""
-        if self.budget.affords(need()):
-            self._waiting = ""
-            go()
-            return
-        if self._waiting != what:
-            b = self.budget
-            when = b.when(need())
-            log.info("fastt: %s would cost about %.1f s more of fastt's work, past its budget "
-                     "(%s: %.1f s so far of %.1f s allowed); %s", what, need(), b.describe(),
-                     b.spent, b.allowed(), "it waits until the session has run about "
-                     f"{when:.0f} s" if when is not None else "it is not tried")
-        self._waiting, self._then = what, (need, go)
-        self.phase = "waiting"
+        if not self._gate.admit(what, need, go):
+            self.phase = "waiting"
 
     def _wait(self, _: Any) -> None:
-        need, go = self._then
-        if self.budget.affords(need()):
-            log.debug("fastt: the run pays for %s now", self._waiting)
-            self._waiting = ""
-            go()
+        self._gate.poll()
 
     def _profile(self, run_metadata: Any) -> None:
         if run_metadata is None:  # not traced: another session's step was
@@ -329,7 +310,7 @@ class Controller(Trials):
         # a plan predicted faster in TensorFlow's own order runs in it from the start
         entry = Entry(len(self.history) + 1, name, strategy, strategy.predicted_step_time_s,
                       step=self.step, ordered=getattr(strategy, "ordered", True))
-        self._when_paid(f"a trial of {name}", self._trial_need,
+        self._when_paid(f"a trial of {name}", self.charges.trial_need,
                         lambda: self._measure_entry(entry))
 
     def _record(self, entry: Entry) -> str:
@@ -365,7 +346,7 @@ class Controller(Trials):
     def _next_round(self) -> None:
         if self._fifo_next is not None:  # no profile needed: the plan is the same
             kept = self._fifo_next
-            self._when_paid("a trial of TensorFlow's own order", self._trial_need,
+            self._when_paid("a trial of TensorFlow's own order", self.charges.trial_need,
                             lambda: self._try_fifo(kept))
         elif self.rounds >= self.settings.max_rounds:
             self._steady_now()

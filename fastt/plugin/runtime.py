@@ -10,7 +10,6 @@ user's structure. ``sess.graph`` stays the user's graph.
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import contextlib
 import logging
 import threading
@@ -22,10 +21,8 @@ import tensorflow as tf
 from fastt.adapters.engine import Engine
 from fastt.cluster.health import Watch
 from fastt.ir import Graph
-from fastt.errors import FasttError
-from fastt.op_types import PYTHON, USER_CODE
+from fastt.op_types import USER_CODE
 from fastt.plugin import dump, remote
-from fastt.plugin import messages as say
 from fastt.plugin.activation import Running
 from fastt.plugin.backend import PluginBackend
 from fastt.plugin.callables import StepCallable
@@ -34,13 +31,11 @@ from fastt.plugin.entry import session_id
 from fastt.plugin.guard import Guard, with_fields
 from fastt.plugin.input_stage import InputStage, fed_name
 from fastt.plugin.settings import Settings
-from fastt.plugin.state import (SCOPE, IteratorInits, RunFanIn, StateOps, has_op,
-                                stateful_ops)
+from fastt.plugin.state import SCOPE, IteratorInits, RunFanIn, StateOps, stateful_ops
 from fastt.plugin.step_finder import StepDetector, updates_trainables
 from fastt.plugin.streams import StreamCounter
-from fastt.plugin import verify
-from fastt.plugin.verify import Difference
 from fastt.plugin.threads import Background, StepThreads, trace_slot
+from fastt.plugin.verify_step import StepCheck
 from tf_patches import session_hook as hook
 from tf_patches.quiet import profiler_chatter_dropped
 
@@ -48,10 +43,6 @@ log = logging.getLogger("fastt")
 _tf1 = tf.compat.v1
 _RETRYABLE = (tf.errors.OutOfRangeError, tf.errors.CancelledError)
 _open: "weakref.WeakSet[SessionPlugin]" = weakref.WeakSet()  # closed at exit if still open
-
-
-class VerifyError(FasttError):
-    """A strategy's first step differs from the original graph's beyond reassociation."""
 
 
 def users_error(error: Exception, graph: tf.Graph, first: bool) -> bool:
@@ -97,6 +88,7 @@ class SessionPlugin:
         self.feed_shapes: dict[str, tuple[int, ...]] = {}  # of the step's first run
         fan_in = RunFanIn(self.graph)  # what each run signature executes, found once
         self.streams = StreamCounter(self.graph, fan_in)
+        self.checks = StepCheck(self.graph, self.streams, settings.verify_report)
         self.inputs = InputStage(self.graph, fan_in)
         self.iterator_inits = IteratorInits(self.graph, fan_in)
         self.user = Running(None, self.graph, sess, StateOps(self.graph, *stateful_ops(
@@ -127,8 +119,7 @@ class SessionPlugin:
             return self._dispatch(req, fetches, feed_dict, options, run_metadata)
         try:
             with self.lock:
-                if self.engine.models is None:
-                    self.feed_shapes = {n: v.shape for n, v in req.feeds.items()}
+                self.step_fed({n: v.shape for n, v in req.feeds.items()})
                 ctl.step_started()
                 wanted = ctl.before_step()
             with trace_slot(wanted) as trace:
@@ -219,57 +210,12 @@ class SessionPlugin:
 
     def verify(self, cur: Running, fetches: list[str], targets: list[str],
                feeds: dict[str, Any], values: list[Any]) -> None:
-        """``FASTT_VERIFY``: the step ``cur`` ran first (``fetches`` gave ``values``), run
-        again on the original graph from the state it started with, on the same ``feeds``
-        (by name); a ``VerifyError`` naming the worst difference beyond reassociation
-        (``fastt.plugin.verify``)."""
-        assert self.backend is not None and cur.snapshot is not None
-        ran = self.streams.fan_in(fetches, targets, list(feeds))
-        python = sorted(n for n in ran if has_op(self.graph, n)
-                        and self.graph.get_operation_by_name(n).type in PYTHON)
-        if python:  # a second run would call the script's Python again (draw another batch)
-            why = f"it runs the script's Python ({python[0]}), which a second run would call again"
-            log.info("fastt: the first step of %s not verified: %s", cur.strategy.name, why)
-            self.verify_record(cur, [], why)
-            return
-        ref = self.backend.build(None)
-        try:
-            names = fetches + targets
-            out = hook.run_elements(
-                ref.sess, [ref.element(n) for n in fetches], [ref.element(n) for n in targets],
-                {ref.element(n): v for n, v in feeds.items()}, None, None)
-            found = verify.differences(dict(zip(fetches, out)), dict(zip(fetches, values)),
-                                       "fetch")
-            found += verify.differences(ref.capture().values, cur.capture().values, "variable",
-                                        before=cur.snapshot.values)
-        finally:
-            ref.close()
-        worst = verify.verdict(found)
-        self.verify_record(cur, found)
-        log.info("fastt: verified the first step of %s against the original graph: %s",
-                 cur.strategy.name, worst or f"{len(found)} tensors within reassociation "
-                 f"(largest {max((d.relative for d in found), default=0.0):.2g})")
-        if worst:
-            raise VerifyError(worst + f" ({len(names)} fetches and targets)")
-
-    def verify_record(self, cur: Running, found: list[Difference],
-                      skipped: str = "") -> None:
-        """The check appended to ``FASTT_VERIFY_REPORT`` (a file that cannot be written is
-        said once; training goes on)."""
-        path = self.settings.verify_report
-        if not path:
-            return
-        ctl = self.controller
-        entry = ctl.running if ctl is not None else None
-        name = say.label(entry) if entry is not None and entry.name == cur.strategy.name \
-            else cur.strategy.name
-        try:
-            verify.record(path, name, found, skipped,
-                          step=ctl.step if ctl is not None else None)
-        except OSError as e:
-            log.warning("fastt: FASTT_VERIFY_REPORT=%s cannot be written (%s); checks are "
-                        "logged only", path, e)
-            self.settings = dataclasses.replace(self.settings, verify_report="")
+        """``FASTT_VERIFY``: the step ``cur`` ran first checked against the original graph
+        (``fastt.plugin.verify_step``)."""
+        backend = self.backend
+        assert backend is not None
+        self.checks.check(cur, lambda: backend.build(None), self.controller, fetches, targets,
+                          feeds, values)
 
     def _user_run(self, fetches: Any, feed_dict: Any, options: Any, meta: Any) -> Any:
         """TensorFlow's own run on the user's session (bounded and watched on a cluster)."""
@@ -297,6 +243,18 @@ class SessionPlugin:
             assert self.backend is not None  # a graph other than the user's runs
             self.backend.back_to_user("", say=False)
         return self.current is not cur
+
+    def switch(self, new: Running) -> None:
+        """``new`` serves the user's runs from now on; the graph that did closes (once the
+        runs in progress on it end)."""
+        old, self.current = self.current, new
+        old.close()
+
+    def step_fed(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        """A run of the training step fed ``shapes``: kept until the engine has modelled the
+        step (its profile is of them). Under ``lock``."""
+        if self.engine.models is None:
+            self.feed_shapes = shapes
 
     @property
     def controller(self) -> Controller | None:

@@ -52,26 +52,33 @@ static inline int read_matrix(PyObject *rows, double *out, Py_ssize_t D, const c
   return 0;
 }
 
-static inline PyObject *double_list(const double *x, Py_ssize_t n) {
+static inline PyObject *double_item(const void *x, Py_ssize_t i) {
+  return PyFloat_FromDouble(((const double *)x)[i]);
+}
+
+static inline PyObject *int_item(const void *x, Py_ssize_t i) {
+  return PyLong_FromSsize_t(((const Py_ssize_t *)x)[i]);
+}
+
+/* A new list of x[0..n) made Python objects by item; NULL (an exception set) on failure. */
+static inline PyObject *new_list(const void *x, Py_ssize_t n,
+                                 PyObject *(*item)(const void *, Py_ssize_t)) {
   PyObject *out = PyList_New(n);
   if (!out) return NULL;
   for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *v = PyFloat_FromDouble(x[i]);
+    PyObject *v = item(x, i);
     if (!v) { Py_DECREF(out); return NULL; }
     PyList_SET_ITEM(out, i, v);
   }
   return out;
 }
 
+static inline PyObject *double_list(const double *x, Py_ssize_t n) {
+  return new_list(x, n, double_item);
+}
+
 static inline PyObject *int_list(const Py_ssize_t *x, Py_ssize_t n) {
-  PyObject *out = PyList_New(n);
-  if (!out) return NULL;
-  for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *v = PyLong_FromSsize_t(x[i]);
-    if (!v) { Py_DECREF(out); return NULL; }
-    PyList_SET_ITEM(out, i, v);
-  }
-  return out;
+  return new_list(x, n, int_item);
 }
 
 /* An open-addressing map from (key, device) to a transfer's slot. */
