@@ -11,7 +11,7 @@ tf = pytest.importorskip("tensorflow")
 tf1 = tf.compat.v1
 
 from fastt.adapters import engine  # noqa: E402
-from fastt.plugin import activation, backend, dump, runtime, state  # noqa: E402
+from fastt.plugin import activation, backend, runtime, session_dumps, state  # noqa: E402
 from tests.test_session_plugin import build, statuses, train  # noqa: E402
 from tf_patches import session_hook  # noqa: E402
 
@@ -118,7 +118,7 @@ def test_a_dump_that_cannot_be_written_never_stops_training(plugin, monkeypatch,
                                                              caplog):
     def full(*a, **kw):
         raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(dump, "write", full)
+    monkeypatch.setattr(session_dumps, "write", full)
     _, ref, _ = train(build(), steps=STEPS)
     plugin()
     with caplog.at_level(logging.INFO, logger="fastt"):

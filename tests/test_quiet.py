@@ -15,7 +15,9 @@ CHATTER = b"I0000 00:00:1700000000.000000  123 profiler_session.cc:104] Profiler
 def test_other_lines_pass_at_once_and_the_chatter_is_dropped(capfd):
     with profiler_chatter_dropped():
         os.write(2, CHATTER)
-        threading.Thread(target=lambda: os.write(2, b"fastt: cluster lost\n")).start()
+        other = threading.Thread(target=lambda: os.write(2, b"fastt: cluster lost\n"))
+        other.start()
+        other.join()  # one pipe: a line written between the halves would land inside the line
         os.write(2, b"half a ")
         os.write(2, b"line\n")
         seen, deadline = "", time.monotonic() + 10

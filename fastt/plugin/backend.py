@@ -13,7 +13,7 @@ from fastt._version import __version__
 from fastt.adapters.engine import Engine
 from fastt.adapters.fingerprint import graph_digest
 from fastt.errors import WorkerLostError
-from fastt.plugin import activation, budget, cache, dump
+from fastt.plugin import activation, budget, cache, session_dumps
 from fastt.plugin import messages as say
 from fastt.plugin.activation import Running
 from fastt.plugin.controller import Controller
@@ -270,7 +270,7 @@ class PluginBackend:
         if not self.settings.dump_dir or ctl is None:
             return ""
         try:
-            doc = dump.document(entry, history, ctl.original_s,
+            doc = session_dumps.document(entry, history, ctl.original_s,
                                 self.order_mechanism() if entry.ordered else "none",
                                 ctl.session)
             doc["overhead"] = ctl.budget.as_dict()
@@ -278,7 +278,7 @@ class PluginBackend:
             doc["decided_at_step"] = entry.decided_at
             if entry.error:
                 doc["error"] = entry.error
-            return dump.write(self.settings.dump_dir, entry, doc, self.engine.models,
+            return session_dumps.write(self.settings.dump_dir, entry, doc, self.engine.models,
                               self.engine.devices, self.engine.step, self.settings.strict)
         except Exception as e:  # noqa: BLE001 - a dump never stops training
             if self.settings.strict:

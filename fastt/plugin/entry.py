@@ -1,5 +1,5 @@
 """What the session plugin records of each strategy it tried: its measured sample and the
-verdicts on it (dumped per strategy; see ``fastt.plugin.dump``). No TensorFlow here."""
+verdicts on it (dumped per strategy; see ``fastt.plugin.session_dumps``). No TensorFlow here."""
 from __future__ import annotations
 
 import itertools

@@ -22,7 +22,7 @@ from fastt.adapters.engine import Engine
 from fastt.cluster.health import Watch
 from fastt.ir import Graph
 from fastt.op_types import USER_CODE
-from fastt.plugin import dump, remote
+from fastt.plugin import remote, session_dumps
 from fastt.plugin.activation import Running
 from fastt.plugin.backend import PluginBackend
 from fastt.plugin.callables import StepCallable
@@ -319,7 +319,7 @@ class SessionPlugin:
         if ctl is not None:
             ctl.close()
             if ctl.history:
-                dump.refresh([e.dump for e in ctl.history[:-1]], self.settings.strict)
+                session_dumps.refresh([e.dump for e in ctl.history[:-1]], self.settings.strict)
         if self.current is not self.user:
             self.current.close()
             self.current = self.user

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 from fastt.plugin.entry import Sample
-from fastt.plugin.load import Reading, other_load
+from fastt.plugin.host_load import Reading, other_load
 from fastt.plugin.measure import BATCH, steady_start
 from fastt.plugin.settings import Settings
 
@@ -46,7 +46,7 @@ class Window:
 
     def sample(self) -> Sample | None:
         """The graph's sample once its steps have settled and ``measure_steps`` followed, over
-        at least ``measure_seconds`` where the machine's load is read (``fastt.plugin.load``
+        at least ``measure_seconds`` where the machine's load is read (``fastt.plugin.host_load``
         cannot tell from a shorter window whether it moved); at the cap, the last ones,
         marked unsettled; None before, and between looks (one every ``BATCH`` steps until
         a comparison asks for more steps, then once ``next_look`` steps ran)."""
