@@ -13,10 +13,10 @@ os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="fastt-tests-cache-")
 @pytest.fixture
 def plugin(tmp_path):
     """``plugin(**settings)`` installs fastt's session plugin with the in-process test
-    settings (``tests.test_session_plugin.settings``, dumps in ``tmp_path``); uninstalled
+    settings (``tests.plugin_helpers.settings``, dumps in ``tmp_path``); uninstalled
     after the test."""
     import fastt.plugin
-    from tests.test_session_plugin import settings
+    from tests.plugin_helpers import settings
 
     def install(**kw):
         fastt.plugin.install(settings(tmp_path, **kw))

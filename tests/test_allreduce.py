@@ -14,49 +14,9 @@ from fastt.passes.replicas import replica_of
 from fastt.sched.sim.device_spec import parse
 from fastt.sched.sim.problem import Problem
 from fastt.sched.sim.simulate import simulate
-from tests.helpers import op
+from tests.helpers import momentum_graph, op
 
 B, F = 8, 64
-
-
-def momentum_graph(bn_scale=False):
-    """x[B,F] -> matmul(w) -> relu -> loss; dW by a transposed matmul; Momentum on w (slot
-    ``accum``), a global step, a train op waiting for both. With ``bn_scale`` a scale ``g``
-    whose gradient comes from an op run on the whole batch (BatchNorm's statistics)."""
-    ops = [
-        op("x", "Placeholder", out=((B, F),)),
-        op("w", "VarHandleOp", out=((),), dtype="resource", is_variable=True,
-           attrs={"dtype": "float32", "shape": [F, F]}),
-        op("accum", "VarHandleOp", out=((),), dtype="resource", is_variable=True,
-           attrs={"dtype": "float32", "shape": [F, F]}),
-        op("step", "VarHandleOp", out=((),), dtype="resource", is_variable=True,
-           attrs={"dtype": "int64", "shape": []}),
-        op("w/read", "ReadVariableOp", ["w"], out=((F, F),), stateful=True),
-        op("h", "MatMul", ["x", "w/read"], out=((B, F),)),
-        op("a", "Relu", ["h"], out=((B, F),)),
-        op("dh", "ReluGrad", ["a", "a"], out=((B, F),)),
-        op("dw", "MatMul", ["x", "dh"], out=((F, F),), attrs={"transpose_a": True}),
-        op("lr", "Const", out=((),)),
-        op("mom", "Const", out=((),)),
-        op("update", "ResourceApplyMomentum", ["w", "accum", "lr", "dw", "mom"], out=(),
-           stateful=True),
-        op("one", "Const", out=((),), dtype="int64"),
-        op("inc", "AssignAddVariableOp", ["step", "one"], out=(), stateful=True),
-    ]
-    updates = ["update", "inc"]
-    if bn_scale:
-        ops += [
-            op("g", "VarHandleOp", out=((),), dtype="resource", is_variable=True,
-               attrs={"dtype": "float32", "shape": [F]}),
-            op("g/read", "ReadVariableOp", ["g"], out=((F,),), stateful=True),
-            op("scaled", "Mul", ["a", "g/read"], out=((B, F),)),  # read by every replica
-            # the gradient of BatchNorm's scale, from the whole batch's statistics
-            op("dg", "FusedBatchNormGradV3", ["a", "a"], out=((F,),)),
-            op("update_g", "ResourceApplyGradientDescent", ["g", "lr", "dg"], out=(),
-               stateful=True)]
-        updates.append("update_g")
-    ops.append(op("train", "NoOp", out=(), control=updates))
-    return Graph(ops)
 
 
 def test_variables_their_slots_and_updates_are_mirrored_on_every_replica():

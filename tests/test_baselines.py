@@ -7,7 +7,7 @@ from fastt.sched.placers.baselines import heft, m_etf, m_sct, m_topo, single
 from fastt.sched.placers.msct import favourite_children
 from fastt.sched.sim.simulate import simulate
 from tests.exact import check_schedule
-from tests.test_dpos import random_problem
+from tests.helpers import random_problem
 
 PLACERS = {"single": single, "heft": heft, "m_topo": m_topo, "m_etf": m_etf, "m_sct": m_sct}
 

@@ -12,7 +12,7 @@ from fastt.sched.search.planning import Planning
 from fastt.sched.strategy import plan
 from tests.exact import optimal_makespan
 from tests.helpers import op
-from tests.test_dpos import devs, random_problem
+from tests.helpers import devs, random_problem
 from tests.helpers import training_graph
 
 

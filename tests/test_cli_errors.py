@@ -80,7 +80,7 @@ def small_planning(monkeypatch):
     from fastt import plan_cmd
     from fastt.sched.placers import exact
     from tests.helpers import training_graph
-    from tests.test_strategy import costs
+    from tests.helpers import costs
     monkeypatch.setattr(plan_cmd, "load", lambda *args: training_graph(B=16))
     monkeypatch.setattr(plan_cmd, "cost_source", lambda g, ds, *args: costs(ds, g))
     monkeypatch.setattr(exact, "TIME_LIMIT_S", 1.0)

@@ -14,7 +14,7 @@ import pytest
 from fastt.cluster import LocalCluster, from_tf_config, parse_cluster_spec
 from fastt.errors import ClusterError
 from fastt.plugin.settings import SettingsError, from_env
-from tests.test_examples import ROOT, example_command, run
+from tests.helpers import ROOT, example_command, run
 
 pytest.importorskip("tensorflow")
 

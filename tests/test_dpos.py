@@ -6,10 +6,7 @@ from fastt.errors import FasttError
 from fastt.sched import Device, Problem, Timeline, critical_path, dpos, rank_u
 from fastt.sched.search.bounds import c_max
 from tests.exact import check_schedule, optimal_makespan
-
-
-def devs(k, memory=float("inf")):
-    return [Device(f"/gpu:{d}", memory) for d in range(k)]
+from tests.helpers import devs, random_problem
 
 
 def test_timeline_matches_a_linear_scan():
@@ -85,29 +82,6 @@ def test_colocation_and_memory_are_hard():
     assert sum(d == 0 for d in s.device) == 1
     with pytest.raises(FasttError, match="fits in no device"):
         dpos(Problem.build(2, [], [[1], [1]], [Device("/gpu:0", 10)], mem=[8, 8]))
-
-
-def random_problem(rnd, homogeneous, memory=False, hinged=False):
-    n, D = rnd.randint(2, 8), rnd.randint(2, 3)
-    edges = [(i, j, rnd.uniform(0, 1e6)) for i in range(n) for j in range(i + 1, n)
-             if rnd.random() < 0.35]
-    if homogeneous:
-        w = [[rnd.uniform(1, 10)] * D for _ in range(n)]
-    else:
-        w = [[rnd.uniform(1, 10) for _ in range(D)] for _ in range(n)]
-    intercept = [[rnd.uniform(0, 2) for _ in range(D)] for _ in range(D)]
-    slope = [[rnd.uniform(0, 3e-6) for _ in range(D)] for _ in range(D)]
-    mem = [rnd.uniform(1, 10) for _ in range(n)] if memory else None
-    cap = sum(mem) / D * 1.3 + max(mem) if memory else float("inf")
-    group = list(range(n))
-    if memory and n > 3:
-        group[n - 1] = group[n - 2] = n - 2  # one colocated pair
-    bends = {}
-    if hinged:  # links that cost more per byte past a knee (fastt.costs.comm)
-        bends = {"knee": [[rnd.uniform(0, 1e6) for _ in range(D)] for _ in range(D)],
-                 "extra": [[rnd.uniform(0, 6e-6) for _ in range(D)] for _ in range(D)]}
-    return Problem.build(n, edges, w, devs(D, cap), intercept=intercept, slope=slope,
-                         mem=mem, group=group, **bends)
 
 
 def test_theorem_1_on_300_random_dags():

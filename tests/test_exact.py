@@ -12,7 +12,7 @@ from fastt.sched.placers.exact import solve
 from fastt.sched.strategy import plan
 from tests.exact import check_schedule, optimal_makespan
 from tests.helpers import training_graph
-from tests.test_dpos import devs, random_problem
+from tests.helpers import devs, random_problem
 
 
 def free_links(p: Problem) -> Problem:

@@ -2,55 +2,11 @@
 ``FASTT=1 FASTT_DEVICES=cpu:2``. Same final loss, a strategy dump, the activation in the log."""
 import importlib.util
 import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from tests.helpers import side_by_side
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXAMPLES = {
-    "session_feed_dict.py": None,
-    "monitored_tf_data.py": None,
-    "keras_fit.py": "tf_keras",
-    "slim_train.py": "tf_slim",
-}
-
-
-# Runs short enough for floating-point reassociation to stay within the loss tolerance.
-SHORT = {"keras_fit.py": ["--epochs", "6"], "session_feed_dict.py": ["--steps", "60"],
-         "monitored_tf_data.py": ["--steps", "80"], "slim_train.py": ["--steps", "60"]}
-
-
-def example_command(script, tmp_path, fastt, fastt_env=None, extra=()):
-    """(argv, env) of an example run with its own output directory; with ``fastt``, the
-    plugin on, ``fastt_env`` (default: two logical CPU devices) and dumps in tmp_path/dump;
-    ``extra`` arguments override the short run's."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTT") and k != "TF_CONFIG"}
-    env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
-    if fastt:  # short runs (80 steps): decisions on 3 settled steps, not 20, at any cost
-        env.update(FASTT="1", FASTT_DUMP_DIR=str(tmp_path / "dump"), FASTT_MEASURE_STEPS="3",
-                   FASTT_OVERHEAD="off", FASTT_CACHE="0",
-                   FASTT_MEASURE_SECONDS="0", FASTT_WARMUP_STEPS="2",
-                   **(fastt_env or {"FASTT_DEVICES": "cpu:2"}))
-    args = [sys.executable, os.path.join(ROOT, "examples", script), *SHORT[script], *extra]
-    if script != "keras_fit.py":
-        args += ["--out", str(tmp_path / ("fastt" if fastt else "plain"))]
-    return args, env
-
-
-def run(script, tmp_path, fastt, fastt_env=None, cores=None):
-    """Run an example to its end; (final loss, stdout, stderr). ``cores``: pin it to them."""
-    args, env = example_command(script, tmp_path, fastt, fastt_env)
-    pin = (lambda: os.sched_setaffinity(0, cores)) if cores else None
-    p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600,
-                       preexec_fn=pin)
-    assert p.returncode == 0, p.stderr[-3000:]
-    loss = float(re.search(r"final loss: (\S+)", p.stdout).group(1))
-    return loss, p.stdout, p.stderr
+from tests.helpers import EXAMPLES, run, side_by_side
 
 
 @pytest.mark.parametrize("script", list(EXAMPLES))

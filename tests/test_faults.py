@@ -12,7 +12,7 @@ tf1 = tf.compat.v1
 
 from fastt.adapters import engine  # noqa: E402
 from fastt.plugin import activation, backend, runtime, session_dumps, state  # noqa: E402
-from tests.test_session_plugin import build, statuses, train  # noqa: E402
+from tests.plugin_helpers import build, statuses, train  # noqa: E402
 from tf_patches import session_hook  # noqa: E402
 
 STEPS = 60

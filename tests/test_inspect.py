@@ -20,7 +20,7 @@ from fastt.costs.source import ModelCosts
 from fastt.passes.splitting import Split
 from fastt.sched.strategy import plan
 from tests.helpers import training_graph
-from tests.test_strategy import costs
+from tests.helpers import costs
 
 CPU = "/job:localhost/replica:0/task:0/device:CPU:{}"
 FETCHES = ["update", "loss"]

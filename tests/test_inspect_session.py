@@ -18,7 +18,7 @@ from fastt.cli import main  # noqa: E402
 from fastt.inspect import schema  # noqa: E402
 from fastt.inspect.summary import MAX_TIMES  # noqa: E402
 from fastt.plugin import runtime  # noqa: E402
-from tests.test_session_plugin import build, settings, train  # noqa: E402
+from tests.plugin_helpers import build, settings, train  # noqa: E402
 
 
 @pytest.fixture(scope="module")

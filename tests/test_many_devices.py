@@ -61,7 +61,7 @@ import sys
 from fastt import plan_cmd
 from fastt.cli import main
 from tests.helpers import training_graph
-from tests.test_strategy import costs
+from tests.helpers import costs
 plan_cmd.load = lambda *args: training_graph(B=128)
 plan_cmd.cost_source = lambda g, ds, *args: costs(ds, g)
 sys.exit(main(["plan", "--model", "small_cnn", "--fetch", "update", "--fetch", "loss",

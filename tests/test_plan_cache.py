@@ -15,7 +15,7 @@ from fastt.sched.registry import names
 from fastt.passes.splitting import Split
 from fastt.sched.strategy import plan
 from tests.helpers import training_graph
-from tests.test_strategy import costs
+from tests.helpers import costs
 
 
 def planned():

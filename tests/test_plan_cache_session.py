@@ -13,7 +13,7 @@ tf1.disable_eager_execution()
 import fastt.plugin  # noqa: E402
 from fastt.adapters.fingerprint import graph_digest  # noqa: E402
 from fastt.plugin.settings import parse_devices  # noqa: E402
-from tests.test_session_plugin import build, settings, train  # noqa: E402
+from tests.plugin_helpers import build, settings, train  # noqa: E402
 from tf_patches.session_hook import plugin_of  # noqa: E402
 
 

@@ -127,7 +127,7 @@ def test_os_dpos_is_no_slower_than_any_strategy_on_real_graphs(name, spec):
     from fastt.sched.sim.device_spec import parse
     from fastt.sched.registry import names
     from fastt.sched.strategy import plan
-    from tests.test_strategy import costs
+    from tests.helpers import costs
     m = zoo.build(name)
     g, ds = from_tf_graph(m.graph), parse(spec)
     c = costs(ds, g)

@@ -7,7 +7,7 @@ from fastt.ir import Graph, Op, TensorRef, TensorSpec
 from fastt.sched import Device, Problem, dpos
 from fastt.sched.sim.problem import TRANSFER_STREAM, shared_cores
 from fastt.sched.sim.simulate import serve_from, simulate, simulate_fifo
-from tests.test_dpos import random_problem
+from tests.helpers import random_problem
 
 
 def devs(k):

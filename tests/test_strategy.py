@@ -12,13 +12,7 @@ from fastt.sched.registry import names
 from fastt.passes.data_parallel import data_parallel
 from fastt.sched.search.memory_fit import data_parallel_fitting, peak_memory_one_device
 from fastt.sched.strategy import plan
-from tests.helpers import op
-from tests.helpers import training_graph
-
-
-def costs(ds, graph):
-    times = {o.name: 1e-3 * (5 if o.type in ("MatMul", "ReluGrad") else 1) for o in graph}
-    return StaticCosts(times, ds)
+from tests.helpers import costs, op, training_graph
 
 
 @pytest.mark.parametrize("name", names())
@@ -247,7 +241,7 @@ def test_the_memory_check_replays_the_planners_problem_in_units_of_time():
     from fastt.sched.search.memory_fit import _UnitCosts, unit_costs
     from fastt.sched.sim.problem import Problem
     from fastt.sched.sim.simulate import simulate
-    from tests.test_allreduce import momentum_graph
+    from tests.helpers import momentum_graph
     ds = parse("4xV100")
     g = momentum_graph()
     dp = all_reduce(data_parallel(g, 4), 4, collective=True)

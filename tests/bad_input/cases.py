@@ -109,7 +109,7 @@ def _plan_dump(out: Path) -> None:
     from fastt.sched.sim.device_spec import parse
     from fastt.sched.strategy import plan
     from tests.helpers import training_graph
-    from tests.test_strategy import costs
+    from tests.helpers import costs
     ds, g = parse("2xV100"), training_graph(B=16)
     setup = plan_cmd.Setup(g, "2xV100", ds, ["update", "loss"], costs(ds, g))
     s = plan(g, ds.devices, setup.costs, "m-topo", fetches=["update", "loss"])
