@@ -42,6 +42,9 @@ ROWS: list[tuple] = [  # (name, script, arguments[, fastt's settings])
     # devices told to hold less than the model: a model-parallel plan that fits is kept
     ("wide_mlp_adam, 1500 steps, 60 MB devices", "tests/scripts/wide_mlp_adam.py",
      ["--steps", "1500"], {"FASTT_DEVICE_MEMORY_MB": "60"}),
+    # many devices: probing and planning stay within the same budget as on two
+    ("session_feed_dict, 300 steps, 16 devices", "examples/session_feed_dict.py",
+     ["--steps", "300"], {"FASTT_DEVICES": "cpu:16"}),
 ]
 QUICK = ROWS[:2]
 CACHE_TRIES = 3  # first runs made until one stores a plan
