@@ -261,7 +261,8 @@ def _graph_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="instead of a file: a model of the zoo (e.g. vgg_19)")
     p.add_argument("--batch-size", type=_positive, help="batch size of --model")
     p.add_argument("--devices", required=True,
-                   help="4xV100, 8xV100:pcie, 2x4xV100 (two servers) or a JSON device file")
+                   help="4xV100, 8xV100:pcie, 8xV100:dgx1, 16xV100:nvswitch, 2x4xV100 (two "
+                        "servers) or a JSON device file")
     p.add_argument("--costs", default="analytical",
                    help="'analytical' (TensorFlow's estimator for the device kind) or a cost "
                         "model JSON file written by fastt")

@@ -1,8 +1,16 @@
-"""Device sets for planning: ``4xV100``, ``8xV100:pcie``, ``2x4xV100`` (two servers), or JSON.
+"""Device sets for planning: ``4xV100``, ``8xV100:pcie``, ``8xV100:dgx1``, ``16xV100:nvswitch``,
+``2x4xV100`` (two servers), or JSON.
 
-Links are ``seconds = latency + bytes / bandwidth``. Defaults (override in a JSON file):
-NVLink 2.0 between GPUs of one server 25 GB/s and 5 us; PCIe 3.0 x16 12 GB/s and 10 us;
-between servers 100 Gb/s InfiniBand, 12.5 GB/s and 20 us.
+Links are ``seconds = latency + bytes / bandwidth``. Defaults (override in a JSON file): NVLink
+2.0 between GPUs of one server 25 GB/s and 5 us; PCIe 3.0 x16 12 GB/s and 10 us; between
+servers 100 Gb/s InfiniBand, 12.5 GB/s and 20 us. Within a server the GPUs are, by the suffix:
+``nvlink`` (the default) one NVLink between every pair; ``pcie`` PCIe between every pair;
+``dgx1`` the first N of a DGX-1's 8 GPUs in its hybrid cube-mesh (each V100 has six NVLinks of
+25 GB/s each way, a pair joined by 2, 1 or no NVLink: ``DGX1_NVLINKS``; a pair with none goes
+over PCIe; 4 GPUs are one socket's, all joined); ``nvswitch`` a DGX-2-style switch (up to 16
+GPUs; each GPU's six NVLinks go to the switches, so every pair has 6 x 25 GB/s each way; what
+one GPU sends to several at once shares those links, which pairwise links do not model). The
+figures and their sources: ``benchmarks/results/published_v100.md``.
 
 JSON device file::
 
@@ -26,6 +34,12 @@ from fastt.sched.sim.problem import Device
 GiB = 2 ** 30
 MEMORY = {"V100": 16 * GiB, "P100": 16 * GiB, "A100": 40 * GiB, "CPU": math.inf}
 LINKS = {"nvlink": (5e-6, 25e9), "pcie": (10e-6, 12e9), "ib": (20e-6, 12.5e9)}
+# NVLinks between the GPUs of a DGX-1 (V100), GPU i to GPU j: the hybrid cube-mesh, two
+# sockets of four (0-3, 4-7); each row sums to the V100's six links.
+DGX1_NVLINKS = ((0, 2, 1, 1, 2, 0, 0, 0), (2, 0, 1, 2, 0, 1, 0, 0), (1, 1, 0, 2, 0, 0, 2, 0),
+                (1, 2, 2, 0, 0, 0, 0, 1), (2, 0, 0, 0, 0, 2, 1, 1), (0, 1, 0, 0, 2, 0, 1, 2),
+                (0, 0, 2, 0, 1, 1, 0, 2), (0, 0, 0, 1, 1, 2, 2, 0))
+NVSWITCH_GPUS, NVLINKS_PER_GPU = 16, 6
 # On-device copy rate (split, concat, sum): half the memory bandwidth (read + write).
 COPY = {"V100": 450e9, "P100": 366e9, "A100": 777e9, "CPU": 10e9}
 # The most devices fastt plans over. What a plan builds grows with the devices (the
@@ -35,7 +49,8 @@ COPY = {"V100": 450e9, "P100": 366e9, "A100": 777e9, "CPU": 10e9}
 # (vgg_like, inception_like, transformer: 19-41 s) and ResNet-50's 64 replicas (350k ops,
 # 3.5 GB) take 90-140 s; twice the devices doubles those graphs and their memory.
 MAX_DEVICES = 64
-_SPEC = re.compile(r"^(?:(\d+)x)?(\d+)x([A-Za-z0-9]+)(?::(nvlink|pcie))?$", re.IGNORECASE)
+_SPEC = re.compile(r"^(?:(\d+)x)?(\d+)x([A-Za-z0-9]+)(?::(nvlink|pcie|dgx1|nvswitch))?$",
+                   re.IGNORECASE)
 
 
 @dataclass
@@ -62,8 +77,8 @@ def parse(spec: str) -> DeviceSet:
         return _from_file(spec)
     m = _SPEC.match(spec.strip())
     if not m:
-        raise FasttError(f"device spec {spec!r}: expected e.g. 4xV100, 8xV100:pcie, 2x4xV100 "
-                         "or a JSON device file")
+        raise FasttError(f"device spec {spec!r}: expected e.g. 4xV100, 8xV100:pcie, "
+                         "8xV100:dgx1, 16xV100:nvswitch, 2x4xV100 or a JSON device file")
     servers, per, kind = int(m.group(1) or 1), int(m.group(2)), m.group(3).upper()
     if kind not in MEMORY:
         raise FasttError(f"device spec {spec!r}: unknown kind {kind!r}; known: "
@@ -71,18 +86,34 @@ def parse(spec: str) -> DeviceSet:
     if servers < 1 or per < 1:
         raise FasttError(f"device spec {spec!r}: needs at least one device")
     check_count(spec, servers * per)
-    local = LINKS[(m.group(4) or "nvlink").lower()]
+    topology = (m.group(4) or "nvlink").lower()
+    if topology == "dgx1" and per > len(DGX1_NVLINKS):
+        raise FasttError(f"device spec {spec!r}: a DGX-1 has {len(DGX1_NVLINKS)} GPUs, not {per}")
+    if topology == "nvswitch" and per > NVSWITCH_GPUS:
+        raise FasttError(f"device spec {spec!r}: an NVSwitch server holds at most "
+                         f"{NVSWITCH_GPUS} GPUs, not {per}")
     dtype = "CPU" if kind == "CPU" else "GPU"
     job = "worker" if servers > 1 else "localhost"
     devs = [Device(f"/job:{job}/replica:0/task:{s}/device:{dtype}:{i}", MEMORY[kind])
             for s in range(servers) for i in range(per)]
     links = {}
-    for a in devs:
-        for b in devs:
+    for x, a in enumerate(devs):
+        for y, b in enumerate(devs):
             if a.name != b.name:
                 same = devnames.same_process(a.name, b.name)
-                links[(a.name, b.name)] = local if same else LINKS["ib"]
+                links[(a.name, b.name)] = _local(topology, x % per, y % per) if same \
+                    else LINKS["ib"]
     return DeviceSet(kind, devs, links)
+
+
+def _local(topology: str, i: int, j: int) -> tuple[float, float]:
+    """(latency s, bytes per second) from GPU ``i`` to GPU ``j`` of one server."""
+    if topology == "dgx1":
+        n = DGX1_NVLINKS[i][j]
+        return (LINKS["nvlink"][0], n * LINKS["nvlink"][1]) if n else LINKS["pcie"]
+    if topology == "nvswitch":
+        return (LINKS["nvlink"][0], NVLINKS_PER_GPU * LINKS["nvlink"][1])
+    return LINKS[topology]
 
 
 def check_count(spec: str, count: int) -> None:
