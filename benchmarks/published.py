@@ -24,14 +24,10 @@ def load(path: str = DATA) -> dict[str, Any]:
         return json.load(f)
 
 
-def rows(doc: dict[str, Any], model: str | None = None, precision: str | None = None
-         ) -> list[dict[str, Any]]:
-    """The throughput entries, of ``model`` and ``precision`` when given, by model, source,
-    precision and GPU count."""
-    out = [e for e in doc["throughput"] if (model is None or e["model"] == model)
-           and (precision is None or e["precision"] == precision)]
-    return sorted(out, key=lambda e: (e["model"], e["source"], e["precision"], e["gpus"],
-                                      e.get("batch_per_gpu") or 0))
+def rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The throughput entries by model, source, precision and GPU count."""
+    return sorted(doc["throughput"], key=lambda e: (e["model"], e["source"], e["precision"],
+                                                    e["gpus"], e.get("batch_per_gpu") or 0))
 
 
 def _cell(v: Any) -> str:

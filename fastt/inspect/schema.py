@@ -6,6 +6,7 @@ filled in from the registry as it is now; ``check`` raises ``DumpError`` naming 
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
 from fastt import schemas
@@ -23,11 +24,17 @@ class DumpError(FasttError):
 def schema(name: str) -> dict[str, Any]:
     """The schema ``name`` (``strategy``, ``trace``, ``cost_models`` or ``declined``); the
     strategy schema's strategy names are the registry's as it is now."""
-    doc = schemas.load(name)
     if name == "strategy":
         from fastt.sched.registry import names
-        doc = copy.deepcopy(doc)
-        doc["$defs"]["strategy_name"]["enum"] = list(names())
+        return _strategy(names())
+    return schemas.load(name)
+
+
+@functools.lru_cache(maxsize=4)
+def _strategy(names: tuple[str, ...]) -> dict[str, Any]:
+    """The strategy schema with ``names`` as its strategy names (built once per registry)."""
+    doc = copy.deepcopy(schemas.load("strategy"))
+    doc["$defs"]["strategy_name"]["enum"] = list(names)
     return doc
 
 

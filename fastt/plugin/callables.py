@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Protocol
+from typing import Any, Iterable, Protocol
 
-import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
 
@@ -36,7 +35,7 @@ class Host(Protocol):
     current: Running  # the graph that serves the user's runs
 
     def step_controller(self, signature: Any, names: list[str]) -> Controller | None: ...
-    def step_fed(self, shapes: dict[str, tuple[int, ...]]) -> None: ...
+    def step_fed(self, names: Iterable[str], values: Iterable[Any]) -> None: ...
     def resolve(self, names: list[str]) -> tuple[Running, list[Any]]: ...
     def recovered(self, cur: Running, error: Exception) -> bool: ...
     def verify(self, cur: Running, fetches: list[str], targets: list[str],
@@ -76,7 +75,7 @@ def _call(p: Host, c: StepCallable, args: tuple[Any, ...], run_metadata: Any,
             ctl.step_started()
         wanted = ctl.before_step() if ctl else False
         if ctl is not None:
-            p.step_fed({n: np.shape(a) for n, a in zip(c.options.feed, args)})
+            p.step_fed(c.options.feed, args)
     with trace_slot(wanted) as trace, contextlib.ExitStack() as running:
         with p.lock:
             cur = p.current

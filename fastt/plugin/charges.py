@@ -96,15 +96,15 @@ class Gate:
     def admit(self, what: str, need: Callable[[], float], go: Callable[[], None]) -> bool:
         """``go`` now if the run pays for ``need()`` (True); else ``what`` waits, said once
         (False)."""
-        b = self.budget
-        if b.affords(need()):
+        b, seconds = self.budget, need()
+        if b.affords(seconds):
             self.what = ""
             go()
             return True
         if self.what != what:
-            when = b.when(need())
+            when = b.when(seconds)
             log.info("fastt: %s would cost about %.1f s more of fastt's work, past its budget "
-                     "(%s: %.1f s so far of %.1f s allowed); %s", what, need(), b.describe(),
+                     "(%s: %.1f s so far of %.1f s allowed); %s", what, seconds, b.describe(),
                      b.spent, b.allowed(), "it waits until the session has run about "
                      f"{when:.0f} s" if when is not None else "it is not tried")
         self.what, self._then = what, (need, go)

@@ -14,8 +14,9 @@ import contextlib
 import logging
 import threading
 import weakref
-from typing import Any
+from typing import Any, Iterable
 
+import numpy as np
 import tensorflow as tf
 
 from fastt.adapters.engine import Engine
@@ -119,7 +120,7 @@ class SessionPlugin:
             return self._dispatch(req, fetches, feed_dict, options, run_metadata)
         try:
             with self.lock:
-                self.step_fed({n: v.shape for n, v in req.feeds.items()})
+                self.step_fed(req.feeds.keys(), req.feeds.values())
                 ctl.step_started()
                 wanted = ctl.before_step()
             with trace_slot(wanted) as trace:
@@ -250,11 +251,12 @@ class SessionPlugin:
         old, self.current = self.current, new
         old.close()
 
-    def step_fed(self, shapes: dict[str, tuple[int, ...]]) -> None:
-        """A run of the training step fed ``shapes``: kept until the engine has modelled the
-        step (its profile is of them). Under ``lock``."""
+    def step_fed(self, names: Iterable[str], values: Iterable[Any]) -> None:
+        """A run of the training step fed ``values`` to ``names``: their shapes kept until the
+        engine has modelled the step (its profile is of them), nothing done after. Under
+        ``lock``."""
         if self.engine.models is None:
-            self.feed_shapes = shapes
+            self.feed_shapes = {n: np.shape(v) for n, v in zip(names, values)}
 
     @property
     def controller(self) -> Controller | None:
