@@ -79,6 +79,9 @@ class FakeBackend:
     def predict(self, strategy, fifo=False):
         return self.predicted.get(strategy.name + ("/fifo" if fifo else ""), 0.001)
 
+    def predict_original(self):
+        return self.predicted.get(None, math.inf)  # unset: no plan is held to it
+
     def activate(self, strategy, ordered=True):
         if self.fail_on == "activate" and strategy is not None:
             raise RuntimeError("activation broke")

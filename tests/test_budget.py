@@ -160,3 +160,44 @@ def test_a_plan_computed_off_the_thread_is_used_when_done_and_its_steps_are_char
     assert ctl.budget.by_kind["planning"] == pytest.approx(0.005 * Later.steps)
     # learned when the plan came: the steps charged by then
     assert ctl.budget.seen["plan"] == pytest.approx(0.005 * (Later.steps - 1))
+
+
+def test_under_a_budget_a_plan_predicted_no_faster_than_the_original_is_not_tried(caplog):
+    # data parallelism predicted at 12 ms against the original graph's 10: not tried; the
+    # profile just read serves the chosen strategy, planned at once and tried
+    b = FakeBackend({None: 0.010, "data-parallel": 0.012, "os-dpos": 0.008},
+                    predicted={None: 0.010, "data-parallel": 0.012, "os-dpos": 0.008})
+    ctl = controller_of(SETTINGS, b, budget=True)
+    ctl.budget.seen.update(activate=0.0, prepare=0.0, plan=0.0, first_step=0.0)
+    caplog.set_level(logging.INFO, logger="fastt")
+    until(ctl, b, lambda: b.activations)
+    assert b.plans == ["data-parallel", "os-dpos"] and b.activations == ["os-dpos"]
+    assert b.profiles == SETTINGS.profile_steps  # one profile for both plans
+    said = [r.message for r in caplog.records if "no better than" in r.message]
+    assert said == ["fastt: data-parallel predicts 12.00 ms, no better than the original "
+                    "graph (10.00 ms); keeping it"]
+
+
+def test_a_session_that_tried_nothing_predicted_faster_says_so_and_stores_it(caplog):
+    b = FakeBackend({None: 0.010}, predicted={None: 0.010, "data-parallel": 0.012,
+                                              "os-dpos": 0.010}, change=0.0)
+    ctl = controller_of(SETTINGS, b, budget=True)
+    ctl.budget.seen.update(activate=0.0, prepare=0.0, plan=0.0, first_step=0.0)
+    caplog.set_level(logging.INFO, logger="fastt")
+    until(ctl, b, lambda: ctl.phase == "steady")
+    ctl.close()
+    assert b.activations == [] and b.stored == [(None, dict(ctl.budget.seen))]
+    closing = [r.message for r in caplog.records if "session closed" in r.message]
+    assert len(closing) == 1 and "on the original graph; 0 strategies tried, 2 planned but " \
+        "predicted no faster" in closing[0]
+
+
+def test_a_plan_predicted_slower_is_tried_without_a_budget_or_when_the_original_misfits():
+    times = {None: 0.010, "data-parallel": 0.012, "os-dpos": 0.008}
+    for budget, misfit in ((False, ""), (True, "the original holds 90 MiB, more than 60")):
+        b = FakeBackend(times, predicted={None: 0.010, "data-parallel": 0.012,
+                                          "os-dpos": 0.008}, misfit=misfit)
+        ctl = controller_of(SETTINGS, b, budget=budget)
+        ctl.budget.seen.update(activate=0.0, prepare=0.0, plan=0.0, first_step=0.0)
+        until(ctl, b, lambda: b.activations)
+        assert b.activations == ["data-parallel"], (budget, misfit)

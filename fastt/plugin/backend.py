@@ -126,6 +126,12 @@ class PluginBackend:
         self._probed()
         return self.engine.predict(strategy, fifo=fifo)
 
+    def predict_original(self) -> float:
+        """The original graph's step time under the current cost models, run in
+        TensorFlow's own order as the user's session runs it."""
+        self._probed()
+        return self.engine.predict(self.engine.original_plan(), fifo=True)
+
     def activate(self, strategy: Strategy | None, ordered: bool = True) -> None:
         """Run ``strategy`` (None: the original graph) in a new inner session holding the
         running one's state; the running one closes. When the original graph cannot be

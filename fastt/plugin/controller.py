@@ -18,7 +18,8 @@ measured after the warm-up instead of the first round.
 The first plan is the starting strategy (data parallel when the model fits one device, else a
 model-parallel spread), the next ones the chosen strategy; planning stops when the cost models
 are stable or after ``max_rounds``. A strategy is activated only when it is predicted faster
-than the one running, and rolled back when it measures slower than the one before it, but
+than the one running (under an overhead budget the original graph too: without one, every
+plan is tried), and rolled back when it measures slower than the one before it, but
 never to an original graph that does not fit its device's memory as the user set it
 (``FASTT_DEVICE_MEMORY_MB``): a plan that fits is kept then, and the reason recorded.
 """
@@ -74,6 +75,7 @@ class Controller(Trials):
         self._reprofile_began: tuple[float, int] | None = None  # (clock, step) of this round
         self._chosen_planned = False  # stability ends planning once the chosen one ran
         self._settled = False  # the cost models were found stable once
+        self._passed: list[str] = []  # plans not tried: predicted no faster than the running
         self._fifo_next: Entry | None = None  # kept with its order: measure it without
         self._rechecking: Entry | None = None  # found faster: its baseline runs once more
         self._phases: dict[str, Callable[[Any], None]] = {
@@ -273,7 +275,8 @@ class Controller(Trials):
         self.rounds += 1
         self._reprofile_began = None  # a round that plans measures: not a re-profile's cost
         # a strategy that may start from the data-parallel graph tries that graph first
-        first = not self.history and registry.kind(self.settings.strategy).starts == "both"
+        first = not self.history and not self._passed and \
+            registry.kind(self.settings.strategy).starts == "both"
         name = self.backend.starting_strategy() if first else self.settings.strategy
         began = self._clock()
         self.backend.prepare_plan()  # on this thread: what planning needs from TensorFlow
@@ -299,19 +302,33 @@ class Controller(Trials):
         self.budget.learn("plan", on_thread + self.charges.plan_cost)
         strategy = pending.result()
         self._chosen_planned = self._chosen_planned or name == self.settings.strategy
-        if self.active is not None:
-            current = self.backend.predict(self.active.strategy, fifo=not self.active.ordered)
-            if current <= strategy.predicted_step_time_s:
-                log.info("fastt: %s predicts %.2f ms, no better than %s (%.2f ms); keeping it",
-                         name, 1e3 * strategy.predicted_step_time_s, say.label(self.active),
-                         1e3 * current)
+        current = self._predicted_running()
+        if current is not None and current <= strategy.predicted_step_time_s:
+            log.info("fastt: %s predicts %.2f ms, no better than %s (%.2f ms); keeping it",
+                     name, 1e3 * strategy.predicted_step_time_s, say.label(self.active),
+                     1e3 * current)
+            self._passed.append(name)
+            if self.active is None and name != self.settings.strategy:
+                self._plan_round()  # the profile just read serves the chosen strategy too
+            else:
                 self._next_round()
-                return
+            return
         # a plan predicted faster in TensorFlow's own order runs in it from the start
         entry = Entry(len(self.history) + 1, name, strategy, strategy.predicted_step_time_s,
                       step=self.step, ordered=getattr(strategy, "ordered", True))
         self._when_paid(f"a trial of {name}", self.charges.trial_need,
                         lambda: self._measure_entry(entry))
+
+    def _predicted_running(self) -> float | None:
+        """The step time predicted for the graph running, which a plan must beat to be
+        tried: the active strategy's; the original graph's under an overhead budget (a
+        trial predicted to lose costs the run with nothing to gain; without a budget every
+        plan is tried), unless it does not fit its device's memory. None: no bar."""
+        if self.active is not None:
+            return self.backend.predict(self.active.strategy, fifo=not self.active.ordered)
+        if not self.budget.on or self.backend.original_misfit():
+            return None
+        return self.backend.predict_original()
 
     def _record(self, entry: Entry) -> str:
         """``entry``'s dump written (or refreshed); its path. What it took is learned: a
@@ -368,7 +385,7 @@ class Controller(Trials):
         running = self.running  # the graph the session ends on
         kept = self.active if self.active is not None and self.active.status == "active" \
             else None
-        if kept is not None or (self.phase == "steady" and self.history):
+        if kept is not None or (self.phase == "steady" and (self.history or self._passed)):
             # for the next run: the plan kept, or that none measured faster than the original
             self.backend.store(kept, dict(self.budget.seen))
         if entry is not None:
@@ -378,7 +395,8 @@ class Controller(Trials):
             entry.dump = self._record(entry)
             entry.timeline = None
             log.info(say.left_unfinished(entry))
-        if self.history or self.phase in ("warmup", "waiting", "profile", "planning"):
+        if self.history or self._passed or \
+                self.phase in ("warmup", "waiting", "profile", "planning"):
             self.log_closing(running)
 
     def log_closing(self, running: Entry | None = None) -> None:
@@ -393,5 +411,6 @@ class Controller(Trials):
         else:
             log.info(say.closed(self.step, running or self.active, self.original_median_s,
                                 len(self.history), self.settings.dump_dir,
-                                dumped=any(e.dump for e in self.history))
+                                dumped=any(e.dump for e in self.history),
+                                passed=len(self._passed))
                      + "; " + say.cost(self.budget))

@@ -75,9 +75,10 @@ def decided(e: Entry, original_s: float | None) -> str:
 
 
 def closed(steps: int, on: Entry | None, original_s: float | None, tried: int,
-           dump_dir: str, dumped: bool = True) -> str:
+           dump_dir: str, dumped: bool = True, passed: int = 0) -> str:
     """The line a session logs when it closes on ``on`` after trying ``tried`` strategies
-    (``dumped``: a dump of them was written)."""
+    (``dumped``: a dump of them was written) and passing over ``passed`` plans predicted no
+    faster than the graph running."""
     where = label(on)
     if on is not None and on.measured_s:
         where += f", {speedup(original_s, on):.2f}x over the original"
@@ -88,7 +89,8 @@ def closed(steps: int, on: Entry | None, original_s: float | None, tried: int,
     else:
         dumps = f"no dump could be written in FASTT_DUMP_DIR={dump_dir}"
     return (f"fastt: session closed after {steps} training steps on {where}; {tried} "
-            f"strateg{'y' if tried == 1 else 'ies'} tried, {dumps}")
+            f"strateg{'y' if tried == 1 else 'ies'} tried"
+            + (f", {passed} planned but predicted no faster" if passed else "") + f", {dumps}")
 
 
 def closed_in_warmup(steps: int, times: list[float], measure_steps: int,
