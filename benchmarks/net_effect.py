@@ -158,7 +158,7 @@ def verdict(row: dict) -> str:
 def markdown(doc: dict, level: str = "#") -> str:
     meta = doc["meta"]
     lines = [f"{level} fastt's net effect on unchanged scripts", "",
-             f"Wall time from start to exit, median of {meta['repeats']} runs with and without "
+             "Wall time from start to exit, median of each row's runs with and without "
              "`FASTT=1 FASTT_DEVICES=cpu:2`, alternated (fastt's defaults: overhead budget "
              "3% + 2 s; plan cache off for these runs); "
              f"{meta['platform']}, TensorFlow {meta['tensorflow']}, {meta['cores']} cores, load "
@@ -169,12 +169,13 @@ def markdown(doc: dict, level: str = "#") -> str:
              "with `FASTT_DEVICE_MEMORY_MB` tells fastt that each device holds less than the "
              "model: the original graph does not fit, and a plan that fits is kept even where "
              "it is slower.", "",
-             "| script | plain (s) | fastt (s) | ratio | ended on | tried | fastt's own cost "
-             "(s) | verdict |", "|---|---|---|---|---|---|---|---|"]
+             "| script | runs | plain (s) | fastt (s) | ratio | ended on | tried | fastt's own "
+             "cost (s) | verdict |", "|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         f = [p["fastt"] for p in r["pairs"]]
         ends = sorted({ended(x) for x in f})
-        lines.append(f"| {r['name']} | {r['plain_s']:.1f} | {r['fastt_s']:.1f} | "
+        lines.append(f"| {r['name']} | {len(r['pairs'])} | {r['plain_s']:.1f} | "
+                     f"{r['fastt_s']:.1f} | "
                      f"{r['ratio']:.3f} | {'; '.join(ends)} | "
                      f"{statistics.median(x['tried'] for x in f):g} | "
                      f"{statistics.median(spent(x) for x in f):.2f} | {verdict(r)} |")
