@@ -1,0 +1,237 @@
+"""The simulated V100 testbed against published V100 measurements, and its calibration.
+
+    python benchmarks/grounding.py [--quick] [--out benchmarks/results]
+
+For each model that a published source measured in fp32 on one V100 and on eight
+(``published_v100.json``), the zoo's model at the source's batch per GPU is simulated as
+the testbed simulates every model (TensorFlow's analytical V100 op costs,
+``benchmarks/simulated.py``): alone on one V100 (``single``), and data parallel over eight
+V100s of a DGX-1 (``8xV100:dgx1``, ring all-reduce, weak scaling: the same batch per GPU).
+Devices are taken as unbounded in memory here: the figures are of speed; whether fastt's
+memory model fits the batch in the source's 32 GB is its own column.
+
+The error of each model, then a calibration held out honestly: a factor per op class
+(``CLASSES``: compute-bound convolutions and matrix products, and the memory-bound rest)
+fitted (non-negative least squares on relative error) to the single-V100 figures of every
+model but one and scored on that one (leave one model out). The calibrated costs are
+simulated again, one V100 and eight; the 8-V100 scaling efficiency (throughput on eight over
+eight times that on one) is compared with the published one. Writes grounding.json and
+grounding.md.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import replace
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import published  # noqa: E402
+from benchmarks.models import Model  # noqa: E402
+
+SOURCE = "lambda_tf_bench"
+DEVICES = "8xV100:dgx1"
+GPUS = 8
+CASES = [  # (the published model, the zoo's model at the source's batch per GPU)
+    ("alexnet", Model("alexnet", "alexnet_v2", {"image_size": 224}, 1536)),
+    ("inception_v3", Model("inception_v3", "inception_v3", {"image_size": 299}, 192)),
+    ("resnet152", Model("resnet_152", "resnet_v2_152", {"image_size": 224}, 96)),
+    ("resnet50_v1 (tf_cnn_benchmarks)", Model("resnet_50", "resnet_v2_50",
+                                              {"image_size": 224}, 192)),
+    ("vgg16", Model("vgg_16", "vgg_16", {"image_size": 224}, 192)),
+]
+QUICK = [0, 4]
+CLASSES = ("compute", "memory")
+COMPUTE_TYPES = ("Conv2D", "Conv3D", "DepthwiseConv2d", "MatMul", "BatchMatMul")
+
+
+def op_class(op_type: str) -> str:
+    """``compute`` for convolutions and matrix products (and their gradients), else
+    ``memory``."""
+    return "compute" if op_type.startswith(COMPUTE_TYPES) else "memory"
+
+
+def figures(doc: dict[str, Any], model: str) -> dict[int, dict[str, Any]]:
+    """The source's fp32 figures of ``model`` by GPU count."""
+    return {e["gpus"]: e for e in doc["throughput"] if e["source"] == SOURCE
+            and e["model"] == model and e["precision"] == "fp32"}
+
+
+def unbounded(spec: str) -> Any:
+    """The device set ``spec`` with devices of unbounded memory."""
+    from fastt.sched.sim.device_spec import parse
+    ds = parse(spec)
+    return replace(ds, devices=[replace(d, memory=math.inf) for d in ds.devices])
+
+
+def simulate(graph: Any, fetch: list[str], seconds: dict[str, float], gpus: int) -> float:
+    """The simulated step: alone on one V100 (``gpus`` 1), else data parallel over the
+    first ``gpus`` of the DGX-1."""
+    from fastt.costs.source import StaticCosts
+    from fastt.sched.strategy import plan
+    ds = unbounded(DEVICES)
+    name = "single" if gpus == 1 else "data-parallel"
+    s = plan(graph, ds.devices[:gpus], StaticCosts(seconds, ds), name,
+             ds.copy_bytes_per_s, fetches=fetch)
+    return s.simulated_step_time_s
+
+
+def by_class(graph: Any, seconds: dict[str, float]) -> dict[str, float]:
+    """The seconds of the graph's ops summed by ``op_class``."""
+    out = dict.fromkeys(CLASSES, 0.0)
+    for op in graph:
+        out[op_class(op.type)] += seconds.get(op.name, 0.0)
+    return out
+
+
+def scaled(graph: Any, seconds: dict[str, float], factors: dict[str, float]
+           ) -> dict[str, float]:
+    kinds = {op.name: op_class(op.type) for op in graph}
+    return {n: t * factors[kinds.get(n, "memory")] for n, t in seconds.items()}
+
+
+def fit(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Per-class factors so that the rows' class sums times the factors come closest to their
+    measured single-V100 steps (non-negative least squares on relative error)."""
+    import numpy as np
+    from scipy.optimize import nnls
+    a = np.array([[r["class_s"][c] / r["measured_step_s"] for c in CLASSES] for r in rows])
+    f, _ = nnls(a, np.ones(len(rows)))
+    return dict(zip(CLASSES, (float(x) for x in f)))
+
+
+def measure(model: Model, doc: dict[str, Any], published_name: str) -> dict[str, Any]:
+    """One model: published figures, simulated steps (1 and 8 GPUs), its graphs kept for the
+    calibrated runs."""
+    from benchmarks.simulated import training_graph
+    from fastt.sched.search.memory_fit import peak_memory_one_device
+    pub = figures(doc, published_name)
+    b = model.batch
+    t0 = time.perf_counter()
+    g1, f1, s1 = training_graph(model, b)
+    g8, f8, s8 = training_graph(model, GPUS * b)
+    row = {"model": model.name, "zoo": model.zoo_name, "published": published_name,
+           "batch_per_gpu": b, "source": SOURCE, "machine": pub[1].get("machine"),
+           "published_1": pub[1]["value"], "published_8": pub[GPUS]["value"],
+           "measured_step_s": b / pub[1]["value"], "class_s": by_class(g1, s1),
+           "peak_memory_gib": peak_memory_one_device(g1) / 2 ** 30,
+           "step_1_s": simulate(g1, f1, s1, 1), "step_8_s": simulate(g8, f8, s8, GPUS)}
+    row["wall_s"] = time.perf_counter() - t0
+    return row | {"_graphs": (g1, f1, s1, g8, f8, s8)}
+
+
+def efficiency(thr8: float, thr1: float) -> float:
+    return thr8 / (GPUS * thr1)
+
+
+def calibrate(rows: list[dict[str, Any]]) -> None:
+    """Leave one model out: each row's factors fitted on the others, its steps simulated
+    again with them."""
+    for r in rows:
+        f = fit([o for o in rows if o is not r])
+        g1, f1, s1, g8, f8, s8 = r["_graphs"]
+        r["factors"] = f
+        r["calibrated_1_s"] = simulate(g1, f1, scaled(g1, s1, f), 1)
+        r["calibrated_8_s"] = simulate(g8, f8, scaled(g8, s8, f), GPUS)
+    for r in rows:
+        b = r["batch_per_gpu"]
+        thr = {k: b * (GPUS if k.endswith("8_s") else 1) / r[k] for k in
+               ("step_1_s", "step_8_s", "calibrated_1_s", "calibrated_8_s")}
+        r["simulated_1"], r["simulated_8"] = thr["step_1_s"], thr["step_8_s"]
+        r["calibrated_1"], r["calibrated_8"] = thr["calibrated_1_s"], thr["calibrated_8_s"]
+        r["error_1"] = r["simulated_1"] / r["published_1"] - 1
+        r["calibrated_error_1"] = r["calibrated_1"] / r["published_1"] - 1
+        r["efficiency_published"] = efficiency(r["published_8"], r["published_1"])
+        r["efficiency_simulated"] = efficiency(r["simulated_8"], r["simulated_1"])
+        r["efficiency_calibrated"] = efficiency(r["calibrated_8"], r["calibrated_1"])
+
+
+def markdown(doc: dict[str, Any], level: str = "#") -> str:
+    meta, rows = doc["meta"], doc["rows"]
+    src = doc["source"]
+    lines = [f"{level} The simulated V100 against published measurements", "",
+             f"Published: {src['title']} ({src['url_or_repo_path']}), fp32, one V100 and "
+             f"eight, machine: {rows[0]['machine']}. Simulated: the zoo's model at the same "
+             "batch per GPU, TensorFlow's analytical V100 op costs, alone on one V100 and data "
+             f"parallel (ring all-reduce) over `{DEVICES}`, devices unbounded in memory. "
+             "Calibrated: a factor per op class (convolutions and matrix products; the rest) "
+             "fitted on the other models' single-V100 figures, never on the model scored "
+             "(leave one model out). Throughput in images/s; scaling efficiency is the 8-GPU "
+             "throughput over eight times the 1-GPU one. The zoo's ResNets are v2 "
+             "(pre-activation), the sources' v1; AlexNet is the zoo's alexnet_v2. "
+             f"{meta['platform']}, TensorFlow {meta['tensorflow']}, {meta['date']}.", "",
+             "| model | batch/GPU | 1 GPU published | simulated | error | calibrated | error | "
+             "factors (compute, memory) | 8 GPUs published | calibrated | efficiency "
+             "published | simulated | calibrated | memory model peak (GiB) |",
+             "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        f = r["factors"]
+        lines.append(
+            f"| {r['model']} | {r['batch_per_gpu']} | {r['published_1']:g} | "
+            f"{r['simulated_1']:.0f} | {100 * r['error_1']:+.0f}% | {r['calibrated_1']:.0f} | "
+            f"{100 * r['calibrated_error_1']:+.0f}% | {f['compute']:.2f}, {f['memory']:.2f} | "
+            f"{r['published_8']:g} | {r['calibrated_8']:.0f} | "
+            f"{r['efficiency_published']:.3f} | {r['efficiency_simulated']:.3f} | "
+            f"{r['efficiency_calibrated']:.3f} | {r['peak_memory_gib']:.1f} |")
+    s = doc["summary"]
+    lines += ["", f"Within 20% on one V100 before calibration: {s['within_20_raw']} of "
+              f"{len(rows)}; after, held out: {s['within_20_calibrated']} of {len(rows)}. "
+              "Scaling efficiency within 10 points of the published, held out: "
+              f"{s['efficiency_within_10']} of {len(rows)}. Median absolute error on one V100: "
+              f"{100 * s['median_abs_error_raw']:.0f}% raw, "
+              f"{100 * s['median_abs_error_calibrated']:.0f}% calibrated. Factors fitted on "
+              f"all {len(rows)} models: compute {s['factors_all']['compute']:.2f}, memory "
+              f"{s['factors_all']['memory']:.2f}."]
+    return "\n".join(lines) + "\n"
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"within_20_raw": sum(abs(r["error_1"]) <= 0.2 for r in rows),
+            "within_20_calibrated": sum(abs(r["calibrated_error_1"]) <= 0.2 for r in rows),
+            "efficiency_within_10": sum(abs(r["efficiency_calibrated"]
+                                            - r["efficiency_published"]) <= 0.10
+                                        for r in rows),
+            "median_abs_error_raw": statistics.median(abs(r["error_1"]) for r in rows),
+            "median_abs_error_calibrated": statistics.median(abs(r["calibrated_error_1"])
+                                                             for r in rows),
+            "factors_all": fit(rows)}
+
+
+def main() -> None:
+    import argparse
+    import platform
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="two models")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    args = ap.parse_args()
+    import tensorflow as tf
+    doc = published.load()
+    cases = [CASES[i] for i in QUICK] if args.quick else CASES
+    rows = []
+    for name, model in cases:
+        rows.append(measure(model, doc, name))
+        r = rows[-1]
+        print(f"{model.name:>14}: published {r['published_1']:g} img/s, simulated "
+              f"{model.batch / r['step_1_s']:.0f} ({r['wall_s']:.0f} s)", flush=True)
+    calibrate(rows)
+    for r in rows:
+        del r["_graphs"]
+    out = {"meta": {"platform": platform.platform(), "tensorflow": tf.__version__,
+                    "date": time.strftime("%Y-%m-%d"), "quick": args.quick},
+           "source": doc["sources"][SOURCE], "rows": rows, "summary": summary(rows)}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "grounding.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    text = markdown(out)
+    with open(os.path.join(args.out, "grounding.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
