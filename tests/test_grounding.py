@@ -1,0 +1,61 @@
+"""The grounding benchmark's calibration (no TensorFlow): factors per op class fitted by
+non-negative least squares, each model scored with factors fitted without it."""
+import pytest
+
+from benchmarks import grounding
+
+
+class Op:
+    def __init__(self, name, type_):
+        self.name, self.type = name, type_
+
+
+GRAPH = [Op("conv", "Conv2D"), Op("grad", "Conv2DBackpropFilter"), Op("mm", "MatMul"),
+         Op("relu", "Relu"), Op("bn", "FusedBatchNormV3")]
+
+
+def test_op_classes():
+    assert [grounding.op_class(o.type) for o in GRAPH] == [
+        "compute", "compute", "compute", "memory", "memory"]
+
+
+def rows_from(factors, shares):
+    """Rows whose measured steps are exactly their class sums times ``factors``."""
+    rows = []
+    for k, (c, m) in enumerate(shares):
+        rows.append({"model": f"m{k}", "class_s": {"compute": c, "memory": m},
+                     "measured_step_s": factors["compute"] * c + factors["memory"] * m})
+    return rows
+
+
+def test_fit_recovers_the_factors_that_made_the_figures():
+    truth = {"compute": 1.6, "memory": 0.7}
+    f = grounding.fit(rows_from(truth, [(1.0, 0.2), (0.5, 0.5), (2.0, 1.5), (0.3, 0.9)]))
+    assert f == pytest.approx(truth, rel=1e-9)
+
+
+def test_each_model_is_scored_with_factors_fitted_without_it(monkeypatch):
+    truth = {"compute": 1.6, "memory": 0.7}
+    rows = rows_from(truth, [(1.0, 0.2), (0.5, 0.5), (2.0, 1.5), (0.3, 0.9)])
+    rows[2]["measured_step_s"] *= 3  # a model no factor explains
+    seen = []
+
+    def fake_simulate(graph, fetch, seconds, gpus):
+        seen.append(seconds)
+        return sum(seconds.values())
+
+    monkeypatch.setattr(grounding, "simulate", fake_simulate)
+    for r in rows:
+        c, m = r["class_s"]["compute"], r["class_s"]["memory"]
+        g = [Op("conv", "Conv2D"), Op("relu", "Relu")]
+        r.update(batch_per_gpu=8, published_1=8 / r["measured_step_s"], published_8=50.0,
+                 step_1_s=c + m, step_8_s=c + m,
+                 _graphs=(g, [], {"conv": c, "relu": m}, g, [], {"conv": c, "relu": m}))
+    grounding.calibrate(rows)
+    for i, r in enumerate(rows):
+        assert r["factors"] == pytest.approx(grounding.fit(rows[:i] + rows[i + 1:]))
+    # the outlier, scored with factors fitted on the others alone: the true ones, and its
+    # step three times what they predict
+    assert rows[2]["factors"] == pytest.approx(truth)
+    assert rows[2]["calibrated_error_1"] == pytest.approx(2.0)
+    assert all(r["factors"] != pytest.approx(truth) for r in rows if r is not rows[2])
