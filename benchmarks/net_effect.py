@@ -39,6 +39,7 @@ ROWS: list[tuple] = [  # (name, script, arguments[, fastt's settings])
     ("dynamic_rnn_classifier", "tests/scripts/dynamic_rnn_classifier.py", []),
     ("session_feed_dict, 3000 steps", "examples/session_feed_dict.py", ["--steps", "3000"]),
     ("wide_mlp_adam, 1500 steps", "tests/scripts/wide_mlp_adam.py", ["--steps", "1500"]),
+    ("session_feed_dict, 12000 steps", "examples/session_feed_dict.py", ["--steps", "12000"]),
     # devices told to hold less than the model: a model-parallel plan that fits is kept
     ("wide_mlp_adam, 1500 steps, 60 MB devices", "tests/scripts/wide_mlp_adam.py",
      ["--steps", "1500"], {"FASTT_DEVICE_MEMORY_MB": "60"}),

@@ -23,7 +23,7 @@ def rows_from(factors, shares):
     """Rows whose measured steps are exactly their class sums times ``factors``."""
     rows = []
     for k, (c, m) in enumerate(shares):
-        rows.append({"model": f"m{k}", "class_s": {"compute": c, "memory": m},
+        rows.append({"model": f"m{k}", "zoo": f"m{k}", "class_s": {"compute": c, "memory": m},
                      "measured_step_s": factors["compute"] * c + factors["memory"] * m})
     return rows
 
@@ -38,10 +38,7 @@ def test_each_model_is_scored_with_factors_fitted_without_it(monkeypatch):
     truth = {"compute": 1.6, "memory": 0.7}
     rows = rows_from(truth, [(1.0, 0.2), (0.5, 0.5), (2.0, 1.5), (0.3, 0.9)])
     rows[2]["measured_step_s"] *= 3  # a model no factor explains
-    seen = []
-
     def fake_simulate(graph, fetch, seconds, gpus):
-        seen.append(seconds)
         return sum(seconds.values())
 
     monkeypatch.setattr(grounding, "simulate", fake_simulate)
@@ -54,6 +51,10 @@ def test_each_model_is_scored_with_factors_fitted_without_it(monkeypatch):
     grounding.calibrate(rows)
     for i, r in enumerate(rows):
         assert r["factors"] == pytest.approx(grounding.fit(rows[:i] + rows[i + 1:]))
+    # two rows of one zoo model (two sources): each scored without the other
+    rows[1]["zoo"] = rows[0]["zoo"]
+    grounding.calibrate(rows)
+    assert rows[0]["factors"] == pytest.approx(grounding.fit(rows[2:]))
     # the outlier, scored with factors fitted on the others alone: the true ones, and its
     # step three times what they predict
     assert rows[2]["factors"] == pytest.approx(truth)
