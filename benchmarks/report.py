@@ -378,6 +378,10 @@ def main(argv: list[str] | None = None) -> int:
     if memory is not None:
         from benchmarks.memory_fidelity import markdown as memory_markdown
         lines += memory_markdown(memory, "##").splitlines() + [""]
+    grounding = _load(args.out, "grounding.json")
+    if grounding is not None:
+        from benchmarks.grounding import markdown as grounding_markdown
+        lines += grounding_markdown(grounding, "##").splitlines() + [""]
     with open(os.path.join(args.out, "REPORT.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {os.path.join(args.out, 'REPORT.md')}")
