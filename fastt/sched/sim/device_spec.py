@@ -45,9 +45,10 @@ COPY = {"V100": 450e9, "P100": 366e9, "A100": 777e9, "CPU": 10e9}
 # The most devices fastt plans over. What a plan builds grows with the devices (the
 # data-parallel graphs: one replica of every op per device; the ring all-reduce: O(D^2) ops per
 # bucket; the links: O(D^2) pairs), and --budget never cuts the data-parallel layouts and the
-# placers. Over 64 V100s the zoo's small models plan within the default 60 s on 2 cores
-# (vgg_like, inception_like, transformer: 19-41 s) and ResNet-50's 64 replicas (350k ops,
-# 3.5 GB) take 90-140 s; twice the devices doubles those graphs and their memory.
+# placers. Over 64 V100s the zoo's small models and ResNet-50 at batch 32 plan within the
+# default 60 s on 2 cores (vgg_like, inception_like, transformer: 19-41 s; ResNet-50: 37 s),
+# while ResNet-50 at batch 64 (64 replicas, 350k ops, 3.5 GB) takes 57-74 s; twice the devices
+# doubles those graphs and their memory.
 MAX_DEVICES = 64
 _SPEC = re.compile(r"^(?:(\d+)x)?(\d+)x([A-Za-z0-9]+)(?::(nvlink|pcie|dgx1|nvswitch))?$",
                    re.IGNORECASE)
