@@ -195,10 +195,8 @@ def markdown(doc: dict[str, Any], level: str = "#") -> str:
               f"10 points of the published, held out: {s['efficiency_within_10']} of {n}. "
               f"Median absolute error on one V100: {100 * s['median_abs_error_raw']:.0f}% raw, "
               f"{100 * s['median_abs_error_calibrated']:.0f}% calibrated. Factors fitted on "
-              f"all rows: compute {fa['compute']:.2f}, memory {fa['memory']:.2f}. A fixed "
-              "time per op that runs, as a third term, fitted 0 on four folds of six and "
-              "36 us on the fold without ResNet-152, which it then scored 23% slow: left "
-              "out.", "", "Sources:", ""]
+              f"all rows: compute {fa['compute']:.2f}, memory {fa['memory']:.2f}.", "",
+              "Sources:", ""]
     for k, src in doc["sources"].items():
         lines.append(f"- {k}: {src['title']} ({src['url_or_repo_path']}); machine as "
                      "published: " + "; ".join(sorted({r["machine"] for r in rows
