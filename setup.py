@@ -71,7 +71,7 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
     packages=find_packages(include=["fastt", "fastt.*", "tf_patches", "tf_patches.*"]),
-    package_data={"fastt.schemas": ["*.json"]},
+    package_data={"fastt.schemas": ["*.json"], "fastt.costs": ["calibration.json"]},
     install_requires=tensorflow_requirement() + [
         "numpy>=1.26",
         "scikit-learn>=1.3",

@@ -169,3 +169,12 @@ def write_json(path: str, doc: dict) -> None:
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1)
     os.replace(path + ".tmp", path)
+
+
+def write_results(out: str, name: str, doc: dict, text: str) -> None:
+    """``doc`` as ``out/name.json`` and ``text`` (its Markdown) as ``out/name.md``, printed."""
+    os.makedirs(out, exist_ok=True)
+    write_json(os.path.join(out, f"{name}.json"), doc)
+    with open(os.path.join(out, f"{name}.md"), "w", encoding="utf-8") as f:
+        f.write(text)
+    print(text)

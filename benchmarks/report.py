@@ -31,7 +31,7 @@ from benchmarks.fidelity import fidelity_section  # noqa: E402
 SHORT = {"single": "single", "data-parallel": "DP", "data-parallel-ps": "DP-PS", "dpos": "DPOS",
          "os-dpos": "OS-DPOS",
          "heft": "HEFT", "m-topo": "m-TOPO", "m-etf": "m-ETF", "m-sct": "m-SCT", "exact": "exact",
-         "pipedream": "PipeDream"}
+         "pipedream": "PipeDream", "data-parallel-ps-cpu": "DP-PS-CPU"}
 
 
 def _load(out: str, name: str) -> dict | None:

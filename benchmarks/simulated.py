@@ -2,12 +2,16 @@
 
     python benchmarks/simulated.py [--quick] [--models NAME ...] [--out benchmarks/results]
 
-Per-op times come from TensorFlow's analytical cost estimator (grappler) for a V100; links
-are NVLink inside a server and 100 Gb/s InfiniBand between servers (fastt.sched.sim.device_spec).
-For every model, device set (2, 4, 8 GPUs on one server; 2 servers x 4 and x 8) and scaling
-(strong: one global batch; weak: a fixed batch per GPU), each strategy is computed (single
-device, data parallel, DPOS, OS-DPOS, HEFT, m-TOPO, m-ETF) and its step replayed by the
-simulator with one transfer at a time per link direction. Ablations on OS-DPOS: its placement
+Per-op times come from TensorFlow's analytical cost estimator (grappler) for a V100,
+calibrated per op class against published V100 measurements (``fastt.costs.calibration``,
+``benchmarks/grounding.py``); the GPUs of a server are linked as a DGX-1's (its hybrid
+cube-mesh of NVLinks, PCIe where a pair has none), servers by 100 Gb/s InfiniBand
+(fastt.sched.sim.device_spec). For every model, device set (2, 4, 8 GPUs of a DGX-1; 2 servers
+x 4 and x 8) and scaling (strong: one global batch; weak: a fixed batch per GPU), each
+strategy is computed (single device, data parallel, DPOS, OS-DPOS, HEFT, m-TOPO, m-ETF, ...)
+and its step replayed by the simulator with one transfer at a time per link direction, and
+TF-slim's layout as it runs (``data-parallel-ps-cpu``: the parameter server on the host CPU,
+``host_ps_step``). Ablations on OS-DPOS: its placement
 run first come, first served (no enforced order), and OS-DPOS without splits. Each row also
 gets a lower bound on any plan's step time (``fastt.sched.search.bounds``). Writes
 simulated.json after each model; with ``--models`` (and not ``--quick``) the rows of those
@@ -28,29 +32,30 @@ from benchmarks.common import cpu_model, previous_full_run, with_row, write_json
 
 from fastt.sched.registry import names  # noqa: E402
 
-STRONG = ("2xV100", "4xV100", "8xV100", "2x4xV100", "2x8xV100")
-WEAK = ("2xV100", "4xV100", "8xV100", "2x4xV100")
-QUICK = ("2xV100", "4xV100")
+STRONG = ("2xV100:dgx1", "4xV100:dgx1", "8xV100:dgx1", "2x4xV100:dgx1", "2x8xV100:dgx1")
+WEAK = ("2xV100:dgx1", "4xV100:dgx1", "8xV100:dgx1", "2x4xV100:dgx1")
+QUICK = ("2xV100:dgx1", "4xV100:dgx1")
+HOST_PS = "data-parallel-ps-cpu"  # TF-slim's layout as it runs: the server on the host CPU
 
 
 def gpus(spec: str) -> int:
-    parts = [int(p) for p in spec.split("x")[:-1]]
+    parts = [int(p) for p in spec.split(":")[0].split("x")[:-1]]
     return parts[0] * (parts[1] if len(parts) > 1 else 1)
 
 
-def training_graph(model: zoo_models.Model, batch: int):
-    """The model's IR at ``batch`` and its analytical V100 op times."""
+def training_graph(model: zoo_models.Model, batch: int, calibrated: bool = True):
+    """The model's IR at ``batch`` and its V100 op times: TensorFlow's analytical estimates,
+    calibrated per op class against published measurements unless told not to
+    (``fastt.plan_cmd.static_seconds``)."""
     import tensorflow as tf
 
-    from fastt.adapters.export import to_graph_def
     from fastt.adapters.tf_import import from_tf_graph
-    from tf_patches.grappler_costs import analytical_costs
+    from fastt.plan_cmd import static_seconds
     tf.compat.v1.disable_eager_execution()
     built = model.build(batch)
     graph = from_tf_graph(built.graph, name=model.name)
     fetch = [built.train_op.name]
-    seconds = analytical_costs(to_graph_def(graph), fetch, "V100")
-    return graph, fetch, seconds
+    return graph, fetch, static_seconds(graph, fetch, "V100", calibrated)
 
 
 def contended_step(strategy, ds, costs, graph, fifo: bool) -> float:
@@ -59,6 +64,27 @@ def contended_step(strategy, ds, costs, graph, fifo: bool) -> float:
     from fastt.sched.strategy import replay
     return replay(strategy, ds.devices, costs, graph, ds.copy_bytes_per_s,
                   link_concurrency=1, fifo=fifo)[1].makespan
+
+
+def host_ps_step(ps, ds, seconds, graph, host_bytes_per_s: float | None = None) -> float:
+    """TF-slim's layout as it runs (``fastt.sched.placers.host_ps``): the data-parallel-ps
+    plan ``ps`` with the variables and their updates on the host CPU of ``ds``'s first
+    server (``with_host``: PCIe to each GPU, memory-bound ops slower by the ratio of memory
+    bandwidths; ``host_bytes_per_s``: the host's, default a DGX-1's), replayed in its order
+    with link contention."""
+    from dataclasses import replace
+
+    from fastt.costs.source import StaticCosts
+    from fastt.sched.placers.host_ps import on_host
+    from fastt.sched.sim.device_spec import with_host
+    from fastt.sched.strategy import replay
+    hds, host, slowdown = with_host(ds) if host_bytes_per_s is None \
+        else with_host(ds, host_bytes_per_s)
+    s = replace(ps, placement=on_host(ps.graph, ps.placement, host.name),
+                devices=[*ps.devices, host.name])
+    costs = StaticCosts(seconds, hds, {host.name: slowdown})
+    return replay(s, hds.devices, costs, graph, ds.copy_bytes_per_s,
+                  link_concurrency=1)[1].makespan
 
 
 def case(graph, fetch, seconds, spec: str, batch: int) -> dict:
@@ -83,6 +109,9 @@ def case(graph, fetch, seconds, spec: str, batch: int) -> dict:
             "dpos_runs": s.dpos_runs, "replicas": s.replicas, "ops": len(s.graph),
             "ops_per_device": list(s.ops_per_device().values()),
             "splits": [sp.details() for sp in s.splits], "kept_whole": s.kept_whole}
+    if "data-parallel-ps" in planned:
+        t = host_ps_step(planned["data-parallel-ps"], ds, seconds, graph)
+        row["strategies"][HOST_PS] = {"simulated_s": t, "samples_per_s": batch / t}
     fastt = planned.get("os-dpos")
     if fastt is not None:
         no_split = plan(graph, ds.devices, costs, "os-dpos", split=False,
@@ -154,14 +183,15 @@ def main() -> None:
         else None
     doc = doc or {"meta": {"python": platform.python_version(), "cpu": cpu_model(),
                            "cpus": os.cpu_count(),
-                           "quick": args.quick, "strategies": list(names()),
+                           "quick": args.quick, "strategies": [*names(), HOST_PS],
+                           "costs": "calibrated",
                            "metric": "simulated step time, one transfer at a time per link "
                                      "direction"},
                   "models": []}
     doc["meta"]["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     # the registry's strategies, also when rows of an older run are kept (their strategies
     # missing from a row read n/a)
-    doc["meta"]["strategies"] = list(names())
+    doc["meta"]["strategies"] = [*names(), HOST_PS]
     order = [m.name for m in zoo_models.SIMULATED]
     for m in models:  # written after each model, with the run it comes from
         doc["models"] = with_row(doc["models"], {**bench(m, scalings),

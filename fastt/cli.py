@@ -263,9 +263,11 @@ def _graph_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", required=True,
                    help="4xV100, 8xV100:pcie, 8xV100:dgx1, 16xV100:nvswitch, 2x4xV100 (two "
                         "servers) or a JSON device file")
-    p.add_argument("--costs", default="analytical",
-                   help="'analytical' (TensorFlow's estimator for the device kind) or a cost "
-                        "model JSON file written by fastt")
+    p.add_argument("--costs", default="calibrated",
+                   help="'calibrated' (the default: TensorFlow's estimator for the device "
+                        "kind, fitted per op class to published V100 measurements), "
+                        "'analytical' (the estimator as it is) or a cost model JSON file "
+                        "written by fastt")
     p.add_argument("--fetch", action="append", help="op a training step runs (default: the "
                                                     "MetaGraphDef's train_op collection)")
     p.add_argument("--bucket-mb", type=_megabytes, default=25.0,

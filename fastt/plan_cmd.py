@@ -72,23 +72,44 @@ def fetches(graph: Graph, explicit: Sequence[str] = ()) -> list[str]:
                      "minimize op), or save a MetaGraphDef with a train_op collection")
 
 
+STATIC = ("calibrated", "analytical")  # --costs computed from the graph, not read
+
+
 def read_costs(costs: str) -> CostModels | None:
-    """``--costs``: None for ``analytical`` (computed once the graph is loaded), else the
-    cost models of the file."""
-    return None if costs == "analytical" else CostModels.load(costs)
+    """``--costs``: None for ``calibrated`` and ``analytical`` (computed once the graph is
+    loaded), else the cost models of the file."""
+    return None if costs in STATIC else CostModels.load(costs)
+
+
+def static_seconds(graph: Graph, fetch: Sequence[str], kind: str, calibrated: bool = True
+                   ) -> dict[str, float]:
+    """Each op's seconds on a device of ``kind`` by TensorFlow's analytical estimator, times
+    its class's factor fitted to published measurements (``fastt.costs.calibration``) when
+    ``calibrated`` and the kind has factors (else as estimated, said once)."""
+    from fastt.adapters.export import to_graph_def
+    from fastt.costs import calibration
+    from tf_patches.grappler_costs import analytical_costs
+    kind = kind if kind != "GPU" else "V100"
+    seconds = analytical_costs(to_graph_def(graph), list(fetch), kind)
+    if not calibrated:
+        return seconds
+    f = calibration.factors(kind)
+    if f is None:
+        log.info("no calibration for %s devices: their analytical costs are used as "
+                 "estimated", kind)
+        return seconds
+    return calibration.scaled(graph, seconds, f)
 
 
 def cost_source(graph: Graph, device_set: DeviceSet, costs: str | CostModels,
                 fetch: Sequence[str]) -> CostSource:
-    """``costs``: ``analytical``, a cost-model file, or cost models read already."""
+    """``costs``: ``calibrated``, ``analytical``, a cost-model file, or cost models read
+    already."""
     if isinstance(costs, CostModels):
         return ModelCosts(costs)
-    if costs == "analytical":
-        from fastt.adapters.export import to_graph_def
-        from tf_patches.grappler_costs import analytical_costs
-        kind = device_set.kind if device_set.kind != "GPU" else "V100"
-        seconds = analytical_costs(to_graph_def(graph), list(fetch), kind)
-        return StaticCosts(seconds, device_set)
+    if costs in STATIC:
+        return StaticCosts(static_seconds(graph, fetch, device_set.kind,
+                                          costs == "calibrated"), device_set)
     return ModelCosts(CostModels.load(costs))
 
 
@@ -122,7 +143,7 @@ class Setup:
         return getattr(self.costs, "models", None)
 
 
-def prepare(graph: Graph, spec: str, costs: str | CostModels = "analytical",
+def prepare(graph: Graph, spec: str, costs: str | CostModels = "calibrated",
             fetch: Sequence[str] = (), bucket_mb: float = BUCKET_BYTES / 2 ** 20,
             transfer_priorities: str = "auto", deadline: float | None = None,
             device_set: DeviceSet | None = None) -> Setup:
@@ -187,7 +208,7 @@ def plan_each(setup: Setup, names: Sequence[str], progress: Any = None
     return out
 
 
-def run(graph: Graph, spec: str, strategy: str = DEFAULT, costs: str = "analytical",
+def run(graph: Graph, spec: str, strategy: str = DEFAULT, costs: str = "calibrated",
         fetch: Sequence[str] = (), baselines: Sequence[str] | None = None,
         progress: Any = None) -> tuple[Strategy, dict[str, Strategy | str]]:
     """The chosen strategy and every baseline (or why it could not be computed)."""

@@ -90,3 +90,39 @@ def test_sct_never_favours_a_control_edge_and_prices_control_blocks_once():
     blocks = _bicliques([(0, 1), (0, 2), (3, 2)])  # each edge in exactly one complete block
     assert sorted((i, j) for s, t in blocks for i in s for j in t) == [(0, 1), (0, 2), (3, 2)]
     check_schedule(p, m_sct(p))
+
+
+def _slopes(spec):
+    from fastt.sched.sim.device_spec import parse
+    ds = parse(spec)
+    names = [d.name for d in ds.devices]
+    return [[0.0 if a == b else 1 / ds.links[(a, b)][1] for b in names] for a in names]
+
+
+def test_the_ring_on_a_dgx1_runs_over_its_double_nvlink_pairs():
+    from fastt.sched.sim.rings import ring_order
+    from fastt.sched.sim.device_spec import DGX1_NVLINKS
+    ring = ring_order(_slopes("8xV100:dgx1"))
+    assert ring[0] == 0 and sorted(ring) == list(range(8))
+    # Replica k next to k + 1 in device order would cross PCIe (GPUs 3 and 4 share no NVLink).
+    assert DGX1_NVLINKS[3][4] == 0
+    assert [DGX1_NVLINKS[a][b] for a, b in zip(ring, ring[1:] + ring[:1])] == [2] * 8
+
+
+@pytest.mark.parametrize("spec", ["8xV100", "8xV100:pcie", "2x4xV100", "16xV100", "3xV100"])
+def test_uniform_links_keep_replica_k_on_device_k(spec):
+    from fastt.sched.sim.rings import ring_order
+    n = len(_slopes(spec))
+    assert ring_order(_slopes(spec)) == list(range(n))
+
+
+def test_past_the_exhaustive_search_the_ring_takes_the_nearest_next_device():
+    from fastt.sched.sim.rings import RING_EXHAUSTIVE, ring_order
+    n = RING_EXHAUSTIVE + 3
+    hidden = [0] + random.Random(3).sample(range(1, n), n - 1)  # fast links along a cycle
+    fast = {frozenset(e) for e in zip(hidden, hidden[1:] + hidden[:1])}
+    slope = [[0.0 if a == b else 1.0 if frozenset((a, b)) in fast else 5.0 for b in range(n)]
+             for a in range(n)]
+    ring = ring_order(slope)
+    assert ring[0] == 0 and sorted(ring) == list(range(n))
+    assert max(slope[a][b] for a, b in zip(ring, ring[1:] + ring[:1])) == 1.0

@@ -104,18 +104,24 @@ class Links(Protocol):
 
 
 class StaticCosts(CostSource):
-    """A ``CostSource`` from a table of per-op seconds (the same on every device) and a
-    device set's links; ops missing from the table cost 0."""
+    """A ``CostSource`` from a table of per-op seconds (the same on every device, but
+    ``slowdown[device]`` times that on the devices it names) and a device set's links; ops
+    missing from the table cost 0."""
 
-    def __init__(self, seconds: Mapping[str, float], device_set: Links) -> None:
+    def __init__(self, seconds: Mapping[str, float], device_set: Links,
+                 slowdown: Mapping[str, float] | None = None) -> None:
         self.seconds, self.device_set = seconds, device_set
+        self.slowdown = dict(slowdown or {})
 
     def compute(self, op: str, device: str) -> float:
-        return self.seconds.get(op, 0.0)
+        return self.seconds.get(op, 0.0) * self.slowdown.get(device, 1.0)
 
     def compute_row(self, op: str, devices: Sequence[str]) -> list[float]:
-        """``compute`` on each of ``devices`` (one value for all)."""
-        return [self.seconds.get(op, 0.0)] * len(devices)
+        """``compute`` on each of ``devices``."""
+        t = self.seconds.get(op, 0.0)
+        if not self.slowdown:
+            return [t] * len(devices)
+        return [t * self.slowdown.get(d, 1.0) for d in devices]
 
     def link(self, src: str, dst: str) -> tuple[float, float]:
         return self.device_set.link(src, dst)

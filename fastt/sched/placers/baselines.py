@@ -27,6 +27,7 @@ from fastt.passes.data_parallel import BATCH_SHAPE
 from fastt.passes.replicas import replica_of
 from fastt.sched.placers.dpos import eft_list_schedule, group_memory, rank_u
 from fastt.sched.sim.problem import Problem
+from fastt.sched.sim.rings import ring_order
 from fastt.sched.sim.schedule import Schedule, ready_times
 from fastt.passes.ring import SCOPE as RING
 from fastt.sched.sim.simulate import simulate, simulate_fifo
@@ -226,11 +227,13 @@ def place_replicas(p: Problem, g: Graph, where: Callable[[int, int | None], int]
 
 
 def replica_devices(p: Problem, g: Graph) -> list[int]:
-    """The device of each op of the data-parallel graph ``g``: replica k on device k (mod D),
-    the ops shared by the replicas (updates, whole-batch ops) on device 0 (the ops reading a
-    tensor's shape next to it), colocation groups with their first member."""
+    """The device of each op of the data-parallel graph ``g``: replica k on the k-th device
+    of ``ring_order`` (mod D), the ops shared by the replicas (updates, whole-batch ops) on
+    device 0 (the ops reading a tensor's shape next to it), colocation groups with their
+    first member."""
     D = p.num_devices
-    return place_replicas(p, g, lambda i, k: 0 if k is None else k % D)
+    ring = ring_order(p.slope)
+    return place_replicas(p, g, lambda i, k: 0 if k is None else ring[k % D])
 
 
 def data_parallel(p: Problem, g: Graph) -> Schedule:

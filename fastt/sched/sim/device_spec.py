@@ -10,7 +10,8 @@ servers 100 Gb/s InfiniBand, 12.5 GB/s and 20 us. Within a server the GPUs are, 
 over PCIe; 4 GPUs are one socket's, all joined); ``nvswitch`` a DGX-2-style switch (up to 16
 GPUs; each GPU's six NVLinks go to the switches, so every pair has 6 x 25 GB/s each way; what
 one GPU sends to several at once shares those links, which pairwise links do not model). The
-figures and their sources: ``benchmarks/results/published_v100.md``.
+figures and their sources: ``benchmarks/results/published_v100.md``. ``with_host`` adds a
+server's host CPU (TF-slim's parameter server) to a device set.
 
 JSON device file::
 
@@ -105,6 +106,32 @@ def parse(spec: str) -> DeviceSet:
                 links[(a.name, b.name)] = _local(topology, x % per, y % per) if same \
                     else LINKS["ib"]
     return DeviceSet(kind, devs, links)
+
+
+# A DGX-1's host: two Xeon E5-2698 v4, each with four channels of DDR4-2133 (8 bytes per
+# transfer): what a memory-bound op (a variable's update) reads and writes there, per second,
+# against a V100's 900 GB/s of HBM2. Each GPU reaches it over its own PCIe 3.0 x16 link
+# (the switches two GPUs share on the way are not modelled: the host's links are, if
+# anything, faster than a DGX-1's).
+HOST_MEMORY_BYTES_PER_S = 4 * 2133e6 * 8
+GPU_MEMORY_BYTES_PER_S = {"V100": 900e9}
+
+
+def with_host(ds: DeviceSet, host_bytes_per_s: float = HOST_MEMORY_BYTES_PER_S
+              ) -> tuple[DeviceSet, Device, float]:
+    """``ds`` with its first server's host CPU added (last), linked to that server's GPUs
+    by PCIe (and to other servers' by InfiniBand): the device, and how many times slower a
+    memory-bound op runs there than on one of ``ds``'s GPUs (the ratio of their memory
+    bandwidths, the host's ``host_bytes_per_s``; TF-slim's parameter server keeps variables
+    and their updates there)."""
+    first = ds.devices[0].name
+    host = Device(first.rsplit("/device:", 1)[0] + "/device:CPU:0", math.inf)
+    links = dict(ds.links)
+    for d in ds.devices:
+        link = LINKS["pcie"] if devnames.same_process(d.name, host.name) else LINKS["ib"]
+        links[(d.name, host.name)] = links[(host.name, d.name)] = link
+    slowdown = GPU_MEMORY_BYTES_PER_S.get(ds.kind, host_bytes_per_s) / host_bytes_per_s
+    return DeviceSet(ds.kind, [*ds.devices, host], links), host, slowdown
 
 
 def _local(topology: str, i: int, j: int) -> tuple[float, float]:

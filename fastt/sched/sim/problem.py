@@ -19,6 +19,7 @@ from fastt.costs.source import CostSource
 from fastt.errors import FasttError
 from fastt.ir import Graph, Op
 from fastt.op_types import COLLECTIVE_TYPES
+from fastt.sched.sim.rings import ring_order
 from fastt.sched.sim.edges import Dag, graph_edges
 
 TRANSFER_SCOPE = "fastt_transfers"  # the gates of ordered weight transfers (transfer_order)
@@ -317,15 +318,17 @@ def _calls(cpu: tuple[float, ...], latency: float) -> tuple[float, float, float,
 def _collective_seconds(op: Op, links: list[list[tuple[float, float, float, float]]]
                         ) -> list[float]:
     """A ring all-reduce of ``op``'s tensor over ``num_devices`` devices, on each device:
-    2(n-1) steps, each moving 1/n of the bytes to the next device (its link to the next one
-    in the list: (intercept, slope, knee, extra))."""
+    2(n-1) steps, each moving 1/n of the bytes to the next device of the ring
+    (``ring_order``: over the fastest links) in lockstep, so at the pace of the ring's
+    slowest link ((intercept, slope, knee, extra))."""
     n, D = int(op.attrs.get("num_devices", 2)), len(links)
     nbytes = float(op.outputs[0].nbytes or 0) if op.outputs else 0.0
-    out = []
-    for d in range(D):
-        link = links[d][(d + 1) % D] if D > 1 else (0.0, 0.0, math.inf, 0.0)
-        out.append(2 * (n - 1) * transfer_seconds(*link, nbytes / n))
-    return out
+    if D < 2:
+        return [0.0] * D
+    ring = ring_order([[link[1] for link in row] for row in links])
+    step = max(transfer_seconds(*links[a][b], nbytes / n)
+               for a, b in zip(ring, ring[1:] + ring[:1]))
+    return [2 * (n - 1) * step] * D
 
 
 def _topological(preds: list[list[tuple[int, int]]],
