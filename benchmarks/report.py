@@ -382,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     if grounding is not None:
         from benchmarks.grounding import markdown as grounding_markdown
         lines += grounding_markdown(grounding, "##").splitlines() + [""]
+    slim_ps = _load(args.out, "slim_ps.json")
+    if slim_ps is not None:
+        from benchmarks.slim_ps import markdown as slim_ps_markdown
+        lines += slim_ps_markdown(slim_ps, "##").splitlines() + [""]
     with open(os.path.join(args.out, "REPORT.md"), "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {os.path.join(args.out, 'REPORT.md')}")
