@@ -52,12 +52,17 @@ def _rows(sim: dict, scaling: str) -> list[tuple[str, dict]]:
 
 def simulated_section(sim: dict, out: str) -> list[str]:
     strategies = sim["meta"]["strategies"]
-    lines = ["## Simulated testbed (V100s, TensorFlow's analytical op costs)", "",
-             "Step times are the simulator's, with one transfer at a time per link direction. "
+    calibrated = sim["meta"].get("costs") == "calibrated"
+    lines = [f"## Simulated testbed (V100s, TensorFlow's analytical op costs"
+             f"{', calibrated' if calibrated else ''})", "",
+             "Step times are the simulator's, with one transfer at a time per link direction"
+             + ("; op costs calibrated per op class against published V100 figures"
+                if calibrated else "")
+             + "; device sets as named (`:dgx1`: a DGX-1's hybrid cube-mesh of NVLinks). "
              "Speedup = data parallelism's step time / the strategy's (above 1: faster than DP; "
-             "DP is the all-reduce layout, NCCL's on GPUs of one server, DP-PS TF-slim's "
-             "parameter-server layout with GPU 0 as the server, FastT's baseline; TF-slim's "
-             "model_deploy puts the server on the host CPU, which is not simulated). "
+             "DP is the all-reduce layout, NCCL's ring on GPUs of one server, DP-PS the "
+             "parameter-server layout with GPU 0 as the server, DP-PS-CPU TF-slim's "
+             "model_deploy as it runs, the server on the host CPU: FastT's baseline). "
              "`n/a`: the strategy could not be computed (the reason is in simulated.json, e.g. "
              "data parallelism when a replica does not fit 16 GB).", ""]
     older = [f"{m['model']} ({m.get('when', 'an earlier run')})" for m in sim["models"]
@@ -72,18 +77,19 @@ def simulated_section(sim: dict, out: str) -> list[str]:
         lines += [f"### Speedup over data parallelism, {scaling} scaling", "",
                   "| model | devices | batch | DP (ms) | " +
                   " | ".join(SHORT[s] for s in strategies) +
-                  " | OS-DPOS over DP-PS | OS-DPOS samples/s |",
-                  "|---|---|---:|---:|" + "---:|" * (len(strategies) + 2)]
+                  " | OS-DPOS over DP-PS | OS-DPOS over DP-PS-CPU | OS-DPOS samples/s |",
+                  "|---|---|---:|---:|" + "---:|" * (len(strategies) + 3)]
         for model, r in rows:
             st = r["strategies"]
             dp = st.get("data-parallel", {}).get("simulated_s")
             cells = [_fmt(st.get(s, {}).get("speedup_over_dp")) for s in strategies]
-            ps = st.get("data-parallel-ps", {}).get("simulated_s")
             fastt = st.get("os-dpos", {}).get("simulated_s")
+            over = [_fmt(t and fastt and t / fastt) for t in (
+                st.get(k, {}).get("simulated_s") for k in ("data-parallel-ps",
+                                                          "data-parallel-ps-cpu"))]
             lines.append(f"| {model} | {r['devices']} | {r['batch']} | "
-                         f"{_fmt(dp and 1e3 * dp, '.1f')} | " + " | ".join(cells) +
-                         f" | {_fmt(ps and fastt and ps / fastt)} "
-                         f"| {_fmt(st.get('os-dpos', {}).get('samples_per_s'), '.0f')} |")
+                         f"{_fmt(dp and 1e3 * dp, '.1f')} | " + " | ".join(cells + over) +
+                         f" | {_fmt(st.get('os-dpos', {}).get('samples_per_s'), '.0f')} |")
         lines += ["", f"![speedup {scaling}](sim_speedup_{scaling}.png)", ""]
         _speedup_plot(rows, os.path.join(out, f"sim_speedup_{scaling}.png"), scaling)
     lines += _bound_table(sim)
