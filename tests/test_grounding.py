@@ -60,3 +60,29 @@ def test_each_model_is_scored_with_factors_fitted_without_it(monkeypatch):
     assert rows[2]["factors"] == pytest.approx(truth)
     assert rows[2]["calibrated_error_1"] == pytest.approx(2.0)
     assert all(r["factors"] != pytest.approx(truth) for r in rows if r is not rows[2])
+
+
+def test_each_gpu_fed_its_own_share_cuts_and_sends_nothing():
+    from fastt.sched.sim.device_spec import parse
+    from fastt.sched.sim.simulate import simulate
+    from fastt.sched.strategy import compiler, plan
+    from tests.helpers import costs, momentum_graph
+    g = momentum_graph(B=64, F=256)
+    ds = parse("2xV100:pcie")
+    c = costs(ds, g)
+    s = plan(g, ds.devices, c, "data-parallel", ds.copy_bytes_per_s, fetches=["train"])
+    p = compiler(ds.devices, c, g, ds.copy_bytes_per_s)(s.graph)
+    cuts = [i for i, n in enumerate(p.names) if s.graph[n].type == "SplitV"
+            and any(r.op == "x" for r in s.graph[n].inputs)]
+    assert cuts and any(p.edge_bytes[e] > 0 for i in cuts for _, e in p.succs[i])
+    index = {d.name: k for k, d in enumerate(ds.devices)}
+    device = [index[s.placement[n]] for n in p.names]
+    pos = {n: i for i, n in enumerate(p.names)}
+    orders = [[pos[n] for n in s.order if device[pos[n]] == d] for d in range(2)]
+    before = simulate(p, device, orders, link_concurrency=1).makespan
+    grounding.per_gpu_input(p, s.graph, {"x"})
+    for i in cuts:
+        assert p.w[i] == [0.0, 0.0]
+        assert all(p.edge_bytes[e] == 0 and all(b == 0 for _, b in p.edge_tensors[e])
+                   for _, e in p.succs[i])
+    assert simulate(p, device, orders, link_concurrency=1).makespan < before
