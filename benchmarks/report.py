@@ -15,6 +15,7 @@ TensorFlow's allocator.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import sys
@@ -92,6 +93,7 @@ def simulated_section(sim: dict, out: str) -> list[str]:
                          f" | {_fmt(st.get('os-dpos', {}).get('samples_per_s'), '.0f')} |")
         lines += ["", f"![speedup {scaling}](sim_speedup_{scaling}.png)", ""]
         _speedup_plot(rows, os.path.join(out, f"sim_speedup_{scaling}.png"), scaling)
+    lines += _geomean_table(sim)
     lines += _bound_table(sim)
     rows = _rows(sim, "strong")
     lines += ["### Strategy time (strong scaling; seconds to compute each strategy)", "",
@@ -154,6 +156,28 @@ def simulated_section(sim: dict, out: str) -> list[str]:
 def _kept(ablation: dict) -> str:
     """The order OS-DPOS kept (results before it chose one kept its planned order)."""
     return "planned" if ablation.get("kept_order", True) else "FIFO"
+
+
+def _geomean_table(sim: dict) -> list[str]:
+    """Per scaling and device set, the geometric mean over the models of OS-DPOS's speedup
+    over all-reduce data parallelism, and the least."""
+    lines = ["### Geometric mean over the models", "",
+             "OS-DPOS's speedup over all-reduce data parallelism (DP), per scaling and device "
+             "set: the geometric mean over the models where both were computed, and the least "
+             "of them.", "", "| scaling | devices | models | geo-mean | least |",
+             "|---|---|---:|---:|---|"]
+    for scaling in ("strong", "weak"):
+        by_spec: dict[str, list[tuple[str, float]]] = {}
+        for model, r in _rows(sim, scaling):
+            x = r["strategies"].get("os-dpos", {}).get("speedup_over_dp")
+            if x:
+                by_spec.setdefault(r["devices"], []).append((model, x))
+        for spec, xs in by_spec.items():
+            geo = math.exp(sum(math.log(x) for _, x in xs) / len(xs))
+            low = min(xs, key=lambda mx: mx[1])
+            lines.append(f"| {scaling} | {spec} | {len(xs)} | {geo:.3f} | "
+                         f"{low[1]:.3f} ({low[0]}) |")
+    return lines + [""]
 
 
 def _bound_table(sim: dict) -> list[str]:

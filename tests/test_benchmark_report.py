@@ -46,6 +46,19 @@ def test_losses_list_every_baseline_faster_than_fastt():
     assert report.losses_section(None, None)[-2] == "- nowhere"
 
 
+def test_the_geomean_table_gives_each_device_sets_mean_over_models_and_the_least():
+    def row(devices, x, scaling="strong"):
+        return {"scaling": scaling, "devices": devices,
+                "strategies": {"os-dpos": {"speedup_over_dp": x}}}
+    sim = {"models": [{"model": "a", "rows": [row("4xV100", 1.0), row("8xV100", 2.0)]},
+                      {"model": "b", "rows": [row("4xV100", 4.0), row("4xV100", 1.1, "weak")]},
+                      {"model": "c", "rows": [{**row("4xV100", 0), "strategies": {}}]}]}
+    lines = report._geomean_table(sim)
+    assert "| strong | 4xV100 | 2 | 2.000 | 1.000 (a) |" in lines
+    assert "| strong | 8xV100 | 1 | 2.000 | 2.000 (a) |" in lines
+    assert "| weak | 4xV100 | 1 | 1.100 | 1.100 (b) |" in lines
+
+
 def test_the_bound_table_gives_each_rows_distance_to_the_limit():
     row = {"scaling": "strong", "devices": "4xV100", "strategies": {"os-dpos": {
         "simulated_s": 0.03}}, "bound": {"s": 0.02, "critical_path_s": 0.02, "work_s": 0.015}}
