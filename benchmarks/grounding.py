@@ -85,24 +85,17 @@ def simulate(graph: Any, fetch: list[str], seconds: dict[str, float], gpus: int)
     (``per_gpu_input``)."""
     from fastt.costs.source import StaticCosts
     from fastt.passes.data_parallel import batch_inputs
-    from fastt.sched.sim.simulate import simulate as replay
-    from fastt.sched.strategy import compiler, plan
+    from fastt.sched.strategy import plan, replay
     ds = unbounded(DEVICES)
     devices, costs = ds.devices[:gpus], StaticCosts(seconds, ds)
     name = "single" if gpus == 1 else "data-parallel"
     s = plan(graph, devices, costs, name, ds.copy_bytes_per_s, fetches=fetch)
     if gpus == 1:
         return s.simulated_step_time_s
-    p = compiler(devices, costs, graph, ds.copy_bytes_per_s)(s.graph)
     found = batch_inputs(graph)
-    per_gpu_input(p, s.graph, {r.op for r in found[1]} if found else set())
-    index = {d.name: k for k, d in enumerate(devices)}
-    device = [index[s.placement[n]] for n in p.names]
-    pos = {n: i for i, n in enumerate(p.names)}
-    orders: list[list[int]] = [[] for _ in devices]
-    for n in s.order:
-        orders[device[pos[n]]].append(pos[n])
-    return replay(p, device, orders, link_concurrency=1).makespan
+    inputs = {r.op for r in found[1]} if found else set()
+    return replay(s, devices, costs, graph, ds.copy_bytes_per_s, link_concurrency=1,
+                  adjust=lambda p: per_gpu_input(p, s.graph, inputs))[1].makespan
 
 
 def per_gpu_input(p: Any, graph: Any, inputs: set[str]) -> None:

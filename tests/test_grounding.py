@@ -64,25 +64,26 @@ def test_each_model_is_scored_with_factors_fitted_without_it(monkeypatch):
 
 def test_each_gpu_fed_its_own_share_cuts_and_sends_nothing():
     from fastt.sched.sim.device_spec import parse
-    from fastt.sched.sim.simulate import simulate
-    from fastt.sched.strategy import compiler, plan
+    from fastt.sched.strategy import plan, replay
     from tests.helpers import costs, momentum_graph
     g = momentum_graph(B=64, F=256)
     ds = parse("2xV100:pcie")
     c = costs(ds, g)
     s = plan(g, ds.devices, c, "data-parallel", ds.copy_bytes_per_s, fetches=["train"])
-    p = compiler(ds.devices, c, g, ds.copy_bytes_per_s)(s.graph)
-    cuts = [i for i, n in enumerate(p.names) if s.graph[n].type == "SplitV"
-            and any(r.op == "x" for r in s.graph[n].inputs)]
-    assert cuts and any(p.edge_bytes[e] > 0 for i in cuts for _, e in p.succs[i])
-    index = {d.name: k for k, d in enumerate(ds.devices)}
-    device = [index[s.placement[n]] for n in p.names]
-    pos = {n: i for i, n in enumerate(p.names)}
-    orders = [[pos[n] for n in s.order if device[pos[n]] == d] for d in range(2)]
-    before = simulate(p, device, orders, link_concurrency=1).makespan
-    grounding.per_gpu_input(p, s.graph, {"x"})
-    for i in cuts:
+    seen = {}
+
+    def cut(p):
+        seen["cuts"] = [i for i, n in enumerate(p.names) if s.graph[n].type == "SplitV"
+                        and any(r.op == "x" for r in s.graph[n].inputs)]
+        seen["sent"] = any(p.edge_bytes[e] > 0 for i in seen["cuts"] for _, e in p.succs[i])
+        grounding.per_gpu_input(p, s.graph, {"x"})
+
+    before = replay(s, ds.devices, c, g, ds.copy_bytes_per_s, link_concurrency=1)[1]
+    p, after = replay(s, ds.devices, c, g, ds.copy_bytes_per_s, link_concurrency=1,
+                      adjust=cut)
+    assert seen["cuts"] and seen["sent"]
+    for i in seen["cuts"]:
         assert p.w[i] == [0.0, 0.0]
         assert all(p.edge_bytes[e] == 0 and all(b == 0 for _, b in p.edge_tensors[e])
                    for _, e in p.succs[i])
-    assert simulate(p, device, orders, link_concurrency=1).makespan < before
+    assert after.makespan < before.makespan

@@ -35,7 +35,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from fastt.costs.source import CostSource, knows_step_overhead
 from fastt.errors import FasttError, NoBatch
@@ -327,12 +327,17 @@ def _searched(shared: Planning, points: list[Start], workers: int, split: bool,
 
 def replay(strategy: Strategy, devices: Sequence[Device], costs: CostSource, original: Graph,
            copy_bytes_per_s: float = 10e9, link_concurrency: int | None = None,
-           fifo: bool = False) -> tuple[Problem, SimResult]:
+           fifo: bool = False, adjust: Callable[[Problem], None] | None = None
+           ) -> tuple[Problem, SimResult]:
     """``strategy``'s graph compiled under ``costs`` and its placement and per-device order
     replayed by the simulator (contention-free links by default): when each op and each
     transfer would run. With ``fifo`` the order is not enforced: each device runs its ready
-    ops first come, first served, as TensorFlow's own executor does."""
+    ops first come, first served, as TensorFlow's own executor does. ``adjust``: a change
+    made to the compiled problem before it is replayed (a benchmark's emulation of a setup
+    the graph does not express)."""
     p = compiler(list(devices), costs, original, copy_bytes_per_s)(strategy.graph)
+    if adjust is not None:
+        adjust(p)
     index = {d.name: k for k, d in enumerate(devices)}
     device = [index[strategy.placement[n]] for n in p.names]
     if fifo:
