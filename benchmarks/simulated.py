@@ -31,6 +31,7 @@ from benchmarks import models as zoo_models  # noqa: E402
 from benchmarks.common import cpu_model, previous_full_run, with_row, write_json  # noqa: E402
 
 from fastt.sched.registry import names  # noqa: E402
+from fastt.sched.sim.device_spec import HOST_MEMORY_BYTES_PER_S  # noqa: E402
 
 STRONG = ("2xV100:dgx1", "4xV100:dgx1", "8xV100:dgx1", "2x4xV100:dgx1", "2x8xV100:dgx1")
 WEAK = ("2xV100:dgx1", "4xV100:dgx1", "8xV100:dgx1", "2x4xV100:dgx1")
@@ -66,7 +67,8 @@ def contended_step(strategy, ds, costs, graph, fifo: bool) -> float:
                   link_concurrency=1, fifo=fifo)[1].makespan
 
 
-def host_ps_step(ps, ds, seconds, graph, host_bytes_per_s: float | None = None) -> float:
+def host_ps_step(ps, ds, seconds, graph, host_bytes_per_s: float = HOST_MEMORY_BYTES_PER_S
+                 ) -> float:
     """TF-slim's layout as it runs (``fastt.sched.placers.host_ps``): the data-parallel-ps
     plan ``ps`` with the variables and their updates on the host CPU of ``ds``'s first
     server (``with_host``: PCIe to each GPU, memory-bound ops slower by the ratio of memory
@@ -78,8 +80,7 @@ def host_ps_step(ps, ds, seconds, graph, host_bytes_per_s: float | None = None) 
     from fastt.sched.placers.host_ps import on_host
     from fastt.sched.sim.device_spec import with_host
     from fastt.sched.strategy import replay
-    hds, host, slowdown = with_host(ds) if host_bytes_per_s is None \
-        else with_host(ds, host_bytes_per_s)
+    hds, host, slowdown = with_host(ds, host_bytes_per_s)
     s = replace(ps, placement=on_host(ps.graph, ps.placement, host.name),
                 devices=[*ps.devices, host.name])
     costs = StaticCosts(seconds, hds, {host.name: slowdown})

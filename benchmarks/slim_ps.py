@@ -33,7 +33,7 @@ STRATEGIES = ("single", "data-parallel", "data-parallel-ps", "os-dpos")
 
 def run(model: Model, spec: str, calibrated: bool) -> dict[str, Any]:
     """Every layout of ``model`` on ``spec`` under one cost table."""
-    from benchmarks.simulated import host_ps_step, training_graph
+    from benchmarks.simulated import HOST_PS, host_ps_step, training_graph
     from fastt.costs.source import StaticCosts
     from fastt.plan_cmd import Setup, plan_each
     from fastt.sched.sim.device_spec import parse
@@ -46,8 +46,8 @@ def run(model: Model, spec: str, calibrated: bool) -> dict[str, Any]:
         steps[name] = s if isinstance(s, str) else s.simulated_step_time_s
     ps = planned.get("data-parallel-ps")
     if not isinstance(ps, str) and ps is not None:
-        steps["data-parallel-ps-cpu"] = host_ps_step(ps, ds, seconds, graph)
-        steps["data-parallel-ps-cpu (paper's host)"] = host_ps_step(
+        steps[HOST_PS] = host_ps_step(ps, ds, seconds, graph)
+        steps[f"{HOST_PS} (paper's host)"] = host_ps_step(
             ps, ds, seconds, graph, PAPER_HOST_BYTES_PER_S)
     return {"costs": "calibrated" if calibrated else "analytical", "steps_s": steps}
 

@@ -258,10 +258,13 @@ class Problem:
         links = [[(*costs.link(a, b), *costs.link_knee(a, b))
                   if a != b else (0.0, 0.0, math.inf, 0.0) for b in devs] for a in devs]
         stream = [0] * len(names)
+        ring: list[int] | None = None  # the collectives' ring, found once per problem
         for i, name in enumerate(names):
             if graph[name].type in COLLECTIVE_TYPES:
                 stream[i] = 1
-                w[i] = _collective_seconds(graph[name], links)
+                if ring is None:
+                    ring = ring_order([[link[1] for link in row] for row in links])
+                w[i] = _collective_seconds(graph[name], links, ring)
             elif graph[name].meta.split_of == TRANSFER_SCOPE:
                 stream[i] = TRANSFER_STREAM
         # (send share, receive share[, send seconds, receive seconds of a call in a burst])
@@ -315,17 +318,16 @@ def _calls(cpu: tuple[float, ...], latency: float) -> tuple[float, float, float,
     return (burst[0], burst[1], lone[0], lone[1])
 
 
-def _collective_seconds(op: Op, links: list[list[tuple[float, float, float, float]]]
-                        ) -> list[float]:
+def _collective_seconds(op: Op, links: list[list[tuple[float, float, float, float]]],
+                        ring: list[int]) -> list[float]:
     """A ring all-reduce of ``op``'s tensor over ``num_devices`` devices, on each device:
     2(n-1) steps, each moving 1/n of the bytes to the next device of the ring
-    (``ring_order``: over the fastest links) in lockstep, so at the pace of the ring's
-    slowest link ((intercept, slope, knee, extra))."""
+    (``ring``: the devices in ``ring_order``, over the fastest links) in lockstep, so at the
+    pace of the ring's slowest link ((intercept, slope, knee, extra))."""
     n, D = int(op.attrs.get("num_devices", 2)), len(links)
     nbytes = float(op.outputs[0].nbytes or 0) if op.outputs else 0.0
     if D < 2:
         return [0.0] * D
-    ring = ring_order([[link[1] for link in row] for row in links])
     step = max(transfer_seconds(*links[a][b], nbytes / n)
                for a, b in zip(ring, ring[1:] + ring[:1]))
     return [2 * (n - 1) * step] * D
