@@ -16,8 +16,18 @@ The error of each model, then a calibration held out honestly: a factor per op c
 fitted (non-negative least squares on relative error) to the single-V100 figures of every
 model but one and scored on that one (leave one model out). The calibrated costs are
 simulated again, one V100 and eight; the 8-V100 scaling efficiency (throughput on eight over
-eight times that on one) is compared with the published one. Writes grounding.json and
-grounding.md.
+eight times that on one) is compared with the published one.
+
+The 8-GPU step of each source also carries its all-reduces as the source ran them, which
+fastt's data-parallel graph does not express (it buckets the gradients and sums batch norm's
+statistics over the whole batch): tf_cnn_benchmarks (``--variable_update=replicated
+--all_reduce_spec=nccl``, no gradient repacking) all-reduces each trainable variable's
+gradient on its own, Horovod (DeepLearningExamples) fuses them into buffers of 64 MiB. Each
+such all-reduce holds the GPUs for a time ``launch_s`` beyond its transfer (the NCCL kernel's
+launch and the wait for every GPU to reach it), not hidden behind the backward pass: the step
+on eight GPUs is the simulated one plus ``launch_s`` times the source's all-reduces.
+``launch_s`` is fitted like the factors, on the other models' published scaling efficiencies
+(least squares; leave one model out). Writes grounding.json and grounding.md.
 """
 from __future__ import annotations
 
@@ -54,6 +64,16 @@ CASES = [  # (source, machine, the published model, the zoo's model at its batch
     ("dle_bert_tf1", "DGX-1 V100 32GB", "bert_large_pretrain_seq128", Model(
         "bert_large", "bert", {"layers": 24, "seq_len": 128, "predictions": 20}, 32)),
 ]
+# How each source all-reduced its gradients (module docstring): one all-reduce per trainable
+# variable, or Horovod's fusion buffers of FUSION_BYTES (HOROVOD_FUSION_THRESHOLD's default).
+PER_VARIABLE, FUSED = "per-variable", "fused"
+ALLREDUCE = {"lambda_tf_bench": PER_VARIABLE, "dle_rn50_tf1_2006": FUSED, "dle_bert_tf1": FUSED}
+FUSION_BYTES = 64 * 2 ** 20
+# The source's net where its variables are not the zoo model's: tf_cnn_benchmarks' and
+# DeepLearningExamples' ResNets are v1 (v1.5) with a scale in every batch norm (weight, gamma
+# and beta per convolution, as tf-slim's resnet_v1), the zoo's timed ResNets v2.
+SOURCE_NETS = {"resnet_v2_50": "resnet_v1_50", "resnet_v2_152": "resnet_v1_152"}
+LAUNCH_MAX_S = 5e-3  # the fit's bound on ``launch_s``
 # Sources whose multi-GPU figures accumulate gradients over many micro-batches per
 # all-reduce (BERT's pre-training: a global batch of 65536): their scaling efficiency says
 # nothing of the all-reduce, so it is shown but not scored.
@@ -113,6 +133,20 @@ def per_gpu_input(p: Any, graph: Any, inputs: set[str]) -> None:
                 p.edge_tensors[e] = [(key, 0.0) for key, _ in p.edge_tensors[e]]
 
 
+def allreduces(model: Model, source: str) -> int:
+    """The all-reduces of a training step as ``source`` ran ``model`` on several GPUs
+    (``ALLREDUCE``): its net's (``SOURCE_NETS``) trainable variables, or the fusion buffers
+    their gradients fill."""
+    from fastt import zoo
+    built = zoo.build(SOURCE_NETS.get(model.zoo_name, model.zoo_name), batch_size=1,
+                      **model.kwargs)
+    variables = built.graph.get_collection("trainable_variables")
+    if ALLREDUCE[source] == PER_VARIABLE:
+        return len(variables)
+    nbytes = sum(v.shape.num_elements() * v.dtype.size for v in variables)
+    return math.ceil(nbytes / FUSION_BYTES)
+
+
 def by_class(graph: Any, seconds: dict[str, float]) -> dict[str, float]:
     """The seconds of the graph's ops summed by ``op_class``."""
     out = dict.fromkeys(CLASSES, 0.0)
@@ -150,7 +184,8 @@ def measure(model: Model, doc: dict[str, Any], source: str, machine: str,
            "published_1": pub[1]["value"], "published_8": pub[GPUS]["value"],
            "measured_step_s": b / pub[1]["value"], "class_s": by_class(g1, s1),
            "peak_memory_gib": peak_memory_one_device(g1) / 2 ** 30,
-           "step_1_s": simulate(g1, f1, s1, 1), "step_8_s": simulate(g8, f8, s8, GPUS)}
+           "step_1_s": simulate(g1, f1, s1, 1), "step_8_s": simulate(g8, f8, s8, GPUS),
+           "allreduce": ALLREDUCE[source], "allreduces": allreduces(model, source)}
     row["wall_s"] = time.perf_counter() - t0
     return row | {"_graphs": (g1, f1, s1, g8, f8, s8)}
 
@@ -159,26 +194,50 @@ def efficiency(thr8: float, thr1: float) -> float:
     return thr8 / (GPUS * thr1)
 
 
+def launched(r: dict[str, Any], launch_s: float) -> float:
+    """Row ``r``'s calibrated scaling efficiency with each of its source's all-reduces
+    holding the GPUs ``launch_s``."""
+    return r["calibrated_1_s"] / (r["calibrated_8_s"] + launch_s * r["allreduces"])
+
+
+def fit_launch(rows: list[dict[str, Any]]) -> float:
+    """The ``launch_s`` that brings the scored rows' calibrated scaling efficiencies closest
+    to the published ones (least squares, bounded by ``LAUNCH_MAX_S``)."""
+    from scipy.optimize import minimize_scalar
+    rs = scored(rows)
+    if not rs:
+        return 0.0
+    found = minimize_scalar(lambda x: sum((launched(r, x) - r["efficiency_published"]) ** 2
+                                          for r in rs), bounds=(0.0, LAUNCH_MAX_S),
+                            method="bounded", options={"xatol": 1e-8})
+    return float(found.x)
+
+
 def calibrate(rows: list[dict[str, Any]]) -> None:
     """Leave one model out: each row's factors fitted on the rows of the other zoo models
-    (none of the same model, from any source), its steps simulated again with them."""
+    (none of the same model, from any source), its steps simulated again with them; then
+    its ``launch_s`` fitted on the other models' scaling efficiencies."""
     for r in rows:
         f = fit([o for o in rows if o["zoo"] != r["zoo"]])
         g1, f1, s1, g8, f8, s8 = r["_graphs"]
         r["factors"] = f
         r["calibrated_1_s"] = simulate(g1, f1, scaled(g1, s1, f), 1)
         r["calibrated_8_s"] = simulate(g8, f8, scaled(g8, s8, f), GPUS)
+        r["efficiency_published"] = efficiency(r["published_8"], r["published_1"])
+    for r in rows:
+        r["launch_s"] = fit_launch([o for o in rows if o["zoo"] != r["zoo"]])
+        r["launched_8_s"] = r["calibrated_8_s"] + r["launch_s"] * r["allreduces"]
     for r in rows:
         b = r["batch_per_gpu"]
         thr = {k: b * (GPUS if k.endswith("8_s") else 1) / r[k] for k in
-               ("step_1_s", "step_8_s", "calibrated_1_s", "calibrated_8_s")}
+               ("step_1_s", "step_8_s", "calibrated_1_s", "launched_8_s")}
         r["simulated_1"], r["simulated_8"] = thr["step_1_s"], thr["step_8_s"]
-        r["calibrated_1"], r["calibrated_8"] = thr["calibrated_1_s"], thr["calibrated_8_s"]
+        r["calibrated_1"], r["calibrated_8"] = thr["calibrated_1_s"], thr["launched_8_s"]
         r["error_1"] = r["simulated_1"] / r["published_1"] - 1
         r["calibrated_error_1"] = r["calibrated_1"] / r["published_1"] - 1
-        r["efficiency_published"] = efficiency(r["published_8"], r["published_1"])
         r["efficiency_simulated"] = efficiency(r["simulated_8"], r["simulated_1"])
         r["efficiency_calibrated"] = efficiency(r["calibrated_8"], r["calibrated_1"])
+        r["efficiency_factors_only"] = r["calibrated_1_s"] / r["calibrated_8_s"]
 
 
 def markdown(doc: dict[str, Any], level: str = "#") -> str:
@@ -193,16 +252,25 @@ def markdown(doc: dict[str, Any], level: str = "#") -> str:
              "Calibrated: a factor on the convolutions and matrix products and one on the "
              "other ops, fitted on the other models' single-V100 figures, "
              "never on the model scored (leave one model out: no row of the same zoo model, "
-             "from any source). Throughput in samples/s (images, BERT's sequences); scaling "
+             "from any source). On eight GPUs the calibrated step also carries the source's "
+             "all-reduces as it ran them (tf_cnn_benchmarks: one per trainable variable; "
+             "Horovod: one per 64 MiB fusion buffer), each holding the GPUs a launch time "
+             "fitted on the other models' published scaling efficiencies (leave one model "
+             "out); \"factors only\" is the efficiency without it. Throughput in samples/s "
+             "(images, BERT's sequences); scaling "
              "efficiency is the 8-GPU throughput over eight times the 1-GPU one (not scored "
              "where the source accumulates gradients over many micro-batches per all-reduce: "
              f"{', '.join(sorted(ACCUMULATES))}). The zoo's ResNets are v2 "
-             "(pre-activation), the sources' v1 and v1.5; AlexNet is the zoo's alexnet_v2. "
+             "(pre-activation), the sources' v1 and v1.5 (their all-reduces counted on "
+             "tf-slim's resnet_v1, which like the sources' has a scale in every batch norm); "
+             "AlexNet is the zoo's alexnet_v2. "
              f"{meta['platform']}, TensorFlow {meta['tensorflow']}, {meta['date']}.", "",
              "| model | source | batch/GPU | 1 GPU published | simulated | error | calibrated | "
              "error | factors (compute, memory) | 8 GPUs published | calibrated | "
-             "efficiency published | simulated | calibrated | memory model peak (GiB) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "all-reduces | launch (us) | efficiency published | simulated | factors only | "
+             "calibrated | memory model peak (GiB) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
+             "---:|---:|"]
     for r in rows:
         f = r["factors"]
         lines.append(
@@ -210,8 +278,9 @@ def markdown(doc: dict[str, Any], level: str = "#") -> str:
             f"{r['simulated_1']:.0f} | {100 * r['error_1']:+.0f}% | {r['calibrated_1']:.0f} | "
             f"{100 * r['calibrated_error_1']:+.0f}% | {f['compute']:.2f}, {f['memory']:.2f} | "
             f"{r['published_8']:g} | {r['calibrated_8']:.0f} | "
+            f"{r['allreduces']} ({r['allreduce']}) | {1e6 * r['launch_s']:.0f} | "
             f"{r['efficiency_published']:.3f} | {r['efficiency_simulated']:.3f} | "
-            f"{r['efficiency_calibrated']:.3f}"
+            f"{r['efficiency_factors_only']:.3f} | {r['efficiency_calibrated']:.3f}"
             f"{'' if r['source'] not in ACCUMULATES else ' (not scored)'} | "
             f"{r['peak_memory_gib']:.1f} |")
     s = doc["summary"]
@@ -223,7 +292,11 @@ def markdown(doc: dict[str, Any], level: str = "#") -> str:
               f"{s['efficiency_within_10']} of {s['efficiency_scored']}. "
               f"Median absolute error on one V100: {100 * s['median_abs_error_raw']:.0f}% raw, "
               f"{100 * s['median_abs_error_calibrated']:.0f}% calibrated. Factors fitted on "
-              f"all rows: compute {fa['compute']:.2f}, memory {fa['memory']:.2f}.", "",
+              f"all rows: compute {fa['compute']:.2f}, memory {fa['memory']:.2f}; an "
+              f"all-reduce's launch fitted on all scored rows: "
+              f"{1e6 * s['launch_all_s']:.0f} us. Scaling efficiency within 10 points with "
+              f"the factors only: {s['efficiency_within_10_factors_only']} of "
+              f"{s['efficiency_scored']}.", "",
               "Sources:", ""]
     for k, src in doc["sources"].items():
         lines.append(f"- {k}: {src['title']} ({src['url_or_repo_path']}); machine as "
@@ -247,6 +320,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "models_within_20_calibrated": len({r["zoo"] for r in rows
                                                 if abs(r["calibrated_error_1"]) <= 0.2}),
             "models": len({r["zoo"] for r in rows}),
+            "efficiency_within_10_factors_only": sum(
+                abs(r["efficiency_factors_only"] - r["efficiency_published"]) <= 0.10
+                for r in scored(rows)),
+            "launch_all_s": fit_launch(rows),
             "median_abs_error_raw": statistics.median(abs(r["error_1"]) for r in rows),
             "median_abs_error_calibrated": statistics.median(abs(r["calibrated_error_1"])
                                                              for r in rows),

@@ -104,10 +104,13 @@ def test_plan_times_of_this_processor_are_kept_and_of_another_dropped(tmp_path, 
     from benchmarks.plan_time import kept_rows
     path, here = str(tmp_path / "plan_time.json"), cpu_model()
     assert kept_rows(path, here) == []
-    write_json(path, {"machine": "m", "cpu": here, "rows": [{"model": "a"}]})
-    assert kept_rows(path, here) == [{"model": "a"}]
+    row = {"model": "a", "devices": "4xV100:dgx1"}
+    # a row of a device set the benchmark no longer plans over (a replaced testbed) is dropped
+    write_json(path, {"machine": "m", "cpu": here,
+                      "rows": [row, {"model": "a", "devices": "4xV100"}]})
+    assert kept_rows(path, here) == [row]
     for doc in ({"cpu": here + " (another)"}, {}):
-        write_json(path, {"machine": "m", **doc, "rows": [{"model": "a"}]})
+        write_json(path, {"machine": "m", **doc, "rows": [row]})
         assert kept_rows(path, here) == []
         assert "a new run starts" in capsys.readouterr().out
 
@@ -271,3 +274,15 @@ def test_the_sittings_table_sets_each_calibration_sitting_against_the_timed_bloc
     assert "first sitting median 22.9%, worst 35.7%, beyond 12% in 1" in text
     assert "their mean (the calibration) median 7.1%, worst 14.3%, beyond 12% in 1" in text
     assert sittings_table({"rows": [{"model": "old"}]}) == []
+
+
+def test_the_sections_kept_by_hand_survive_a_regeneration(tmp_path):
+    shutil.copy(os.path.join(RESULTS, "real.json"), tmp_path / "real.json")
+    (tmp_path / "REPORT.md").write_text(
+        "# fastt benchmark report\n\n## Summary\n\n| a headline |\n\n"
+        f"{report.CALIBRATION_RULES}\n\nrun 18: -11.5%\n\n## Real testbed\n\nold table\n")
+    assert report.main(["--out", str(tmp_path)]) == 0
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "## Summary\n\n| a headline |" in text
+    assert f"{report.CALIBRATION_RULES}\n\nrun 18: -11.5%" in text
+    assert "old table" not in text

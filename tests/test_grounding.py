@@ -46,7 +46,7 @@ def test_each_model_is_scored_with_factors_fitted_without_it(monkeypatch):
         c, m = r["class_s"]["compute"], r["class_s"]["memory"]
         g = [Op("conv", "Conv2D"), Op("relu", "Relu")]
         r.update(batch_per_gpu=8, published_1=8 / r["measured_step_s"], published_8=50.0,
-                 step_1_s=c + m, step_8_s=c + m,
+                 step_1_s=c + m, step_8_s=c + m, source="src", allreduces=10,
                  _graphs=(g, [], {"conv": c, "relu": m}, g, [], {"conv": c, "relu": m}))
     grounding.calibrate(rows)
     for i, r in enumerate(rows):
@@ -87,3 +87,48 @@ def test_each_gpu_fed_its_own_share_cuts_and_sends_nothing():
         assert all(p.edge_bytes[e] == 0 and all(b == 0 for _, b in p.edge_tensors[e])
                    for _, e in p.succs[i])
     assert after.makespan < before.makespan
+
+
+def launch_rows(launch_s, shapes):
+    """Rows whose published scaling efficiency is what their simulated steps give with each
+    of their ``n`` all-reduces holding the GPUs ``launch_s``: shapes (step1, step8, n)."""
+    rows = []
+    for k, (s1, s8, n) in enumerate(shapes):
+        eff = s1 / (s8 + launch_s * n)
+        rows.append({"model": f"m{k}", "zoo": f"m{k}", "source": "src", "allreduces": n,
+                     "calibrated_1_s": s1, "calibrated_8_s": s8, "published_1": 100.0,
+                     "published_8": 800.0 * eff, "efficiency_published": eff})
+    return rows
+
+
+def test_launch_fit_recovers_the_launch_that_made_the_efficiencies():
+    rows = launch_rows(3e-4, [(0.5, 0.51, 400), (0.4, 0.41, 100), (0.8, 0.82, 30)])
+    assert grounding.fit_launch(rows) == pytest.approx(3e-4, rel=1e-3)
+    # rows whose source accumulates gradients are not fitted on
+    rows[0]["source"] = next(iter(grounding.ACCUMULATES))
+    rows[0]["efficiency_published"] = 0.99
+    assert grounding.fit_launch(rows) == pytest.approx(3e-4, rel=1e-3)
+    assert grounding.fit_launch(rows[:1]) == 0.0
+
+
+def test_each_model_is_scored_with_a_launch_fitted_without_it(monkeypatch):
+    rows = launch_rows(3e-4, [(0.5, 0.51, 400), (0.4, 0.408, 100), (0.8, 0.816, 30),
+                              (0.6, 0.612, 200)])
+    rows[3]["published_8"] = 400.0  # efficiency 0.5: a model no launch explains
+    monkeypatch.setattr(grounding, "simulate", lambda graph, fetch, seconds, gpus:
+                        sum(seconds.values()) * (1.02 if gpus > 1 else 1.0))
+    g = [Op("conv", "Conv2D")]
+    for r in rows:
+        r.update(class_s={"compute": r["calibrated_1_s"], "memory": 0.0}, batch_per_gpu=8,
+                 measured_step_s=r["calibrated_1_s"], step_1_s=1.0, step_8_s=1.0,
+                 _graphs=(g, [], {"conv": r["calibrated_1_s"]}, g, [],
+                          {"conv": r["calibrated_1_s"]}))
+    grounding.calibrate(rows)
+    for i, r in enumerate(rows):
+        assert r["launch_s"] == pytest.approx(grounding.fit_launch(rows[:i] + rows[i + 1:]))
+        assert r["calibrated_8"] == pytest.approx(
+            8 * 8 / (r["calibrated_8_s"] + r["launch_s"] * r["allreduces"]))
+    # the outlier is scored with the launch the others share, and left far from its figure
+    assert rows[3]["launch_s"] == pytest.approx(3e-4, rel=1e-2)
+    assert rows[3]["efficiency_calibrated"] - 0.5 > 0.3
+    assert all(r["launch_s"] != pytest.approx(3e-4, rel=1e-3) for r in rows[:3])
