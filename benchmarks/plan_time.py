@@ -32,6 +32,7 @@ from benchmarks.common import cpu_model, machine, timed_on  # noqa: E402
 from benchmarks.simulated import STRONG, WEAK, gpus  # noqa: E402
 
 TARGET_S = 60.0
+SPECS = list(STRONG) + [s for s in WEAK + zoo_models.HELD_OUT_DEVICES if s not in STRONG]
 
 
 def _held_out(name: str) -> zoo_models.Model:
@@ -86,9 +87,11 @@ def row(name: str, spec: str, scaling: str, budget_s: float | None = TARGET_S,
 
 def kept_rows(path: str, cpu: str) -> list[dict]:
     """The rows of the run at ``path`` (none yet: none), when they were timed on processor
-    ``cpu``: a new run keeps them unless it times them again."""
+    ``cpu``: a new run keeps them unless it times them again. Rows of device sets the
+    benchmark no longer plans over (``SPECS``: a testbed since replaced) are dropped."""
     old = json.load(open(path)) if os.path.exists(path) else {"rows": []}
-    return old["rows"] if not old["rows"] or timed_on(old, cpu, path) else []
+    rows = old["rows"] if not old["rows"] or timed_on(old, cpu, path) else []
+    return [r for r in rows if r["devices"] in SPECS]
 
 
 def markdown(doc: dict, heading: str = "#") -> str:
@@ -200,10 +203,9 @@ def write(path: str, done: dict[tuple[str, str, str], dict], cpu: str) -> None:
     meta = {"machine": machine(), "cpu": cpu,
             "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     order = [m.name for m in zoo_models.SIMULATED + zoo_models.HELD_OUT]
-    specs = list(STRONG) + [s for s in WEAK + zoo_models.HELD_OUT_DEVICES if s not in STRONG]
     scalings = ["strong", "weak", "held-out"]
     rows = sorted(done.values(), key=lambda r: (
-        order.index(r["model"]), scalings.index(r["scaling"]), specs.index(r["devices"])))
+        order.index(r["model"]), scalings.index(r["scaling"]), SPECS.index(r["devices"])))
     with open(path, "w", encoding="utf-8") as f:
         json.dump({**meta, "rows": rows}, f, indent=1)
     with open(os.path.join(os.path.dirname(path), "plan_time.md"), "w",

@@ -322,3 +322,12 @@ def test_the_compiled_edges_merge_as_the_python_ones():
     with pytest.raises(KeyError):
         simcore.graph_edges([Op("y", "Identity", inputs=(TensorRef("z", 0),))], {"y": 0},
                             set())
+
+
+def test_each_edge_is_priced_at_its_dearest_pair_of_devices():
+    rnd = random.Random(11)
+    for _ in range(100):
+        q = random_problem(rnd, homogeneous=False, hinged=rnd.random() < 0.7)
+        D = q.num_devices
+        assert q.max_comm() == [max(q.transfer(a, b, nb) for a in range(D) for b in range(D)
+                                    if a != b) for nb in q.edge_bytes]

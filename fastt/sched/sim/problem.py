@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from fastt import devices as devnames
 from fastt.costs.comm import transfer_seconds
 from fastt.costs.source import CostSource
@@ -160,7 +162,16 @@ class Problem:
         if len(kept) == 1 and not kept[0][3]:  # one straight line: priced without calls
             i, s = kept[0][:2]
             return [i + s * nb for nb in self.edge_bytes]
-        return [max(transfer_seconds(*k, nb) for k in kept) for nb in self.edge_bytes]
+        # several links (a DGX-1's NVLink pairs, PCIe, InfiniBand): priced as arrays, with
+        # the operations of ``transfer_seconds`` in its order (the same floats)
+        nb = np.asarray(self.edge_bytes, dtype=np.float64)
+        out = np.full(len(nb), -np.inf)
+        for intercept, slope, knee, extra in kept:
+            t = intercept + slope * nb
+            if extra:
+                t = np.where(nb > knee, t + extra * (nb - knee), t)
+            np.maximum(out, t, out=out)
+        return out.tolist()
 
     def groups(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
