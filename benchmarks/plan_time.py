@@ -33,6 +33,7 @@ from benchmarks.simulated import STRONG, WEAK, gpus  # noqa: E402
 
 TARGET_S = 60.0
 SPECS = list(STRONG) + [s for s in WEAK + zoo_models.HELD_OUT_DEVICES if s not in STRONG]
+PLANNED = {"strong": STRONG, "weak": WEAK, "held-out": zoo_models.HELD_OUT_DEVICES}
 
 
 def _held_out(name: str) -> zoo_models.Model:
@@ -88,10 +89,11 @@ def row(name: str, spec: str, scaling: str, budget_s: float | None = TARGET_S,
 def kept_rows(path: str, cpu: str) -> list[dict]:
     """The rows of the run at ``path`` (none yet: none), when they were timed on processor
     ``cpu``: a new run keeps them unless it times them again. Rows of device sets the
-    benchmark no longer plans over (``SPECS``: a testbed since replaced) are dropped."""
+    benchmark no longer plans over at their scaling (``PLANNED``: a testbed since replaced)
+    are dropped."""
     old = json.load(open(path)) if os.path.exists(path) else {"rows": []}
     rows = old["rows"] if not old["rows"] or timed_on(old, cpu, path) else []
-    return [r for r in rows if r["devices"] in SPECS]
+    return [r for r in rows if r["devices"] in PLANNED.get(r.get("scaling", "strong"), ())]
 
 
 def markdown(doc: dict, heading: str = "#") -> str:

@@ -104,11 +104,14 @@ def test_plan_times_of_this_processor_are_kept_and_of_another_dropped(tmp_path, 
     from benchmarks.plan_time import kept_rows
     path, here = str(tmp_path / "plan_time.json"), cpu_model()
     assert kept_rows(path, here) == []
-    row = {"model": "a", "devices": "4xV100:dgx1"}
-    # a row of a device set the benchmark no longer plans over (a replaced testbed) is dropped
+    row = {"model": "a", "devices": "4xV100:dgx1", "scaling": "strong"}
+    held = {"model": "b", "devices": "16xV100", "scaling": "held-out"}
+    # a row of a device set the benchmark no longer plans over at its scaling (a replaced
+    # testbed) is dropped
     write_json(path, {"machine": "m", "cpu": here,
-                      "rows": [row, {"model": "a", "devices": "4xV100"}]})
-    assert kept_rows(path, here) == [row]
+                      "rows": [row, held, {"model": "a", "devices": "4xV100"},
+                               {"model": "a", "devices": "16xV100", "scaling": "strong"}]})
+    assert kept_rows(path, here) == [row, held]
     for doc in ({"cpu": here + " (another)"}, {}):
         write_json(path, {"machine": "m", **doc, "rows": [row]})
         assert kept_rows(path, here) == []
