@@ -11,6 +11,12 @@ training step's fan-in, as the planner sees it). Ops run one at a time
 (``inter_op_parallelism_threads=1``), as the model assumes. Writes memory_fidelity.json and
 memory_fidelity.md.
 
+``--diagnose`` also measures each case with grappler off (TensorFlow's graph as built, so that
+its ops are the model's) and replays the model in the order TensorFlow ran that step (the
+trace's start times; an op the trace does not list runs as soon as it is ready), once as it
+stands and once with every ``ReadVariableOp`` a view of its variable's buffer (no bytes of its
+own): what the model's error owes to its order of ops, and to counting each read as a copy.
+
 This is what the memory-driven plans rest on (issue [search], item 4): BERT-large at sequence
 length 64 and batch 24 is what each of two devices holds under data parallelism at a global
 batch of 48.
@@ -19,11 +25,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -42,8 +50,9 @@ CASES: dict[str, tuple[str, dict, tuple[int, ...]]] = {
 }
 
 
-def measure(zoo_name: str, kwargs: dict, batch: int) -> dict:
-    """One case in this process: the predicted and the allocator's peak, in bytes."""
+def measure(zoo_name: str, kwargs: dict, batch: int, grappler: bool = True) -> dict:
+    """One case in this process: the predicted and the allocator's peak, in bytes; with
+    grappler off, also the model replayed in the order TensorFlow ran the step."""
     import tensorflow as tf
 
     from fastt import zoo
@@ -56,6 +65,7 @@ def measure(zoo_name: str, kwargs: dict, batch: int) -> dict:
     predicted = peak_memory_one_device(step)
     config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1,
                                       intra_op_parallelism_threads=os.cpu_count() or 1)
+    config.graph_options.rewrite_options.disable_meta_optimizer = not grappler
     with tf.compat.v1.Session(graph=built.graph, config=config) as sess:
         sess.run(built.init)
         feed = built.feed_dict()
@@ -63,8 +73,10 @@ def measure(zoo_name: str, kwargs: dict, batch: int) -> dict:
             sess.run(built.train_op, feed_dict=feed)
         meta = traced_run(sess, built.train_op, feed)[1]
     peaks: dict[str, int] = {}
+    started: dict[str, int] = {}
     for dev in meta.step_stats.dev_stats:
         for ns in dev.node_stats:
+            started.setdefault(ns.node_name, ns.all_start_micros)
             for m in ns.memory:
                 peaks[m.allocator_name] = max(peaks.get(m.allocator_name, 0), m.peak_bytes,
                                               m.allocator_bytes_in_use)
@@ -72,20 +84,84 @@ def measure(zoo_name: str, kwargs: dict, batch: int) -> dict:
     if not bfc:
         raise SystemExit(f"no BFC allocator in the trace ({sorted(peaks)}): run through "
                          "run_case, which sets TF_CPU_ALLOCATOR_USE_BFC before TensorFlow starts")
-    return {"ops": len(step), "predicted_bytes": predicted, "measured_bytes": max(bfc.values())}
+    out = {"ops": len(step), "predicted_bytes": predicted, "measured_bytes": max(bfc.values())}
+    if not grappler:
+        out |= {"in_tf_order_bytes": in_order(step, started),
+                "in_tf_order_reads_as_views_bytes": in_order(step, started, views=True)}
+    return out
 
 
-def run_case(name: str, batch: int) -> dict:
+def in_order(step: Any, started: dict[str, int], views: bool = False) -> float:
+    """The model's peak of ``step`` on one device, its ops run in the order of ``started``
+    (op -> start in TensorFlow's trace; an op it does not list runs once ready, at its
+    readiness); with ``views``, a ``ReadVariableOp``'s output holds no bytes of its own."""
+    import heapq
+
+    from fastt.costs.memory import MemoryModel
+    from fastt.sched.search.memory_fit import _UnitCosts
+    from fastt.sched.sim.problem import Device, Problem
+    from fastt.sched.sim.simulate import simulate
+    mem = MemoryModel.from_graph(step)
+    p = Problem.from_graph(step, [Device("/job:localhost/replica:0/task:0/device:CPU:0")],
+                           _UnitCosts(), persistent=mem.persistent)
+    if views:
+        reads = {i for i, n in enumerate(p.names) if step[n].type == "ReadVariableOp"}
+        for pred in p.preds:
+            for m, e in pred:
+                if m in reads:
+                    p.edge_tensors[e] = [(key, 0.0) for key, _ in p.edge_tensors[e]]
+    key = [float(started.get(n, math.inf)) for n in p.names]
+    waiting = [len(pred) for pred in p.preds]
+    ready = [(key[i], i) for i in range(p.n) if not waiting[i]]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        at, i = heapq.heappop(ready)
+        order.append(i)
+        for j, _ in p.succs[i]:
+            waiting[j] -= 1
+            if not waiting[j]:
+                heapq.heappush(ready, (key[j] if key[j] < math.inf else at, j))
+    return simulate(p, [0] * p.n, [order]).peak_memory[0]
+
+
+def _one(name: str, batch: int, grappler: bool = True) -> dict:
     """``measure`` of case ``name`` at ``batch`` in a process of its own."""
-    zoo_name, kwargs, _ = CASES[name]
     env = {**os.environ, "TF_CPU_ALLOCATOR_USE_BFC": "true", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--one", name, str(batch)],
-                         capture_output=True, text=True, check=False, env=env)
+    cmd = [sys.executable, os.path.abspath(__file__), "--one", name, str(batch)]
+    out = subprocess.run(cmd + ([] if grappler else ["--no-grappler"]), capture_output=True,
+                         text=True, check=False, env=env)
     if out.returncode:
         raise SystemExit(f"{name} at batch {batch} failed:\n{out.stderr[-3000:]}")
-    row = json.loads(out.stdout.strip().splitlines()[-1])
-    return {"case": name, "model": zoo_name, "kwargs": kwargs, "batch": batch, **row,
-            "error": row["predicted_bytes"] / row["measured_bytes"] - 1}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_case(name: str, batch: int, diagnose: bool = False) -> dict:
+    """Case ``name`` at ``batch``; with ``diagnose``, also measured with grappler off and the
+    model replayed in TensorFlow's order (module docstring)."""
+    zoo_name, kwargs, _ = CASES[name]
+    row = _one(name, batch)
+    out = {"case": name, "model": zoo_name, "kwargs": kwargs, "batch": batch, **row,
+           "error": row["predicted_bytes"] / row["measured_bytes"] - 1}
+    if diagnose:
+        off = _one(name, batch, grappler=False)
+        out["diagnosis"] = {"measured_no_grappler_bytes": off["measured_bytes"],
+                            "in_tf_order_bytes": off["in_tf_order_bytes"],
+                            "in_tf_order_reads_as_views_bytes":
+                                off["in_tf_order_reads_as_views_bytes"]}
+    return out
+
+
+def merged(path: str, rows: list[dict]) -> list[dict]:
+    """``rows`` with the rows of the run at ``path`` that they do not measure again (another
+    case or batch), in ``CASES``' order."""
+    old = json.load(open(path))["rows"] if os.path.exists(path) else []
+    new = {(r["case"], r["batch"]) for r in rows}
+    order = {k: i for i, k in enumerate((c, b) for c, (_, _, batches) in CASES.items()
+                                        for b in batches)}
+    kept = [r for r in old if (r["case"], r["batch"]) not in new
+            and (r["case"], r["batch"]) in order]
+    return sorted(kept + rows, key=lambda r: order.get((r["case"], r["batch"]), len(order)))
 
 
 def markdown(doc: dict, heading: str = "#") -> str:
@@ -108,6 +184,21 @@ def markdown(doc: dict, heading: str = "#") -> str:
     if errors:
         lines += ["", f"Median absolute error {100 * statistics.median(errors):.0f}%, worst "
                       f"{100 * max(errors):.0f}% over {len(rows)} cases."]
+    diagnosed = [r for r in rows if "diagnosis" in r]
+    if diagnosed:
+        lines += ["", "Where the error comes from (`--diagnose`): the same step measured with "
+                  "grappler off (the graph as built, whose ops are the model's), and the model "
+                  "replayed in the order TensorFlow ran that step, as it stands and with each "
+                  "`ReadVariableOp` a view of its variable (no bytes of its own). Errors "
+                  "against the measurement with grappler off.", "",
+                  "| case | batch | measured, grappler off (MiB) | model in TensorFlow's order "
+                  "| error | and reads as views | error |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for r in diagnosed:
+            d = r["diagnosis"]
+            m = d["measured_no_grappler_bytes"]
+            a, b = d["in_tf_order_bytes"], d["in_tf_order_reads_as_views_bytes"]
+            lines.append(f"| {r['case']} | {r['batch']} | {m / MiB:.0f} | {a / MiB:.0f} | "
+                         f"{100 * (a / m - 1):+.0f}% | {b / MiB:.0f} | {100 * (b / m - 1):+.0f}% |")
     return "\n".join(lines) + "\n"
 
 
@@ -115,23 +206,30 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", nargs="*", choices=sorted(CASES), default=list(CASES))
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
+    ap.add_argument("--diagnose", action="store_true",
+                    help="also measure with grappler off and replay the model in "
+                         "TensorFlow's order (module docstring)")
     ap.add_argument("--one", nargs=2, metavar=("CASE", "BATCH"), help=argparse.SUPPRESS)
+    ap.add_argument("--no-grappler", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         zoo_name, kwargs, _ = CASES[args.one[0]]
-        print(json.dumps(measure(zoo_name, kwargs, int(args.one[1]))))
+        print(json.dumps(measure(zoo_name, kwargs, int(args.one[1]),
+                                 grappler=not args.no_grappler)))
         return
     doc: dict = {"machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "rows": []}
     for name in args.cases:
         for batch in CASES[name][2]:
-            row = run_case(name, batch)
+            row = run_case(name, batch, args.diagnose)
             print(f"{name} batch {batch}: predicted {row['predicted_bytes'] / MiB:.0f} MiB, "
                   f"measured {row['measured_bytes'] / MiB:.0f} MiB ({100 * row['error']:+.0f}%)",
                   flush=True)
             doc["rows"].append(row)
     os.makedirs(args.out, exist_ok=True)
-    write_json(os.path.join(args.out, "memory_fidelity.json"), doc)
+    path = os.path.join(args.out, "memory_fidelity.json")
+    doc["rows"] = merged(path, doc["rows"])
+    write_json(path, doc)
     with open(os.path.join(args.out, "memory_fidelity.md"), "w", encoding="utf-8") as f:
         f.write(markdown(doc))
 
