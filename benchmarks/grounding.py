@@ -237,7 +237,7 @@ def calibrate(rows: list[dict[str, Any]]) -> None:
         r["calibrated_error_1"] = r["calibrated_1"] / r["published_1"] - 1
         r["efficiency_simulated"] = efficiency(r["simulated_8"], r["simulated_1"])
         r["efficiency_calibrated"] = efficiency(r["calibrated_8"], r["calibrated_1"])
-        r["efficiency_factors_only"] = r["calibrated_1_s"] / r["calibrated_8_s"]
+        r["efficiency_factors_only"] = launched(r, 0.0)
 
 
 def markdown(doc: dict[str, Any], level: str = "#") -> str:

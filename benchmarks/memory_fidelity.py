@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -93,36 +92,24 @@ def measure(zoo_name: str, kwargs: dict, batch: int, grappler: bool = True) -> d
 
 def in_order(step: Any, started: dict[str, int], views: bool = False) -> float:
     """The model's peak of ``step`` on one device, its ops run in the order of ``started``
-    (op -> start in TensorFlow's trace; an op it does not list runs once ready, at its
-    readiness); with ``views``, a ``ReadVariableOp``'s output holds no bytes of its own."""
-    import heapq
-
-    from fastt.costs.memory import MemoryModel
-    from fastt.sched.search.memory_fit import _UnitCosts
-    from fastt.sched.sim.problem import Device, Problem
+    (op -> start in TensorFlow's trace; an op it does not list, at the latest start of its
+    inputs: once ready); with ``views``, a ``ReadVariableOp``'s output holds no bytes of its
+    own."""
+    from fastt.sched.search.memory_fit import one_device_problem
+    from fastt.sched.sim.schedule import by_start
     from fastt.sched.sim.simulate import simulate
-    mem = MemoryModel.from_graph(step)
-    p = Problem.from_graph(step, [Device("/job:localhost/replica:0/task:0/device:CPU:0")],
-                           _UnitCosts(), persistent=mem.persistent)
+    p = one_device_problem(step)
     if views:
         reads = {i for i, n in enumerate(p.names) if step[n].type == "ReadVariableOp"}
         for pred in p.preds:
             for m, e in pred:
                 if m in reads:
                     p.edge_tensors[e] = [(key, 0.0) for key, _ in p.edge_tensors[e]]
-    key = [float(started.get(n, math.inf)) for n in p.names]
-    waiting = [len(pred) for pred in p.preds]
-    ready = [(key[i], i) for i in range(p.n) if not waiting[i]]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        at, i = heapq.heappop(ready)
-        order.append(i)
-        for j, _ in p.succs[i]:
-            waiting[j] -= 1
-            if not waiting[j]:
-                heapq.heappush(ready, (key[j] if key[j] < math.inf else at, j))
-    return simulate(p, [0] * p.n, [order]).peak_memory[0]
+    start = [0.0] * p.n
+    for i in p.topo:
+        start[i] = float(started.get(p.names[i], max((start[m] for m, _ in p.preds[i]),
+                                                     default=0.0)))
+    return simulate(p, [0] * p.n, [by_start(p, start)]).peak_memory[0]
 
 
 def _one(name: str, batch: int, grappler: bool = True) -> dict:

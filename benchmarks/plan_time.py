@@ -32,8 +32,8 @@ from benchmarks.common import cpu_model, machine, timed_on  # noqa: E402
 from benchmarks.simulated import STRONG, WEAK, gpus  # noqa: E402
 
 TARGET_S = 60.0
-SPECS = list(STRONG) + [s for s in WEAK + zoo_models.HELD_OUT_DEVICES if s not in STRONG]
 PLANNED = {"strong": STRONG, "weak": WEAK, "held-out": zoo_models.HELD_OUT_DEVICES}
+SPECS = list(dict.fromkeys(s for specs in PLANNED.values() for s in specs))  # rows' order
 
 
 def _held_out(name: str) -> zoo_models.Model:

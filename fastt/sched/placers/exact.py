@@ -30,7 +30,6 @@ no better point than the list schedules in 10 s.
 """
 from __future__ import annotations
 
-import heapq
 import logging
 import multiprocessing as mp
 import time
@@ -44,7 +43,7 @@ from fastt.errors import Declined, DoesNotFit
 from fastt.sched.placers import baselines
 from fastt.sched.placers.dpos import dpos
 from fastt.sched.sim.problem import Problem
-from fastt.sched.sim.schedule import Schedule
+from fastt.sched.sim.schedule import Schedule, by_start
 
 log = logging.getLogger("fastt")
 
@@ -211,7 +210,7 @@ def solve(p: Problem, time_limit: float | None = None) -> ExactResult:
     if found is not None:
         device = [int(np.argmax(found[x(i, 0):x(i, 0) + D])) for i in range(n)]
         start = found[s0:c_col]
-        solved = baselines.timed(p, device, _by_start(p, start))
+        solved = baselines.timed(p, device, by_start(p, start))
         if solved.makespan < schedule.makespan - 1e-12:
             schedule, from_solver = solved, True
     span = schedule.makespan
@@ -277,24 +276,6 @@ def _best_heuristic(p: Problem) -> Schedule:
     if not plans:
         raise DoesNotFit("no list scheduler fits the graph in the devices' memory")
     return min(plans, key=lambda s: s.makespan)
-
-
-def _by_start(p: Problem, start: np.ndarray) -> list[int]:
-    """The ops by start time, never one before its predecessors (a solver's start times
-    may break a tie between an op and a successor by a rounding error)."""
-    pos = {i: k for k, i in enumerate(p.topo)}
-    waiting = [len(p.preds[i]) for i in range(p.n)]
-    ready = [(float(start[i]), pos[i], i) for i in range(p.n) if not waiting[i]]
-    heapq.heapify(ready)
-    out: list[int] = []
-    while ready:
-        _, _, i = heapq.heappop(ready)
-        out.append(i)
-        for j, _ in p.succs[i]:
-            waiting[j] -= 1
-            if not waiting[j]:
-                heapq.heappush(ready, (float(start[j]), pos[j], j))
-    return out
 
 
 def exact(p: Problem, time_limit: float | None = None) -> Schedule:

@@ -22,10 +22,16 @@ def peak_memory_one_device(graph: Graph) -> float:
     """Bytes the graph needs on one device: variables plus the peak of live outputs when its
     ops run one after another in topological order (a unit of time each). Outputs of
     aliasing ops (Identity, ReadVariableOp...) are counted too: an over-estimate."""
+    p = one_device_problem(graph)
+    return simulate(p, [0] * p.n, [p.topo]).peak_memory[0]
+
+
+def one_device_problem(graph: Graph) -> Problem:
+    """The graph compiled for ``peak_memory_one_device``: on one device, a unit of time an
+    op, its variables' bytes persistent."""
     mem = MemoryModel.from_graph(graph)
     dev = [Device("/job:localhost/replica:0/task:0/device:CPU:0")]
-    p = Problem.from_graph(graph, dev, _UnitCosts(), persistent=mem.persistent)
-    return simulate(p, [0] * p.n, [p.topo]).peak_memory[0]
+    return Problem.from_graph(graph, dev, _UnitCosts(), persistent=mem.persistent)
 
 
 class _UnitCosts(CostSource):

@@ -1,8 +1,10 @@
 """A schedule (device, start and finish of every op) and the per-device timeline placers fill."""
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -156,3 +158,22 @@ def ready_times(p: Problem, i: int, device: list[int], finish: list[float]) -> l
             if t > ready[d]:
                 ready[d] = t
     return ready
+
+
+def by_start(p: Problem, start: "Sequence[float] | np.ndarray") -> list[int]:
+    """The ops of ``p`` by ``start`` (per op), never one before its predecessors (a solver's
+    or a trace's start times may put an op before a predecessor by a rounding error); ties
+    in ``p.topo``'s order. O((n + e) log n)."""
+    pos = {i: k for k, i in enumerate(p.topo)}
+    waiting = [len(p.preds[i]) for i in range(p.n)]
+    ready = [(float(start[i]), pos[i], i) for i in range(p.n) if not waiting[i]]
+    heapq.heapify(ready)
+    out: list[int] = []
+    while ready:
+        _, _, i = heapq.heappop(ready)
+        out.append(i)
+        for j, _ in p.succs[i]:
+            waiting[j] -= 1
+            if not waiting[j]:
+                heapq.heappush(ready, (float(start[j]), pos[j], j))
+    return out
