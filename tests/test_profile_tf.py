@@ -33,9 +33,11 @@ def test_every_op_that_ran_has_a_compute_entry_and_coverage_is_high(profiled):
             assert models.compute.has(op, device), (op, device)
     used = {d for p in profiles for d in p.placement.values()}
     assert used == set(DEVICES)  # both devices ran ops
-    # The convolutions (and their gradients) dominate measured compute time.
-    top = max(models.compute.means().items(), key=lambda kv: kv[1])[0][0]
-    assert "Conv2D" in top or "conv" in top
+    # The convolutions and their gradients take most of the measured compute
+    # (about three quarters here); their kernels' times reach their ops.
+    means = models.compute.means()
+    conv = sum(t for (op, _), t in means.items() if "conv" in op.lower())
+    assert conv > 0.5 * sum(means.values()), sorted(means.items(), key=lambda kv: -kv[1])[:5]
 
 
 def test_requested_placement_is_what_ran(profiled):
