@@ -93,23 +93,16 @@ def measure(zoo_name: str, kwargs: dict, batch: int, grappler: bool = True) -> d
 def in_order(step: Any, started: dict[str, int], views: bool = False) -> float:
     """The model's peak of ``step`` on one device, its ops run in the order of ``started``
     (op -> start in TensorFlow's trace; an op it does not list, at the latest start of its
-    inputs: once ready); with ``views``, a ``ReadVariableOp``'s output holds no bytes of its
-    own."""
-    from fastt.sched.search.memory_fit import one_device_problem
+    inputs: once ready); with ``views``, reads of variables share the variable's buffer as
+    the model counts them (``memory_fit.variable_reads``), else each is a copy."""
+    from fastt.sched.search.memory_fit import one_device_problem, peak_in_order, variable_reads
     from fastt.sched.sim.schedule import by_start
-    from fastt.sched.sim.simulate import simulate
     p = one_device_problem(step)
-    if views:
-        reads = {i for i, n in enumerate(p.names) if step[n].type == "ReadVariableOp"}
-        for pred in p.preds:
-            for m, e in pred:
-                if m in reads:
-                    p.edge_tensors[e] = [(key, 0.0) for key, _ in p.edge_tensors[e]]
     start = [0.0] * p.n
     for i in p.topo:
         start[i] = float(started.get(p.names[i], max((start[m] for m, _ in p.preds[i]),
                                                      default=0.0)))
-    return simulate(p, [0] * p.n, [by_start(p, start)]).peak_memory[0]
+    return peak_in_order(p, by_start(p, start), variable_reads(step, p) if views else None)
 
 
 def _one(name: str, batch: int, grappler: bool = True) -> dict:

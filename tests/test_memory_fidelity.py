@@ -60,7 +60,7 @@ def test_a_rerun_of_some_cases_keeps_the_others(tmp_path):
 def test_the_memory_model_predicts_the_peak_tensorflows_allocator_reports():
     """A small BERT's training step on one device: fastt's peak of live bytes against the
     peak bytes in use of TensorFlow's BFC allocator (its GPUs' allocator) in a traced step,
-    in a process of its own; within 15% (+6% measured at batches 8 and 32)."""
+    in a process of its own; within 15% (the benchmark report has the figures)."""
     row = mf.run_case("bert_small", 8)
     assert row["measured_bytes"] > 0 and row["predicted_bytes"] > 0, row
     assert abs(row["error"]) <= 0.15, row

@@ -1,29 +1,109 @@
-"""Whether data parallelism fits the devices' memory: the data-parallel graph's peak of live
-bytes per device, its ops replayed in topological order a unit of time each (and the same
-peak for the whole graph on one device)."""
+"""Memory of a training step: the peak of live bytes of the whole graph on one device, its ops
+in the order TensorFlow's executor runs them, reads of variables sharing the variable's buffer;
+and whether data parallelism fits the devices (the data-parallel graph's peak per device, its
+ops replayed in topological order a unit of time each)."""
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
+from fastt.costs import bfc
 from fastt.costs.memory import MemoryModel
 from fastt.costs.source import CostSource
 from fastt.devices import same_process
-from fastt.ir import Graph
+from fastt.ir import Graph, writes_variable
+from fastt.op_types import INLINE_TYPES, READS, SPARSE_ACCESS_PREFIXES
 from fastt.sched.placers import baselines
 from fastt.passes.allreduce import BUCKET_BYTES, all_reduce
 from fastt.passes.data_parallel import data_parallel
 from fastt.sched.sim.problem import Device, Problem
+from fastt.sched.sim.schedule import executor_order
+from fastt.sched.sim.sim_loops import needs_of
 from fastt.sched.sim.simulate import simulate
 
 
-def peak_memory_one_device(graph: Graph) -> float:
-    """Bytes the graph needs on one device: variables plus the peak of live outputs when its
-    ops run one after another in topological order (a unit of time each). Outputs of
-    aliasing ops (Identity, ReadVariableOp...) are counted too: an over-estimate."""
+def peak_memory_one_device(graph: Graph, gpu: bool = False) -> float:
+    """Bytes TensorFlow's BFC allocator holds at the peak of the graph's steps on one device
+    (``fastt.costs.bfc``): its variables, then its outputs as they live when its ops run one
+    at a time in the order TensorFlow's executor runs them (``executor_order``; on a GPU every
+    kernel is inexpensive, so ops run in the order they become ready). A read of a variable
+    shares the variable's buffer (``variable_reads``). Other aliasing ops (Identity,
+    Reshape...) are counted as copies: an over-estimate while both are live."""
     p = one_device_problem(graph)
-    return simulate(p, [0] * p.n, [p.topo]).peak_memory[0]
+    inline = [gpu or graph[n].type in INLINE_TYPES for n in p.names]
+    tensors = live_tensors(p, executor_order(p, inline), variable_reads(graph, p))
+    return float(bfc.peak_bytes_in_use(p.persistent, tensors))
+
+
+def variable_reads(graph: Graph, p: Problem) -> dict[int, list[int]]:
+    """The reads of a variable among the ops of ``p`` (``ReadVariableOp``, or the Identity of
+    a reference variable) -> the ops of ``p`` that write that variable. A read shares the
+    variable's buffer; an update that runs while the read is still needed copies the
+    variable first (copy on write), leaving the old buffer to the read. A variable the step
+    accesses sparsely (an embedding's gather) is in copy-on-read mode: its reads are copies,
+    not listed."""
+    writers: dict[str, list[int]] = {}
+    sparse: set[str] = set()  # variables in copy-on-read mode: each read is a copy
+    for i, name in enumerate(p.names):
+        op = graph[name]
+        if writes_variable(op):
+            for r in op.inputs:
+                writers.setdefault(r.op, []).append(i)
+        if op.type.startswith(SPARSE_ACCESS_PREFIXES) and op.inputs:
+            sparse.add(op.inputs[0].op)
+    out: dict[int, list[int]] = {}
+    for i, name in enumerate(p.names):
+        op = graph[name]
+        var = op.inputs[0].op if op.type in READS and op.inputs else None
+        if var is not None and var in graph and graph[var].is_variable and var not in sparse:
+            out[i] = writers.get(var, [])
+    return out
+
+
+def live_tensors(p: Problem, order: Sequence[int],
+                 views: Mapping[int, Sequence[int]] | None = None
+                 ) -> list[tuple[int, int, float]]:
+    """The outputs of ``p`` that hold bytes when its ops run one at a time in ``order`` on one
+    device, as (begin, end, bytes) in positions of ``order``: from the producer until the last
+    consumer is done (``simulate``'s rule, a unit of time an op). The outputs of the ops of
+    ``views`` (op -> the ops that write what it views) hold bytes of their own only from the
+    first of those writes that runs while they are needed (a copy on write). O(n + e)."""
+    views = views or {}
+    pos = [0] * p.n
+    for k, i in enumerate(order):
+        pos[i] = k
+    made: dict[object, tuple[int, float]] = {}
+    last: dict[object, int] = {}
+    for j, needs in enumerate(needs_of(p)):
+        for m, key, nbytes in needs:
+            if nbytes > 0:
+                made.setdefault(key, (m, nbytes))
+                last[key] = max(last.get(key, 0), pos[j])
+    out = []
+    for key, (m, nbytes) in made.items():
+        begin, end = pos[m], last[key] + 1
+        if m in views:
+            writes = [pos[w] for w in views[m] if begin < pos[w] < end]
+            if not writes:
+                continue
+            begin = min(writes)
+        out.append((begin, end, nbytes))
+    return out
+
+
+def peak_in_order(p: Problem, order: Sequence[int],
+                  views: Mapping[int, Sequence[int]] | None = None) -> float:
+    """The peak of live bytes on one device when the ops of ``p`` run one at a time in
+    ``order``: the persistent bytes plus the most bytes of ``live_tensors`` at once (frees
+    before allocations at the same time). O(n + e + t log t) for t tensors."""
+    events = sorted(e for b, f, nbytes in live_tensors(p, order, views)
+                    for e in ((b, 1, nbytes), (f, 0, -nbytes)))
+    live = peak = 0.0
+    for _, _, delta in events:
+        live += delta
+        peak = max(peak, live)
+    return sum(p.persistent) + peak
 
 
 def one_device_problem(graph: Graph) -> Problem:
@@ -82,7 +162,7 @@ def data_parallel_fitting(graph: Graph, devices: Sequence[Device], ring: bool = 
         p = Problem.from_graph(dp, devices, _UnitCosts(), persistent=mem.persistent)
     device = baselines.replica_devices(p, dp)
     orders: list[list[int]] = [[] for _ in range(D)]
-    for i in p.topo:  # as peak_memory_one_device: each device in topological order
+    for i in p.topo:  # each device in topological order
         orders[device[i]].append(i)
     peaks = simulate(p, device, orders).peak_memory
     return dp if all(m <= d.memory for m, d in zip(peaks, devices)) else None

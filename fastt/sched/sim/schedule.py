@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -176,4 +177,45 @@ def by_start(p: Problem, start: "Sequence[float] | np.ndarray") -> list[int]:
             waiting[j] -= 1
             if not waiting[j]:
                 heapq.heappush(ready, (float(start[j]), pos[j], j))
+    return out
+
+
+def executor_order(p: Problem, inline: Sequence[bool]) -> list[int]:
+    """The order in which TensorFlow's executor runs the ops of ``p`` on one device with one
+    inter-op thread; ``inline[i]``: op i's kernel is inexpensive (run on the thread that made
+    it ready, in the order made ready). The inexpensive ops without inputs run first; then,
+    each time an op finishes, the ops it makes ready are taken in the order of its output
+    edges: the inexpensive ones queued to run inline, the last expensive one run inline too
+    when nothing else is, and the other expensive ones pushed on the front of the thread's
+    queue (the thread pool's own thread pops its queue from the front: last in, first out),
+    which is read only when nothing is left to run inline. So one chain of expensive ops runs
+    on while the branches it leaves wait, newest first: a recurrent net's top layer runs its
+    whole backward pass before the layer below starts its own. O(n + e)."""
+    waiting = [len(pred) for pred in p.preds]
+    roots = [i for i in p.topo if not waiting[i]]
+    queue = deque(i for i in roots if not inline[i])
+    now = deque(i for i in roots if inline[i])
+    out: list[int] = []
+    while now or queue:
+        if not now:
+            now.append(queue.popleft())
+        while now:
+            i = now.popleft()
+            out.append(i)
+            last = -1  # the last expensive op made ready
+            for j, _ in p.succs[i]:
+                waiting[j] -= 1
+                if waiting[j]:
+                    continue
+                if inline[j]:
+                    now.append(j)
+                    continue
+                if last >= 0:
+                    queue.appendleft(last)
+                last = j
+            if last >= 0:
+                if now:
+                    queue.appendleft(last)
+                else:
+                    now.append(last)
     return out
