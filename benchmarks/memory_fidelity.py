@@ -46,6 +46,12 @@ CASES: dict[str, tuple[str, dict, tuple[int, ...]]] = {
     "alexnet": ("alexnet_v2", {"image_size": 224}, (32, 128)),
     "lstm_lm": ("lstm_lm", {"layers": 2, "hidden": 1024, "seq_len": 20, "vocab": 10000},
                 (16, 64)),
+    "resnet_v2_50": ("resnet_v2_50", {"image_size": 224}, (8, 32)),
+    "vgg_16": ("vgg_16", {"image_size": 224}, (8, 32)),
+    "transformer": ("transformer", {"layers": 6, "d_model": 512, "heads": 8, "d_ff": 2048,
+                                    "seq_len": 64, "vocab": 8000}, (8, 32)),
+    "gnmt": ("gnmt", {"layers": 2, "hidden": 512, "src_len": 20, "tgt_len": 20,
+                      "src_vocab": 8000, "tgt_vocab": 8000}, (16, 64)),
 }
 
 
@@ -94,15 +100,15 @@ def in_order(step: Any, started: dict[str, int], views: bool = False) -> float:
     """The model's peak of ``step`` on one device, its ops run in the order of ``started``
     (op -> start in TensorFlow's trace; an op it does not list, at the latest start of its
     inputs: once ready); with ``views``, reads of variables share the variable's buffer as
-    the model counts them (``memory_fit.variable_reads``), else each is a copy."""
-    from fastt.sched.search.memory_fit import one_device_problem, peak_in_order, variable_reads
+    the model counts them (``memory_fit.variable_access``), else each is a copy."""
+    from fastt.sched.search.memory_fit import one_device_problem, peak_in_order, variable_access
     from fastt.sched.sim.schedule import by_start
     p = one_device_problem(step)
     start = [0.0] * p.n
     for i in p.topo:
         start[i] = float(started.get(p.names[i], max((start[m] for m, _ in p.preds[i]),
                                                      default=0.0)))
-    return peak_in_order(p, by_start(p, start), variable_reads(step, p) if views else None)
+    return peak_in_order(p, by_start(p, start), variable_access(step, p) if views else None)
 
 
 def _one(name: str, batch: int, grappler: bool = True) -> dict:
@@ -162,8 +168,9 @@ def markdown(doc: dict, heading: str = "#") -> str:
                      f"{r['predicted_bytes'] / MiB:.0f} | {r['measured_bytes'] / MiB:.0f} | "
                      f"{100 * r['error']:+.0f}% |")
     if errors:
+        models = len({r["case"] for r in rows})
         lines += ["", f"Median absolute error {100 * statistics.median(errors):.0f}%, worst "
-                      f"{100 * max(errors):.0f}% over {len(rows)} cases."]
+                      f"{100 * max(errors):.0f}% over {len(rows)} rows of {models} models."]
     diagnosed = [r for r in rows if "diagnosis" in r]
     if diagnosed:
         lines += ["", "Where the error comes from (`--diagnose`): the same step measured with "

@@ -5,9 +5,9 @@ import random
 import pytest
 
 from fastt.costs.bfc import BFC, peak_bytes_in_use
-from fastt.ir import Graph, Op, TensorRef, TensorSpec
+from fastt.ir import Graph, Op, TensorSpec
 from fastt.sched.search.memory_fit import (one_device_problem, peak_in_order,
-                                           peak_memory_one_device, variable_reads)
+                                           peak_memory_one_device, variable_access)
 from fastt.sched.sim.schedule import executor_order
 from fastt.sched.sim.simulate import simulate
 from tests.helpers import op
@@ -87,8 +87,10 @@ def _variable_graph(update_after: str) -> Graph:
 def test_a_read_shares_its_variables_buffer_until_an_update_copies_it():
     done_first = _variable_graph(update_after="late")  # the read is done with: no copy
     p = one_device_problem(done_first)
-    reads = variable_reads(done_first, p)
-    assert {p.names[i]: [p.names[w] for w in ws] for i, ws in reads.items()} == {"r": ["u"]}
+    reads = variable_access(done_first, p)
+    assert {p.names[i]: [p.names[w] for w in ws] for i, ws in reads.views.items()} == \
+        {"r": ["u"]}
+    assert reads.copies == {}
     order = [p.index[n] for n in ("v", "g", "r", "early", "late", "u", "end")]
     assert peak_in_order(p, order, reads) == pytest.approx(8000, abs=16)  # v and g
     assert peak_in_order(p, order) == pytest.approx(12000, abs=16)  # the read a copy
@@ -135,3 +137,30 @@ def test_freed_neighbours_merge_and_regions_double():
 def test_a_step_that_frees_and_reallocates_keeps_the_same_peak_each_step():
     tensors = [(0, 2, 3 * MiB), (1, 3, 1 * MiB), (2, 4, 3 * MiB)]
     assert peak_bytes_in_use([MiB], tensors, steps=1) == peak_bytes_in_use([MiB], tensors)
+
+
+def test_a_write_that_gives_a_variable_a_new_buffer_holds_both_while_it_runs():
+    # a 1 MiB variable; at time 1 a write gives it a new buffer (both held), at 2 the old
+    # one is freed
+    assert peak_bytes_in_use([MiB], [], swaps=[(1, 0)]) == 2 * MiB
+    # with a 0.5 MiB tensor live over [0, 3): the first step's new buffer comes from a second
+    # region (2.5 MiB in use); in the next, the first region is free again, the tensor takes
+    # its first 0.5 MiB and the new buffer the whole 1.5 MiB chunk beside it, not split
+    # (less than twice the request): 0.5 + 1.5 + the variable's 1 MiB
+    tensors = [(0, 3, 0.5 * MiB)]
+    assert peak_bytes_in_use([MiB], tensors, swaps=[(1, 0)], steps=1) == 2.5 * MiB
+    assert peak_bytes_in_use([MiB], tensors, swaps=[(1, 0)], steps=2) == 3 * MiB
+
+
+def test_a_dense_write_of_a_sparsely_accessed_variable_copies_it():
+    var = Op("emb", "VarHandleOp", outputs=(TensorSpec("resource", ()),), is_variable=True,
+             attrs={"shape": [BIG], "dtype": "float32"})
+    g = Graph([var, op("ids", "Placeholder", out=((4,),), dtype="int32"),
+               op("rows", "ResourceGather", ["emb", "ids"], out=((4,),)),
+               op("r", "ReadVariableOp", ["emb"], out=((BIG,),)),
+               op("w", "AssignVariableOp", ["emb", "r"], control=["rows"], out=(),
+                  stateful=True)])
+    p = one_device_problem(g)
+    access = variable_access(g, p)
+    assert access.views == {}  # copy-on-read: the read is a copy
+    assert {p.names[w]: p.names[v] for w, v in access.copies.items()} == {"w": "emb"}

@@ -11,7 +11,7 @@ region is allocated, each twice the size of the one before (from 2 MiB, at least
 from __future__ import annotations
 
 import bisect
-from typing import Iterable, Sequence
+from typing import Sequence
 
 ALIGN = 256
 MAX_INTERNAL_FRAGMENTATION = 128 << 20
@@ -84,22 +84,34 @@ class BFC:
         bisect.insort(self.free, (size, a))
 
 
-def peak_bytes_in_use(persistent: Iterable[float],
-                      tensors: Sequence[tuple[int, int, float]], steps: int = 3) -> int:
-    """The allocator's peak of bytes in use when ``persistent`` buffers (the variables) are
-    allocated first and then ``steps`` steps run, each allocating every tensor of ``tensors``
-    (begin, end, bytes: live over [begin, end), frees before allocations at the same time)."""
+def peak_bytes_in_use(persistent: Sequence[float], tensors: Sequence[tuple[int, int, float]],
+                      swaps: Sequence[tuple[int, int]] = (), steps: int = 3) -> int:
+    """The allocator's peak of bytes in use when the ``persistent`` buffers (the variables)
+    are allocated first and then ``steps`` steps run, each allocating every tensor of
+    ``tensors`` (begin, end, bytes: live over [begin, end); frees before allocations at the
+    same time). ``swaps`` (time, k): a write at that time gives persistent buffer k a new
+    buffer of its size, the old one freed when the write is done."""
     bfc = BFC()
-    for nbytes in persistent:
-        if nbytes > 0:
-            bfc.allocate(nbytes)
+    buffers = {k: bfc.allocate(nbytes) for k, nbytes in enumerate(persistent) if nbytes > 0}
     events = sorted([(b, 1, k) for k, (b, _, _) in enumerate(tensors)] +
-                    [(e, 0, k) for k, (_, e, _) in enumerate(tensors)])
+                    [(e, 0, k) for k, (_, e, _) in enumerate(tensors)] +
+                    [(t, 1, -1 - s) for s, (t, _) in enumerate(swaps)] +
+                    [(t + 1, 0, -1 - s) for s, (t, _) in enumerate(swaps)])
     for _ in range(steps):
         held: dict[int, int] = {}
         for _, alloc, k in events:
+            if k >= 0:
+                if alloc:
+                    held[k] = bfc.allocate(tensors[k][2])
+                else:
+                    bfc.release(held.pop(k))
+                continue
+            var = swaps[-1 - k][1]
+            if var not in buffers:
+                continue
             if alloc:
-                held[k] = bfc.allocate(tensors[k][2])
+                held[k] = bfc.allocate(persistent[var])
             else:
-                bfc.release(held.pop(k))
+                bfc.release(buffers[var])
+                buffers[var] = held.pop(k)
     return bfc.peak

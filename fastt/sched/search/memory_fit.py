@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 from fastt.costs import bfc
 from fastt.costs.memory import MemoryModel
@@ -28,23 +29,35 @@ def peak_memory_one_device(graph: Graph, gpu: bool = False) -> float:
     (``fastt.costs.bfc``): its variables, then its outputs as they live when its ops run one
     at a time in the order TensorFlow's executor runs them (``executor_order``; on a GPU every
     kernel is inexpensive, so ops run in the order they become ready). A read of a variable
-    shares the variable's buffer (``variable_reads``). Other aliasing ops (Identity,
+    shares the variable's buffer, and a variable in copy-on-read mode gets a new buffer at
+    each write (``variable_access``). Other aliasing ops (Identity,
     Reshape...) are counted as copies: an over-estimate while both are live."""
     p = one_device_problem(graph)
-    inline = [gpu or graph[n].type in INLINE_TYPES for n in p.names]
-    tensors = live_tensors(p, executor_order(p, inline), variable_reads(graph, p))
-    return float(bfc.peak_bytes_in_use(p.persistent, tensors))
+    order = executor_order(p, [gpu or graph[n].type in INLINE_TYPES for n in p.names])
+    access = variable_access(graph, p)
+    pos = {i: k for k, i in enumerate(order)}
+    swaps = sorted((pos[w], var) for w, var in access.copies.items())
+    return float(bfc.peak_bytes_in_use(p.persistent, live_tensors(p, order, access), swaps))
 
 
-def variable_reads(graph: Graph, p: Problem) -> dict[int, list[int]]:
-    """The reads of a variable among the ops of ``p`` (``ReadVariableOp``, or the Identity of
-    a reference variable) -> the ops of ``p`` that write that variable. A read shares the
-    variable's buffer; an update that runs while the read is still needed copies the
-    variable first (copy on write), leaving the old buffer to the read. A variable the step
-    accesses sparsely (an embedding's gather) is in copy-on-read mode: its reads are copies,
-    not listed."""
+@dataclass
+class VariableAccess:
+    """How a step's ops use its variables' buffers (``variable_access``): ``views``, each read
+    that shares its variable's buffer -> the writes of that variable; ``copies``, each write
+    that gives its variable a new buffer -> the variable."""
+    views: dict[int, list[int]] = field(default_factory=dict)
+    copies: dict[int, int] = field(default_factory=dict)
+
+
+def variable_access(graph: Graph, p: Problem) -> VariableAccess:
+    """The reads and writes of variables among the ops of ``p``. A read (``ReadVariableOp``,
+    or the Identity of a reference variable) shares the variable's buffer; a write that runs
+    while the read is still needed copies the variable first (copy on write), leaving the old
+    buffer to the read. A variable the step accesses sparsely (an embedding's gather) is in
+    copy-on-read mode: its reads are copies (not views), and each dense write of it allocates
+    a new buffer while the old one is still held."""
     writers: dict[str, list[int]] = {}
-    sparse: set[str] = set()  # variables in copy-on-read mode: each read is a copy
+    sparse: set[str] = set()  # variables in copy-on-read mode
     for i, name in enumerate(p.names):
         op = graph[name]
         if writes_variable(op):
@@ -52,24 +65,28 @@ def variable_reads(graph: Graph, p: Problem) -> dict[int, list[int]]:
                 writers.setdefault(r.op, []).append(i)
         if op.type.startswith(SPARSE_ACCESS_PREFIXES) and op.inputs:
             sparse.add(op.inputs[0].op)
-    out: dict[int, list[int]] = {}
+    out = VariableAccess()
     for i, name in enumerate(p.names):
         op = graph[name]
-        var = op.inputs[0].op if op.type in READS and op.inputs else None
-        if var is not None and var in graph and graph[var].is_variable and var not in sparse:
-            out[i] = writers.get(var, [])
+        var = op.inputs[0].op if op.inputs else None
+        if var is None or var not in graph or not graph[var].is_variable:
+            continue
+        if op.type in READS and var not in sparse:
+            out.views[i] = writers.get(var, [])
+        elif var in sparse and writes_variable(op) and var in p.index and \
+                not op.type.startswith(SPARSE_ACCESS_PREFIXES):
+            out.copies[i] = p.index[var]
     return out
 
 
-def live_tensors(p: Problem, order: Sequence[int],
-                 views: Mapping[int, Sequence[int]] | None = None
+def live_tensors(p: Problem, order: Sequence[int], access: VariableAccess | None = None
                  ) -> list[tuple[int, int, float]]:
-    """The outputs of ``p`` that hold bytes when its ops run one at a time in ``order`` on one
-    device, as (begin, end, bytes) in positions of ``order``: from the producer until the last
-    consumer is done (``simulate``'s rule, a unit of time an op). The outputs of the ops of
-    ``views`` (op -> the ops that write what it views) hold bytes of their own only from the
-    first of those writes that runs while they are needed (a copy on write). O(n + e)."""
-    views = views or {}
+    """The buffers of ``p`` that hold bytes when its ops run one at a time in ``order`` on one
+    device, as (begin, end, bytes) in positions of ``order``: each output from its producer
+    until its last consumer is done (``simulate``'s rule, a unit of time an op). With
+    ``access``, a read that views its variable holds bytes of its own only from the first
+    write of the variable that runs while it is needed (a copy on write). O(n + e)."""
+    views = access.views if access else {}
     pos = [0] * p.n
     for k, i in enumerate(order):
         pos[i] = k
@@ -92,12 +109,12 @@ def live_tensors(p: Problem, order: Sequence[int],
     return out
 
 
-def peak_in_order(p: Problem, order: Sequence[int],
-                  views: Mapping[int, Sequence[int]] | None = None) -> float:
+def peak_in_order(p: Problem, order: Sequence[int], access: VariableAccess | None = None
+                  ) -> float:
     """The peak of live bytes on one device when the ops of ``p`` run one at a time in
     ``order``: the persistent bytes plus the most bytes of ``live_tensors`` at once (frees
     before allocations at the same time). O(n + e + t log t) for t tensors."""
-    events = sorted(e for b, f, nbytes in live_tensors(p, order, views)
+    events = sorted(e for b, f, nbytes in live_tensors(p, order, access)
                     for e in ((b, 1, nbytes), (f, 0, -nbytes)))
     live = peak = 0.0
     for _, _, delta in events:
