@@ -13,9 +13,10 @@ memory_fidelity.md.
 
 ``--diagnose`` also measures each case with grappler off (TensorFlow's graph as built, so that
 its ops are the model's) and replays the model in the order TensorFlow ran that step (the
-trace's start times; an op the trace does not list runs as soon as it is ready), once as it
-stands and once with every ``ReadVariableOp`` a view of its variable's buffer (no bytes of its
-own): what the model's error owes to its order of ops, and to counting each read as a copy.
+trace's start times; an op the trace does not list runs as soon as it is ready), live bytes
+summed without the allocator's chunks, once with every read a copy and once with reads sharing
+their variable's buffer as the model counts them: what the model's error owes to its order of
+ops, and to its reads.
 
 This is what the memory-driven plans rest on (issue [search], item 4): BERT-large at sequence
 length 64 and batch 24 is what each of two devices holds under data parallelism at a global

@@ -24,15 +24,6 @@ IGNORED_NODES = frozenset({"_SINK", "_SOURCE"})
 ALIASING_TYPES = frozenset({
     "ExpandDims", "Identity", "IdentityN", "PreventGradient", "ReadVariableOp", "Reshape",
     "Snapshot", "Squeeze", "StopGradient"})
-#: Ops whose CPU kernels declare themselves inexpensive: TensorFlow's executor runs them inline
-#: on the thread that made them ready (``fastt.sched.sim.schedule.executor_order``); every other
-#: kernel starts out expensive (until its measured cost, decaying from 1e8 cycles by a tenth a
-#: run, falls under 8000 cycles, some ninety steps in).
-INLINE_TYPES = frozenset({
-    "Const", "Enter", "Exit", "ExpandDims", "HostConst", "Identity", "IdentityN", "LoopCond",
-    "Merge", "NextIteration", "NoOp", "PreventGradient", "Rank", "ReadVariableOp", "RefEnter",
-    "RefExit", "RefNextIteration", "Reshape", "Shape", "ShapeN", "Size", "Snapshot", "Squeeze",
-    "StopGradient", "StridedSliceGrad", "Switch", "VarHandleOp", "_HostConst"})
 #: Ops that read or write a resource variable sparsely: from then on TensorFlow keeps the
 #: variable in copy-on-read mode, where every dense read copies its buffer.
 SPARSE_ACCESS_PREFIXES = ("ResourceGather", "ResourceScatter", "ResourceSparseApply")
@@ -72,6 +63,12 @@ MAYBE_BATCH = frozenset({
 READS = frozenset({"Identity", "ReadVariableOp"})
 #: Ops that read only their input's shape.
 SHAPE_OPS = frozenset({"Rank", "Shape", "ShapeN", "Size"})
+#: Ops whose CPU kernels declare themselves inexpensive: TensorFlow's executor runs them inline
+#: on the thread that made them ready (``fastt.sched.sim.schedule.executor_order``); every other
+#: kernel starts out expensive (until its measured cost, decaying from 1e8 cycles by a tenth a
+#: run, falls under 8000 cycles, some ninety steps in).
+INLINE_TYPES = ALIASING_TYPES | LOOP_TYPES | SHAPE_OPS | frozenset({
+    "Const", "HostConst", "Merge", "NoOp", "StridedSliceGrad", "Switch", "VarHandleOp"})
 #: Linear ops: applied to a sum of parts, they are applied part by part.
 LINEAR = frozenset({"Add", "AddN", "AddV2", "Identity"})
 #: Contractions: oneDNN fuses an epilogue into them.
