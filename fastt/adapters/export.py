@@ -195,6 +195,9 @@ def _synthesise(op: Op) -> list[node_def_pb2.NodeDef]:
         node.attr["validate_shape"].b = True
     elif op.type == "IdentityN":
         node.attr["T"].list.type.extend(_enum(t.dtype) for t in op.outputs)
+    elif op.type == "Fill":
+        node.attr["T"].type = _enum(op.attrs["T"])
+        node.attr["index_type"].type = _enum("int32")
     elif op.type == "Shape":
         node.attr["T"].type = _enum(op.attrs["T"])
         node.attr["out_type"].type = _enum(op.attrs["out_type"])

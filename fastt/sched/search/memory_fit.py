@@ -16,8 +16,10 @@ from fastt.devices import same_process
 from fastt.ir import Graph, writes_variable
 from fastt.op_types import INLINE_TYPES, READS, SPARSE_ACCESS_PREFIXES
 from fastt.sched.placers import baselines
+from fastt.errors import DoesNotFit
+from fastt.passes.accumulate import accumulate
 from fastt.passes.allreduce import BUCKET_BYTES, all_reduce
-from fastt.passes.data_parallel import data_parallel
+from fastt.passes.data_parallel import batch_size, data_parallel
 from fastt.sched.sim.problem import Device, Problem
 from fastt.sched.sim.schedule import executor_order
 from fastt.sched.sim.sim_loops import needs_of
@@ -183,3 +185,42 @@ def data_parallel_fitting(graph: Graph, devices: Sequence[Device], ring: bool = 
         orders[device[i]].append(i)
     peaks = simulate(p, device, orders).peak_memory
     return dp if all(m <= d.memory for m, d in zip(peaks, devices)) else None
+
+
+#: The micro-batch counts gradient accumulation is tried with, fewest first
+MICRO_BATCH_COUNTS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+ACCUMULATED_OPS = 2_000_000  # the largest accumulated graph built
+
+
+@dataclass
+class Accumulation:
+    """A graph whose batch runs as ``micro_batches`` micro-batches in turn (``accumulate``),
+    and its peak on one device (bytes, ``peak_memory_one_device``)."""
+    micro_batches: int
+    graph: Graph
+    peak: float
+
+
+def accumulation_fitting(graph: Graph, limit: float, gpu: bool = False) -> Accumulation:
+    """The fewest micro-batches (of ``MICRO_BATCH_COUNTS``, at most the batch) whose
+    accumulated graph holds at most ``limit`` bytes on one device; ``DoesNotFit`` saying
+    the least any held, and by how much it is over, when none does (``Declined`` when the
+    graph cannot run in micro-batches). The peak falls with the micro-batches until the
+    variables and their gradients dominate: the search stops there. O(sum of the tried
+    graphs' sizes)."""
+    B = batch_size(graph)
+    best: Accumulation | None = None
+    for m in MICRO_BATCH_COUNTS:
+        if m > B or m * len(graph) > ACCUMULATED_OPS:
+            break
+        g = accumulate(graph, m)
+        tried = Accumulation(m, g, peak_memory_one_device(g, gpu))
+        if tried.peak <= limit:
+            return tried
+        if best is not None and tried.peak > 0.98 * best.peak:
+            break  # no longer falling
+        best = tried if best is None or tried.peak < best.peak else best
+    least = "" if best is None else (
+        f"; the least, {best.peak / 2 ** 20:.1f} MiB in {best.micro_batches} micro-batches, "
+        f"is {(best.peak - limit) / 2 ** 20:.1f} MiB over")
+    raise DoesNotFit(f"no gradient accumulation fits {limit / 2 ** 20:.1f} MiB{least}")

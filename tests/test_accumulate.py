@@ -1,0 +1,89 @@
+"""Gradient accumulation (``fastt.passes.accumulate``): the batch run as micro-batches in turn
+trains like the whole batch, holds less memory, and is declined where it cannot run so."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fastt import zoo
+from fastt.adapters.rewrite import rewrite
+from fastt.adapters.tf_import import from_tf_graph
+from fastt.errors import Declined, DoesNotFit
+from fastt.passes.accumulate import GATE, accumulate
+from fastt.passes.replicas import replica_of
+from fastt.sched.search.memory_fit import accumulation_fitting, peak_memory_one_device
+from fastt.sched.strategy import Strategy
+
+tf1 = tf.compat.v1
+CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
+STEPS = 4
+
+
+def _losses_and_variables(m, graph_def, ir):
+    g = tf.Graph()
+    with g.as_default():
+        tf1.import_graph_def(graph_def, name="")
+        names = sorted(op.name for op in ir if op.type == "VarHandleOp")
+        reads = [tf1.raw_ops.ReadVariableOp(resource=g.get_tensor_by_name(v + ":0"),
+                                            dtype=tf.as_dtype(ir[v].attrs["dtype"]))
+                 for v in names]
+    with tf1.Session(graph=g) as sess:
+        sess.run(g.get_operation_by_name(m.init.name))
+        feed = {g.get_tensor_by_name(k + ":0"): v for k, v in m.feeds.items()}
+        losses = [sess.run([g.get_tensor_by_name(m.loss.name),
+                            g.get_operation_by_name(m.train_op.name)], feed)[0]
+                  for _ in range(STEPS)]
+        return losses, sess.run(reads)
+
+
+def _accumulated(ir, m, k):
+    acc = accumulate(ir, k)
+    s = Strategy("accumulation", [CPU], acc, {o.name: CPU for o in acc}, [], 0.0, 0.0, 0.0,
+                 replicas=k, fetches=[m.train_op.name, m.loss.name])
+    return rewrite(ir, s, enforce_order=False)
+
+
+@pytest.mark.parametrize("name,kwargs,tol", [
+    ("mlp", {"batch_size": 64, "opt": "momentum"}, 0.0),  # tf.losses' mean: AddN in order
+    ("lstm_lm", {"batch_size": 16, "opt": "adam"}, 1e-5),
+    ("transformer", {"batch_size": 8, "opt": "sgd"}, 1e-5),
+])
+def test_accumulated_steps_train_like_the_whole_batch(name, kwargs, tol):
+    m = zoo.build(name, **kwargs)
+    ir = from_tf_graph(m.graph)
+    want = _losses_and_variables(m, m.graph.as_graph_def(), ir)
+    for k in (2, 4):
+        got = _losses_and_variables(m, _accumulated(ir, m, k), ir)
+        if tol == 0.0 and k == 2:  # two partial gradients: nothing to reassociate
+            np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_allclose(got[0], want[0], rtol=max(tol, 1e-6), atol=1e-7,
+                                   err_msg=f"{name}, {k} micro-batches: losses per step")
+        for a, b in zip(got[1], want[1]):
+            np.testing.assert_allclose(a, b, rtol=max(tol, 1e-5), atol=1e-6)
+
+
+def test_micro_batches_run_in_turn_and_hold_less():
+    m = zoo.build("mlp", batch_size=4096, hidden=(1024, 1024))
+    step = from_tf_graph(m.graph).fan_in([m.train_op.name, m.loss.name])
+    whole = peak_memory_one_device(step)
+    peaks = []
+    for k in (2, 4):
+        acc = accumulate(step, k)
+        first = [op for op in acc if replica_of(op) == 1 and not any(
+            replica_of(acc[s]) == 1 for s in acc.predecessors(op.name))]
+        assert first and all(f"{GATE}0" in op.control_inputs for op in first)
+        gate = acc[f"{GATE}0"]
+        assert gate.control_inputs and all(replica_of(acc[c]) == 0 for c in gate.control_inputs)
+        peaks.append(peak_memory_one_device(acc))
+    # activations dominate: each halving of the micro-batch saves a good share
+    assert peaks[0] < 0.75 * whole and peaks[1] < 0.85 * peaks[0], (whole, peaks)
+    fit = accumulation_fitting(step, (peaks[0] + peaks[1]) / 2)
+    assert fit.micro_batches in (3, 4) and fit.peak <= (peaks[0] + peaks[1]) / 2
+    with pytest.raises(DoesNotFit, match="MiB over"):
+        accumulation_fitting(step, 4 * 2 ** 20)  # less than the variables hold
+
+
+def test_batch_norm_in_training_is_declined_with_the_op_named():
+    m = zoo.build("small_cnn", batch_size=8, batch_norm=True)
+    ir = from_tf_graph(m.graph)
+    with pytest.raises(Declined, match="batch norm in training .*FusedBatchNorm"):
+        accumulate(ir, 2)
