@@ -1,8 +1,8 @@
 """Gradient accumulation (``fastt.passes.accumulate``): the batch run as micro-batches in turn
-trains like the whole batch, holds less memory, and is declined where it cannot run so."""
+trains like the whole batch (the rewritten graphs run in tensorflow sessions), holds less
+memory, and is declined where it cannot run so."""
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from fastt import zoo
 from fastt.adapters.rewrite import rewrite
@@ -13,26 +13,9 @@ from fastt.passes.replicas import replica_of
 from fastt.sched.search.memory_fit import accumulation_fitting, peak_memory_one_device
 from fastt.sched.strategy import Strategy
 
-tf1 = tf.compat.v1
+from tests.equivalence import _reference, _run_with_values
+
 CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
-STEPS = 4
-
-
-def _losses_and_variables(m, graph_def, ir):
-    g = tf.Graph()
-    with g.as_default():
-        tf1.import_graph_def(graph_def, name="")
-        names = sorted(op.name for op in ir if op.type == "VarHandleOp")
-        reads = [tf1.raw_ops.ReadVariableOp(resource=g.get_tensor_by_name(v + ":0"),
-                                            dtype=tf.as_dtype(ir[v].attrs["dtype"]))
-                 for v in names]
-    with tf1.Session(graph=g) as sess:
-        sess.run(g.get_operation_by_name(m.init.name))
-        feed = {g.get_tensor_by_name(k + ":0"): v for k, v in m.feeds.items()}
-        losses = [sess.run([g.get_tensor_by_name(m.loss.name),
-                            g.get_operation_by_name(m.train_op.name)], feed)[0]
-                  for _ in range(STEPS)]
-        return losses, sess.run(reads)
 
 
 def _accumulated(ir, m, k):
@@ -50,9 +33,9 @@ def _accumulated(ir, m, k):
 def test_accumulated_steps_train_like_the_whole_batch(name, kwargs, tol):
     m = zoo.build(name, **kwargs)
     ir = from_tf_graph(m.graph)
-    want = _losses_and_variables(m, m.graph.as_graph_def(), ir)
+    want = _reference(m, ir, 1)
     for k in (2, 4):
-        got = _losses_and_variables(m, _accumulated(ir, m, k), ir)
+        got = _run_with_values(_accumulated(ir, m, k), m, ir, 1)
         if tol == 0.0 and k == 2:  # two partial gradients: nothing to reassociate
             np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_allclose(got[0], want[0], rtol=max(tol, 1e-6), atol=1e-7,

@@ -29,7 +29,7 @@ from fastt.errors import Declined, GraphStructureError
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec, writes_variable
 from fastt.passes.data_parallel import data_parallel
 from fastt.passes.replicas import replica_of
-from fastt.passes.sync_batch_norm import FORWARD
+from fastt.passes.sync_batch_norm import FORWARD, training
 
 GATE = "fastt_accumulate/after_micro_batch"  # the gate after micro-batch k: f"{GATE}{k}"
 HELD = "fastt_accumulate/before_updates"  # what the cut control edges ordered
@@ -42,7 +42,7 @@ def accumulate(graph: Graph, m: int) -> Graph:
     cut into ``m``. O(m + ops + edges)."""
     if m < 2:
         return graph
-    trained = [op.name for op in graph if op.type in FORWARD and op.attrs.get("is_training")]
+    trained = [op.name for op in graph if op.type in FORWARD and training(op)]
     if trained:
         raise Declined(
             f"batch norm in training ({trained[0]}) normalises with the whole batch's "
@@ -54,7 +54,7 @@ def accumulate(graph: Graph, m: int) -> Graph:
     latest = _latest(dp, part, control=True)
     # micro-batch k's ops that need no later micro-batch, and those of them the rest wait for
     early = {n for n, k in part.items() if k is not None and latest[n] == k}
-    consumed = {s for n in early for s in _sources(dp[n]) if part.get(s) == part[n]}
+    consumed = {s for n in early for s in dp.predecessors(n) if part.get(s) == part[n]}
     sinks: list[list[str]] = [[] for _ in range(m)]
     for op in dp:
         if op.name in early and op.name not in consumed:
@@ -67,7 +67,8 @@ def accumulate(graph: Graph, m: int) -> Graph:
     ops: list[Op] = []
     for op in dp:
         k = part[op.name]
-        if k is not None and 0 < k < m and not any(part[s] == k for s in _sources(op)):
+        if k is not None and 0 < k < m and not any(part[s] == k
+                                                   for s in dp.predecessors(op.name)):
             op = op.with_(control_inputs=op.control_inputs + (f"{GATE}{k - 1}",))
         if held and writes_variable(op) and latest[op.name] >= 0:  # the step's updates
             op = op.with_(control_inputs=op.control_inputs + (HELD,))
@@ -128,13 +129,7 @@ def _running_sums(dp: Graph, part: dict[str, int | None], m: int) -> Graph:
             total = TensorRef(name, 0)
     if not changed:
         return dp
-    out = Graph([changed.get(op.name, op) for op in dp] + made, name=dp.name, meta=dp.meta)
-    return Graph([out[n] for n in out.topological_order()], name=dp.name, meta=dp.meta,
-                 like=out)
-
-
-def _sources(op: Op) -> list[str]:
-    return [r.op for r in op.inputs] + list(op.control_inputs)
+    return Graph([changed.get(op.name, op) for op in dp] + made, name=dp.name, meta=dp.meta)
 
 
 def _latest(graph: Graph, part: dict[str, int | None], control: bool) -> dict[str, int]:
@@ -142,9 +137,9 @@ def _latest(graph: Graph, part: dict[str, int | None], control: bool) -> dict[st
     data inputs and, with ``control``, its control inputs (a loop's back edge read as none)."""
     latest: dict[str, int] = {}
     for name in graph.topological_order():
-        op, k = graph[name], part.get(name)
-        latest[name] = max([-1 if k is None else k] + [
-            latest.get(s, -1) for s in (_sources(op) if control else [r.op for r in op.inputs])])
+        k = part.get(name)
+        sources = graph.predecessors(name) if control else [r.op for r in graph[name].inputs]
+        latest[name] = max([-1 if k is None else k] + [latest.get(s, -1) for s in sources])
     return latest
 
 
@@ -156,11 +151,11 @@ def _cut_control(dp: Graph, part: dict[str, int | None]) -> tuple[Graph, set[str
     feeds: set[str] = set()  # ops some micro-batch's op waits for
     for name in reversed(dp.topological_order()):
         if part[name] is not None or name in feeds:
-            feeds.update(_sources(dp[name]))
+            feeds.update(dp.predecessors(name))
     writes = {op.name for op in dp if writes_variable(op)}
     after_writes: set[str] = set()
     for name in dp.topological_order():
-        if name in writes or any(s in after_writes for s in _sources(dp[name])):
+        if name in writes or any(s in after_writes for s in dp.predecessors(name)):
             after_writes.add(name)
     held: set[str] = set()
     changed: dict[str, Op] = {}

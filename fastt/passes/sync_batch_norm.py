@@ -43,11 +43,17 @@ _FORWARD_RULE = SplitRule(SYNC, (Part(SPLIT, 0),) + (Part(FULL),) * 4, "concat",
 _GRADIENT_RULE = SplitRule(SYNC, (Part(SPLIT, 0),) + (Part(FULL),) * 5, "concat", 0)
 
 
+def training(op: Op) -> bool:
+    """Whether a batch norm (or its gradient) normalises with the batch's own statistics
+    (TensorFlow's default)."""
+    return bool(op.attrs.get("is_training", True))
+
+
 def _channels(op: Op, graph: Graph) -> tuple[int, list[int]] | None:
     """(C, the axes reduced) of a 4-D float32 batch norm in training, or None."""
     shape = graph.tensor(op.inputs[0]).shape if op.inputs else None
     fmt = str(op.attrs.get("data_format", "NHWC"))
-    if not op.attrs.get("is_training", True) or shape is None or len(shape) != 4 or \
+    if not training(op) or shape is None or len(shape) != 4 or \
             fmt not in ("NHWC", "NCHW") or op.attrs.get("T", "float32") != "float32" or \
             op.attrs.get("U", "float32") != "float32":
         return None
@@ -72,8 +78,7 @@ def forward_rule(op: Op, graph: Graph) -> SplitRule | None:
 
 def gradient_rule(op: Op, synced: Callable[[str], bool]) -> SplitRule | None:
     """The synchronised split of the gradient of a batch norm split so (``synced(name)``)."""
-    if op.type not in GRADIENT or len(op.inputs) != 6 or \
-            not op.attrs.get("is_training", True):
+    if op.type not in GRADIENT or len(op.inputs) != 6 or not training(op):
         return None
     fwd = op.inputs[3].op
     if not synced(fwd) or op.inputs[3] != TensorRef(fwd, 3) or \
