@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from typing import Any, Mapping, Sequence
 
 import tensorflow as tf
@@ -29,7 +30,8 @@ from fastt.op_types import BATCH_SOURCES
 from fastt.profiler import Profile, profile
 from fastt.sched.sim.problem import Device
 from fastt.sched.registry import DEFAULT
-from fastt.sched.search.memory_fit import data_parallel_fitting, peak_memory_one_device
+from fastt.sched.search.memory_fit import (FITTED, accumulation_fitting,
+                                           data_parallel_fitting, peak_memory_one_device)
 from fastt.sched.strategy import Strategy, plan, predict, replay
 
 ORDERS = ("priority-executor", "control-dependencies", "none")  # how a plan's order is kept
@@ -59,7 +61,7 @@ class Engine:
         self._version = -1
         self._shapes: dict[TensorRef, tuple[int, ...]] = {}
         self._step: tuple[Graph, tuple[str, ...], Graph] | None = None
-        self._misfit: tuple[Graph, str] | None = None  # (step graph, ``original_misfit``)
+        self._peak: tuple[Graph, float] | None = None  # (step graph, ``original_peak``)
         self._original: tuple[Graph, Strategy] | None = None  # (step graph, its plan)
         # (plan key, untraced step) of the last traced step calibrated on its own replay: the
         # next traced step of the same profile replaces its record rather than adding one
@@ -207,18 +209,47 @@ class Engine:
             return chosen, "a data-parallel replica does not fit the devices' memory"
         return "data-parallel", ""
 
+    def assume_fed(self, feed_shapes: Mapping[str, Sequence[int]]) -> None:
+        """Before any profile: the step's shapes as TensorFlow infers them from those fed
+        (``"op:index" -> shape``), so that its memory is known before it first runs. A
+        profile's measured shapes replace them."""
+        if self.models is not None or not feed_shapes:
+            return
+        fed = {n: tuple(s) for n, s in feed_shapes.items()}
+        self._shapes = {**inferred_shapes(self.graph_def(), fed),
+                        **{TensorRef.parse(n): s for n, s in fed.items()}}
+        self._ir = self.ir.with_output_shapes(self._shapes)
+
+    def original_peak(self) -> float:
+        """The bytes the original step holds at its peak on one device, by fastt's memory
+        model (``peak_memory_one_device``), once per step graph."""
+        step = self.step
+        if self._peak is None or self._peak[0] is not step:
+            self._peak = (step, peak_memory_one_device(step))
+        return self._peak[1]
+
     def original_misfit(self) -> str:
         """Why the original graph does not fit its device's memory by fastt's memory model
         ("" when it does, or the memory is not bounded)."""
-        limit, step = self.devices[0].memory, self.step
-        if limit == math.inf:
+        limit = self.devices[0].memory
+        if limit == math.inf or self.original_peak() <= limit:
             return ""
-        if self._misfit is None or self._misfit[0] is not step:  # once per step graph
-            need = peak_memory_one_device(step)
-            self._misfit = (step, "" if need <= limit else (
-                f"the original graph would hold {need / 2 ** 20:.1f} MiB on one device, more "
-                f"than its {limit / 2 ** 20:.1f} MiB"))
-        return self._misfit[1]
+        return (f"the original graph would hold {self.original_peak() / 2 ** 20:.1f} MiB on "
+                f"one device, more than its {limit / 2 ** 20:.1f} MiB")
+
+    def fitted(self, limit: float) -> Strategy:
+        """The training step as gradient accumulation on the first device: the fewest
+        micro-batches whose step holds at most ``limit`` bytes there
+        (``accumulation_fitting``; ``DoesNotFit`` or ``Declined`` saying why none does). Its
+        step time is not known before it is profiled (NaN)."""
+        began = time.perf_counter()
+        acc = accumulation_fitting(self.step, limit)
+        d, g = self.devices[0].name, acc.graph
+        return Strategy(FITTED, [d], g, {n: d for n in g.names}, g.names, math.nan,
+                        math.nan, time.perf_counter() - began, replicas=acc.micro_batches,
+                        fetches=self.fetches,
+                        note=f"{acc.micro_batches} micro-batches in turn, predicted to hold "
+                             f"{acc.peak / 2 ** 20:.1f} MiB at the peak")
 
     def plan(self, name: str, devices: Sequence[Device] | None = None, **options: Any
              ) -> Strategy:

@@ -12,6 +12,7 @@ import tensorflow as tf
 from fastt._version import __version__
 from fastt.adapters.engine import Engine
 from fastt.adapters.fingerprint import graph_digest
+from fastt.costs import MemoryModel
 from fastt.errors import WorkerLostError
 from fastt.plugin import activation, budget, cache, session_dumps
 from fastt.plugin import messages as say
@@ -30,6 +31,9 @@ from tf_patches import session_hook as hook
 
 log = logging.getLogger("fastt")
 _tf1 = tf.compat.v1
+# the share of a device's enforced memory a fitted step is planned to hold at most: the memory
+# model's worst error over its fidelity cases is about a fifth, mostly over
+FIT_MARGIN = 0.9
 
 
 def script() -> str:
@@ -78,6 +82,14 @@ class PluginBackend:
 
     def original_misfit(self) -> str:
         return self.engine.original_misfit()
+
+    def fitted(self, limit: float) -> Strategy:
+        """The training step fitted into ``limit`` bytes, the memory TensorFlow enforces on
+        its device (``Engine.fitted``), less a share for the memory model's error
+        (``FIT_MARGIN``) and what the script's own session keeps: its variables, of which
+        fastt's session holds the training copy."""
+        held = sum(MemoryModel.from_graph(self.engine.ir).persistent.values())
+        return self.engine.fitted(FIT_MARGIN * limit - held)
 
     def profile(self, run_metadata: Any, untraced_s: float | None = None) -> None:
         cur = self.plugin.current

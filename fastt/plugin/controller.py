@@ -36,6 +36,7 @@ from fastt.plugin import messages as say
 from fastt.plugin.budget import Budget
 from fastt.plugin.charges import Charges, Gate
 from fastt.plugin.entry import Entry, Sample, session_id
+from fastt.plugin.fitting import Fitting
 from fastt.plugin.protocols import Backend, Done, Pending
 from fastt.plugin.trials import Trials
 from fastt.sched import registry
@@ -47,7 +48,7 @@ log = logging.getLogger("fastt")
 REPROFILE_SHARE = 0.01  # of the steady steps' time a periodic re-profile may take, at most
 
 
-class Controller(Trials):
+class Controller(Trials, Fitting):
     def __init__(self, settings: Settings, backend: Backend, session: str = "",
                  clock: Callable[[], float] = time.perf_counter,
                  run_plan: Callable[[Callable[[], Any]], Pending] = Done) -> None:

@@ -57,15 +57,34 @@ def planning_devices(listed: list[Any]) -> list[str]:
     return list(per_task.values())
 
 
-def devices(sess: Any, names: list[str], limit: float = math.inf) -> list[Device]:
+def devices(sess: Any, names: list[str], limit: float = math.inf,
+            cpu_allocator: float = math.inf) -> list[Device]:
     """The devices to plan over: ``names`` (``FASTT_DEVICES``), else ``planning_devices``;
-    a GPU's memory from ``Session.list_devices()``, a CPU's unbounded; neither above
-    ``limit`` bytes (``FASTT_DEVICE_MEMORY_MB``)."""
+    a GPU's memory from ``Session.list_devices()``; this process's CPU devices share
+    ``cpu_allocator`` bytes (TensorFlow's CPU allocator is one per process), in equal parts;
+    other CPUs are unbounded; none above ``limit`` bytes (``FASTT_DEVICE_MEMORY_MB``)."""
     listed = sess.list_devices()
     memory = {d.name: float(d.memory_limit_bytes) for d in listed if d.memory_limit_bytes}
-    return [Device(n, min(limit, math.inf if device_type(n) == "CPU" else
-                          memory.get(n, math.inf)))
-            for n in names or planning_devices(listed)]
+    chosen = names or planning_devices(listed)
+    local = [n for n in chosen if device_type(n) == "CPU" and n.startswith("/job:localhost/")]
+    share = cpu_allocator / len(local) if local else math.inf
+
+    def held(n: str) -> float:
+        if device_type(n) != "CPU":
+            return memory.get(n, math.inf)
+        return share if n in local else math.inf
+
+    return [Device(n, min(limit, held(n))) for n in chosen]
+
+
+def enforced_memory(sess: Any, names: list[str], cpu_allocator: float = math.inf) -> float:
+    """The bytes TensorFlow lets a step hold on the first device fastt would plan over, alone:
+    a GPU's memory as the session lists it, ``cpu_allocator`` on a CPU of this process (its
+    allocator's limit), unbounded on another CPU."""
+    first = devices(sess, names[:1])[0].name
+    if device_type(first) == "CPU":
+        return cpu_allocator if first.startswith("/job:localhost/") else math.inf
+    return devices(sess, [first])[0].memory
 
 
 def missing(sess: Any, names: list[str], logical_cpus: int) -> tuple[list[str], list[str]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import math
 import threading
 import weakref
 from typing import Any, Iterable
@@ -81,7 +82,8 @@ class SessionPlugin:
         # and training step are set once the step is found
         self.engine = Engine(self.graph, [], [], exclude=SCOPE)
         self.detector = StepDetector(settings, session_id(), self._updates_trainables,
-                                     self._start)
+                                     self._start, self._misfits)
+        self.enforced = math.inf  # bytes TensorFlow lets the step hold, when it would not fit
         self.backend: PluginBackend | None = None
         self._closed = False
         self.lock = threading.RLock()  # the plugin's state, against runs in other threads
@@ -111,6 +113,7 @@ class SessionPlugin:
                 req = None
             if req is not None and not self.inputs.owns(req.fetch_names + req.target_names):
                 self.iterator_inits.see(req.fetch_names, req.target_names, req.feeds)
+                self.step_fed(req.feeds.keys(), req.feeds.values())
                 ctl = self.step_controller(req.signature, req.fetch_names + req.target_names)
             else:  # TensorFlow's own error to come, or a queue runner's thread
                 req = ctl = None
@@ -120,7 +123,6 @@ class SessionPlugin:
             return self._dispatch(req, fetches, feed_dict, options, run_metadata)
         try:
             with self.lock:
-                self.step_fed(req.feeds.keys(), req.feeds.values())
                 ctl.step_started()
                 wanted = ctl.before_step()
             with trace_slot(wanted) as trace:
@@ -239,6 +241,8 @@ class SessionPlugin:
         if ctl is None or isinstance(error, _RETRYABLE) or \
                 users_error(error, self.graph, first=cur.snapshot is not None):
             return False
+        if cur.snapshot is not None and ctl.refit(error):
+            return True  # fitted anew into less memory: the step runs again there
         ctl.fail(error)
         if self.current is cur:  # fastt's copy of the original graph failed
             assert self.backend is not None  # a graph other than the user's runs
@@ -252,9 +256,9 @@ class SessionPlugin:
         old.close()
 
     def step_fed(self, names: Iterable[str], values: Iterable[Any]) -> None:
-        """A run of the training step fed ``values`` to ``names``: their shapes kept until the
-        engine has modelled the step (its profile is of them), nothing done after. Under
-        ``lock``."""
+        """A run (of the training step, or one that may be) fed ``values`` to ``names``: their
+        shapes kept until the engine has modelled the step (its profile is of them), nothing
+        done after. Under ``lock``."""
         if self.engine.models is None:
             self.feed_shapes = {n: np.shape(v) for n, v in zip(names, values)}
 
@@ -332,6 +336,24 @@ class SessionPlugin:
             _tf1.GraphKeys.TRAINABLE_VARIABLES)}
         return updates_trainables(self.engine.ir, names, trainable)
 
+    def _misfits(self, names: list[str]) -> bool:
+        """Whether the first run of ``names``, which writes trainable variables, would hold
+        more than the memory TensorFlow enforces on its device (a GPU's; this process's CPU
+        allocator's limit) by fastt's memory model, from the shapes fed: it would fail as it
+        is, so fastt takes it for the training step at once (``enforced``). Shapes the graph
+        and the feeds leave unknown count as nothing."""
+        s = self.settings
+        limit = remote.enforced_memory(self.sess, s.devices, s.cpu_allocator_mb * 2 ** 20)
+        if limit == math.inf:
+            return False
+        e = self.engine
+        e.fetches = [n.split(":")[0] for n in names]
+        e.assume_fed(self.feed_shapes)
+        if e.original_peak() <= limit:
+            return False
+        self.enforced = limit
+        return True
+
     def _start(self, names: list[str]) -> Controller | None:
         """The training step ``names`` was found: its controller, over the session's devices
         (None: fastt declined)."""
@@ -343,18 +365,28 @@ class SessionPlugin:
                 f"(it has {', '.join(listed)})", logging.WARNING)
             return None
         devices = remote.devices(self.sess, self.settings.devices,
-                                 self.settings.device_memory_mb * 2 ** 20)
-        if len(devices) < 2:
+                                 self.settings.device_memory_mb * 2 ** 20,
+                                 self.settings.cpu_allocator_mb * 2 ** 20)
+        unfit = self.enforced < math.inf
+        if len(devices) < 2 and not unfit:
             self.detector.decline("fewer than 2 devices (set FASTT_DEVICES, e.g. cpu:2)")
             return None
         e = self.engine
         e.devices, e.fetches = devices, [n.split(":")[0] for n in names]
         e.target, e.config = self.target, self.inner_config()
         self.backend = PluginBackend(self, e)
+        ctl = Controller(self.settings, self.backend, session=self.detector.session,
+                         run_plan=Background)
+        if unfit:
+            e.devices = devices[:1]
+            ctl.fit_memory(self.enforced, f"the training step would hold "
+                           f"{e.original_peak() / 2 ** 20:.1f} MiB on {devices[0].name}, more "
+                           f"than the {self.enforced / 2 ** 20:.1f} MiB TensorFlow lets it "
+                           f"hold")
+            return ctl
         log.info("fastt: training step found (%d fetches and targets); planning over %d "
                  "devices", len(names), len(devices))
-        return Controller(self.settings, self.backend, session=self.detector.session,
-                          run_plan=Background)
+        return ctl
 
     def inner_config(self) -> Any:
         cfg = _tf1.ConfigProto()

@@ -115,6 +115,9 @@ class Settings:
     strategy: str = DEFAULT
     bucket_mb: float = 25.0  # the ring all-reduce's gradient buckets
     device_memory_mb: float = math.inf  # what each device may hold, as fastt plans it
+    # what TensorFlow's CPU allocator holds at most in this process, shared by its CPU
+    # devices (TF_CPU_BFC_MEM_LIMIT_IN_MB, read as TensorFlow reads it)
+    cpu_allocator_mb: float = math.inf
     transfer_priorities: str = "auto"  # weight transfers ordered by need: auto, on, off
     dump_dir: str = ""
     warmup_steps: int = 5
@@ -162,6 +165,16 @@ def _overhead(env: Mapping[str, str]) -> tuple[float, float]:
                             "(3%+2s, 5%, 10s) or off") from None
 
 
+def _cpu_allocator_mb(env: Mapping[str, str]) -> float:
+    """The limit TensorFlow's CPU allocator enforces in this process: the BFC allocator's
+    ``TF_CPU_BFC_MEM_LIMIT_IN_MB`` when ``TF_CPU_ALLOCATOR_USE_BFC`` turns it on (TensorFlow
+    reads both when the process starts); unbounded otherwise."""
+    if env.get("TF_CPU_ALLOCATOR_USE_BFC", "").strip().lower() not in ("1", "true"):
+        return math.inf
+    return float(_number(env, "TF_CPU_BFC_MEM_LIMIT_IN_MB", math.inf, int, lambda v: v > 0,
+                         "a whole number of megabytes > 0"))
+
+
 def from_env(env: Mapping[str, str] | None = None) -> Settings:
     """The settings in ``env`` (default: ``os.environ``)."""
     env = os.environ if env is None else env
@@ -195,6 +208,7 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         bucket_mb=_real(env, "FASTT_BUCKET_MB", 25.0, float("inf"), "megabytes >= 0"),
         device_memory_mb=float(_number(env, "FASTT_DEVICE_MEMORY_MB", math.inf, float,
                                        lambda v: 0 < v < math.inf, "megabytes > 0")),
+        cpu_allocator_mb=_cpu_allocator_mb(env),
         transfer_priorities=_auto_flag(env, "FASTT_TRANSFER_PRIORITIES"),
         dump_dir=env.get("FASTT_DUMP_DIR", "").strip(),
         warmup_steps=_count(env, "FASTT_WARMUP_STEPS", 5, 2),

@@ -2,7 +2,8 @@
 TensorFlow here).
 
 The training step is the run signature (fetches, targets, feeds) that writes trainable
-variables and recurs. ``StepFinder.see`` counts every run by signature and asks ``analyse``
+variables and recurs, or that writes them and would not fit its device's memory as it is (it
+cannot run once to recur). ``StepFinder.see`` counts every run by signature and asks ``analyse``
 once per signature whether it writes trainable variables; ``why_not_found`` and
 ``signatures`` describe the runs when no step was found, for the line the plugin logs and the
 record it writes. ``StepDetector`` turns that into the session's ``Controller``, or a decline
@@ -62,6 +63,11 @@ class StepFinder:
             kind = self.kinds[signature] = self.analyse(names)
         return kind and self.runs[signature] >= 2
 
+    def first_update(self, signature: Signature) -> bool:
+        """Whether the run just seen is the first of a signature that writes trainable
+        variables."""
+        return bool(self.kinds.get(signature)) and self.runs[signature] == 1
+
     def why_not_found(self) -> str:
         """Why no run was taken for the training step, from what the runs looked like."""
         kinds = len(self.runs)
@@ -89,8 +95,12 @@ class StepDetector:
     it says why once and records it in the dump directory."""
 
     def __init__(self, settings: Settings, session: str, analyse: Callable[[list[str]], bool],
-                 start: Callable[[list[str]], Controller | None]) -> None:
+                 start: Callable[[list[str]], Controller | None],
+                 urgent: Callable[[list[str]], bool] = lambda _: False) -> None:
         self.settings, self.session, self.start = settings, session, start
+        # whether a run that writes trainables cannot run as it is even once (it would not
+        # fit its device's memory): the step then, found at its first run
+        self.urgent = urgent
         self.finder = StepFinder(analyse)
         self.controller: Controller | None = None
         self.off = False  # declined for good
@@ -118,7 +128,8 @@ class StepDetector:
             return self.controller if signature == self._signature else None
         if self.off:
             return None
-        if self.finder.see(signature, names):
+        if self.finder.see(signature, names) or \
+                (self.finder.first_update(signature) and self.urgent(names)):
             self.controller = self.start(names)
             if self.controller is not None:
                 self._signature = signature
