@@ -15,6 +15,7 @@ class FakeStrategy:
     predicted_step_time_s: float
     devices: list = field(default_factory=lambda: ["a", "b"])
     ordered: bool = True
+    note: str = ""
 
 
 class FakeBackend:
@@ -43,12 +44,25 @@ class FakeBackend:
         self.plan_s = 0.0  # seconds a plan takes (on the thread that computes it)
         self.hit = None  # what the plan cache holds: (strategy, costs) or None
         self.stored = []  # (kept strategy's name or None, costs) per store
+        self.fits = []  # the limits ``fitted`` was asked for
 
     def starting_strategy(self):
         return "data-parallel"
 
     def original_misfit(self):
         return self.misfit
+
+    def fitted(self, limit):
+        """A fit into ``limit`` bytes: the fewest of 2, 4, 8 micro-batches whose step holds
+        ``need`` / m bytes (``need``: the original's, default 100 MiB), else DoesNotFit."""
+        from fastt.errors import DoesNotFit
+        self.fits.append(limit)
+        need = getattr(self, "need", 100 * 2 ** 20)
+        for m in (2, 4, 8):
+            if need / m <= limit:
+                return FakeStrategy("accumulation", math.nan, devices=["a"], ordered=False,
+                                    note=f"{m} micro-batches in turn")
+        raise DoesNotFit(f"no gradient accumulation fits {limit / 2 ** 20:.1f} MiB")
 
     def profile(self, meta, untraced_s=None):
         assert meta == "trace"

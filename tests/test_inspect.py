@@ -285,8 +285,8 @@ def test_commands_name_what_is_wrong(tmp_path, capsys):
     assert "does not follow the strategy schema: $: missing key 'source'" in err
 
 
-def test_the_dump_schema_names_every_registered_strategy():
+def test_the_dump_schema_names_every_registered_strategy_and_a_fitted_step():
     from fastt.inspect.schema import schema
     from fastt.sched.registry import names
     enum = schema("strategy")["$defs"]["strategy_name"]["enum"]
-    assert enum == list(names()) and "os-dpos" in enum
+    assert enum == list(names()) + ["accumulation"] and "os-dpos" in enum

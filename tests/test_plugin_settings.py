@@ -97,3 +97,33 @@ def test_device_memory_bounds_every_device_fastt_plans_over():
     assert [d.memory for d in remote.devices(sess, names)] == [float("inf"), 2 ** 30]
     assert [d.memory for d in remote.devices(sess, names, 64 * 2 ** 20)] == [64 * 2 ** 20] * 2
     assert [d.memory for d in remote.devices(sess, names, 2 ** 31)] == [2 ** 31, 2 ** 30]
+
+
+def test_the_cpu_allocators_limit_is_read_as_its_allocator_reads_it_and_shared():
+    """``TF_CPU_BFC_MEM_LIMIT_IN_MB`` bounds this process's CPU devices, in equal shares (one
+    allocator serves them all), only where ``TF_CPU_ALLOCATOR_USE_BFC`` turns the BFC
+    allocator on; a remote CPU stays unbounded; what TensorFlow enforces on the first device
+    alone is the whole limit."""
+    from types import SimpleNamespace as NS
+
+    from fastt.plugin import remote
+    on = {"TF_CPU_ALLOCATOR_USE_BFC": "true", "TF_CPU_BFC_MEM_LIMIT_IN_MB": "300"}
+    assert from_env(on).cpu_allocator_mb == 300.0
+    assert from_env({**on, "TF_CPU_ALLOCATOR_USE_BFC": "1"}).cpu_allocator_mb == 300.0
+    assert from_env({**on, "TF_CPU_ALLOCATOR_USE_BFC": "false"}).cpu_allocator_mb == \
+        float("inf")
+    assert from_env({"TF_CPU_ALLOCATOR_USE_BFC": "true"}).cpu_allocator_mb == float("inf")
+    with pytest.raises(SettingsError, match="TF_CPU_BFC_MEM_LIMIT_IN_MB='lots': expected a "
+                                            "whole number of megabytes > 0"):
+        from_env({**on, "TF_CPU_BFC_MEM_LIMIT_IN_MB": "lots"})
+    far = "/job:worker/replica:0/task:1/device:CPU:0"
+    sess = NS(list_devices=lambda: [NS(name=n, device_type="CPU", memory_limit_bytes=0)
+                                    for n in (LOCAL_CPU.format(0), LOCAL_CPU.format(1), far)])
+    names = [LOCAL_CPU.format(0), LOCAL_CPU.format(1), far]
+    assert [d.memory for d in remote.devices(sess, names, cpu_allocator=300.0)] == \
+        [150.0, 150.0, float("inf")]
+    assert [d.memory for d in remote.devices(sess, names, 100.0, 300.0)] == \
+        [100.0, 100.0, 100.0]
+    assert remote.enforced_memory(sess, names, 300.0) == 300.0
+    assert remote.enforced_memory(sess, [far], 300.0) == float("inf")
+    assert remote.enforced_memory(sess, names) == float("inf")

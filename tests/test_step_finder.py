@@ -5,6 +5,7 @@ import sys
 from fastt.ir import Graph
 from fastt.plugin import _Fallback
 from fastt.plugin.step_finder import updates_trainables
+from fastt.plugin.settings import Settings
 from fastt.plugin.step_finder import StepFinder
 from tests.helpers import op
 
@@ -54,6 +55,25 @@ def test_the_step_is_the_update_that_recurs_and_a_miss_is_explained():
     assert evaluation.why_not_found() == ("no training step recognised (4 runs of 1 kind): none "
                                           "updates a trainable variable; the most frequent (4x) "
                                           "runs grad:0")
+
+
+def test_an_update_that_cannot_run_as_it_is_is_the_step_at_its_first_run():
+    """The first run of an update that would not fit its device is the training step at once
+    (it could not run to recur); another run is not asked about, nor a second run."""
+    from fastt.plugin.step_finder import StepDetector
+    g = graph_with_initializer()
+    asked = []
+
+    def urgent(names):
+        asked.append(names)
+        return names == ["train"]
+
+    started = []
+    detector = StepDetector(Settings(), "s", lambda names: updates_trainables(g, names, {"w"}),
+                            lambda names: started.append(names) or "controller", urgent)
+    assert detector.controller_for(((), ("init",), ()), ["init"]) is None
+    assert detector.controller_for(((), ("train",), ("x:0",)), ["train"]) == "controller"
+    assert asked == [["train"]] and started == [["train"]]
 
 
 def test_fastt_lines_print_once_whatever_logging_the_script_configured(capsys):

@@ -174,7 +174,9 @@ def history(entries: Sequence[dict[str, Any]], original: Sequence[float]) -> str
         times = 1e3 * np.asarray(e.get("measured_step_times_s") or [], dtype=float)
         ax.scatter(x + rng.uniform(-0.12, 0.12, len(times)), times, s=14, color=c,
                    label=e["status"].replace("_", " "))
-        ax.scatter([x], [1e3 * e["predicted_step_time_s"]], marker="x", s=40, color="#333333")
+        if e["predicted_step_time_s"] is not None:
+            ax.scatter([x], [1e3 * e["predicted_step_time_s"]], marker="x", s=40,
+                       color="#333333")
     if original:
         ax.axhline(1e3 * float(np.median(original)), ls="--", color="#555555", lw=1,
                    label="original graph (median)")

@@ -23,10 +23,12 @@ class DumpError(FasttError):
 
 def schema(name: str) -> dict[str, Any]:
     """The schema ``name`` (``strategy``, ``trace``, ``cost_models`` or ``declined``); the
-    strategy schema's strategy names are the registry's as it is now."""
+    strategy schema's strategy names are the registry's as it is now, and the name of a step
+    fitted into a memory limit (``memory_fit.FITTED``)."""
     if name == "strategy":
         from fastt.sched.registry import names
-        return _strategy(names())
+        from fastt.sched.search.memory_fit import FITTED
+        return _strategy(names() + (FITTED,))
     return schemas.load(name)
 
 

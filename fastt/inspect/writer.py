@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import statistics
 from typing import Any, Callable, Sequence
@@ -34,8 +35,9 @@ def document(strategy: Any, *, source: str, session: str, n: int, status: str,
     doc.update({
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "source": source,
         "session": session, "n": n, "dump": "", "status": status, "reason": reason,
-        "predicted_step_time_s": strategy.predicted_step_time_s if predicted_s is None
-        else predicted_s,
+        "predicted_step_time_s": _known(strategy.predicted_step_time_s if predicted_s is None
+                                        else predicted_s),
+        "simulated_step_time_s": _known(strategy.simulated_step_time_s),
         "measured_step_times_s": list(measured_s), "measured_step_time_s": mine,
         "original_step_times_s": list(original_s), "original_step_time_s": orig,
         "speedup": (orig / mine) if orig and mine else None,
@@ -50,9 +52,15 @@ def history_entry(n: int, name: str, status: str, predicted_s: float, reason: st
                   activated_at_step: int | None = None, verdict: str | None = None
                   ) -> dict[str, Any]:
     return {"n": n, "strategy": name, "status": status, "reason": reason,
-            "dump": os.path.basename(dump), "predicted_step_time_s": predicted_s,
+            "dump": os.path.basename(dump), "predicted_step_time_s": _known(predicted_s),
             "measured_step_times_s": list(measured_s), "measured_step_time_s":
             _median(measured_s), "activated_at_step": activated_at_step, "verdict": verdict}
+
+
+def _known(seconds: float) -> float | None:
+    """A predicted time as the dump holds it: null where none was predicted (a step fitted
+    into memory runs before any profile)."""
+    return None if math.isnan(seconds) else seconds
 
 
 def _median(values: Sequence[float]) -> float | None:

@@ -11,6 +11,7 @@ from typing import Callable
 
 from fastt.errors import FasttError
 from fastt.plugin import messages as say
+from fastt.plugin.budget import Budget
 from fastt.plugin.entry import Entry
 from fastt.plugin.protocols import Backend
 from fastt.sched.search.memory_fit import FITTED
@@ -24,6 +25,8 @@ REFITS = 3  # fits again after running out of memory, at most
 class Fitting:
     """``fit_memory`` of a ``Controller``, whose state it shares."""
     backend: Backend
+    budget: Budget
+    _clock: Callable[[], float]
     history: list[Entry]
     active: Entry | None
     phase: str
@@ -38,23 +41,22 @@ class Fitting:
         (``why``): its fitted graph runs from the step about to start, kept for the session."""
         self.phase = "off"
         self._fit = (limit, 0)
+        began = self._clock()
         try:
             strategy = self.backend.fitted(limit)
         except FasttError as e:
             log.warning("fastt: %s, and nothing fastt can run fits: %s; the step runs as it "
                         "is", why, e)
+            self.budget.charge("own", self._clock() - began)
             return
         entry = Entry(len(self.history) + 1, FITTED, strategy,
                       strategy.predicted_step_time_s, status="active", step=self.step,
-                      ordered=False, reason=f"{why}: {strategy.note}")
+                      ordered=False, reason=f"{why}: {strategy.note}", decided_at=self.step)
         self.history.append(entry)
-        self._activate(entry)
         self.active = entry
-        entry.decided_at = self.step
-        entry.dump = self._record(entry)
+        self._run_fitted(entry, began)
         log.info("fastt: %s; it runs as %s (gradients summed, then applied once), and fastt "
                  "plans nothing more in this session", why, strategy.note)
-        log.debug("fastt: %s is %s", say.label(entry), entry.reason)
 
     def refit(self, error: BaseException) -> bool:
         """The fitted step failed at its first step with ``error``: when it ran out of memory,
@@ -66,15 +68,23 @@ class Fitting:
                 type(error).__name__ != "ResourceExhaustedError":
             return False
         self._fit = (REFIT_SHARE * limit, refits + 1)
+        began = self._clock()
         try:
             strategy = self.backend.fitted(self._fit[0])
         except FasttError as e:
             log.warning("fastt: %s ran out of memory, and nothing smaller fits (%s)",
                         say.label(entry), e)
+            self.budget.charge("own", self._clock() - began)
             return False
         entry.strategy, entry.reason = strategy, f"{entry.reason}; refitted: {strategy.note}"
-        self._activate(entry)
-        entry.dump = self._record(entry)
+        self._run_fitted(entry, began)
         log.info("fastt: %s ran out of memory at its first step; it runs again as %s",
                  say.label(entry), strategy.note)
         return True
+
+    def _run_fitted(self, entry: Entry, began: float) -> None:
+        """``entry``'s graph runs, its dump written; the fit's time since ``began`` charged
+        to fastt's own cost."""
+        self._activate(entry)
+        entry.dump = self._record(entry)
+        self.budget.charge("own", self._clock() - began)

@@ -84,6 +84,7 @@ class SessionPlugin:
         self.detector = StepDetector(settings, session_id(), self._updates_trainables,
                                      self._start, self._misfits)
         self.enforced = math.inf  # bytes TensorFlow lets the step hold, when it would not fit
+        self._unfit = ""  # why the step found must be fitted before it runs
         self.backend: PluginBackend | None = None
         self._closed = False
         self.lock = threading.RLock()  # the plugin's state, against runs in other threads
@@ -146,6 +147,9 @@ class SessionPlugin:
         ctl = self.detector.controller_for(signature, names)
         if ctl is None:
             return None
+        if self._unfit:
+            why, self._unfit = self._unfit, ""
+            ctl.fit_memory(self.enforced, why)
         if self.steps.enter():
             self.steps.leave()
             self._many_threads()
@@ -377,12 +381,11 @@ class SessionPlugin:
         self.backend = PluginBackend(self, e)
         ctl = Controller(self.settings, self.backend, session=self.detector.session,
                          run_plan=Background)
-        if unfit:
+        if unfit:  # fitted once the detector holds the controller (its dump reads it)
             e.devices = devices[:1]
-            ctl.fit_memory(self.enforced, f"the training step would hold "
-                           f"{e.original_peak() / 2 ** 20:.1f} MiB on {devices[0].name}, more "
-                           f"than the {self.enforced / 2 ** 20:.1f} MiB TensorFlow lets it "
-                           f"hold")
+            self._unfit = (f"the training step would hold {e.original_peak() / 2 ** 20:.1f} "
+                           f"MiB on {devices[0].name}, more than the "
+                           f"{self.enforced / 2 ** 20:.1f} MiB TensorFlow lets it hold")
             return ctl
         log.info("fastt: training step found (%d fetches and targets); planning over %d "
                  "devices", len(names), len(devices))

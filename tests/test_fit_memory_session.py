@@ -1,0 +1,91 @@
+"""An unchanged script whose training step holds twice what TensorFlow's CPU allocator may
+(``TF_CPU_ALLOCATOR_USE_BFC``, ``TF_CPU_BFC_MEM_LIMIT_IN_MB``): without fastt it fails with
+TensorFlow's out-of-memory error; with ``FASTT=1`` it trains from its first step as gradient
+accumulation, to the per-step losses of a run without a limit (within reassociation), and the
+allocator's peak stays under the limit, with no allocation refused on the way. Each run is a
+process of its own: TensorFlow reads the allocator's settings once, when it starts."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("tensorflow")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LIMIT_MB = 100
+
+SCRIPT = '''
+import numpy as np
+import tensorflow as tf
+tf.compat.v1.disable_eager_execution()
+tf1 = tf.compat.v1
+
+batch = 16384
+rng = np.random.RandomState(0)
+X = rng.rand(batch * 2, 256).astype(np.float32)
+Y = rng.randint(0, 10, size=batch * 2)
+x = tf1.placeholder(tf.float32, [None, 256], name="x")
+y = tf1.placeholder(tf.int64, [None], name="y")
+h = x
+for k, units in enumerate((1024, 1024)):
+    h = tf1.layers.dense(h, units, activation=tf.nn.relu,
+                         kernel_initializer=tf1.glorot_uniform_initializer(seed=k))
+logits = tf1.layers.dense(h, 10, kernel_initializer=tf1.glorot_uniform_initializer(seed=9))
+loss = tf1.losses.sparse_softmax_cross_entropy(y, logits)
+train = tf1.train.MomentumOptimizer(0.05, 0.9).minimize(loss)
+with tf1.Session() as sess:
+    sess.run(tf1.global_variables_initializer())
+    for step in range(6):
+        i = step % 2
+        l, _ = sess.run([loss, train], {x: X[i*batch:(i+1)*batch], y: Y[i*batch:(i+1)*batch]})
+        print(f"step {step} loss {l:.9f}")
+    print("peak", tf.config.experimental.get_memory_info("CPU:0")["peak"])
+'''
+
+
+def run(tmp_path, limit_mb=None, fastt=False):
+    path = tmp_path / "big_batch_mlp.py"
+    path.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FASTT", "TF_CPU"))}
+    # TensorFlow's warnings kept: its out-of-memory error is one
+    env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="1", TF_USE_LEGACY_KERAS="1",
+               TF_CPU_ALLOCATOR_USE_BFC="true", FASTT_CACHE="0")
+    if limit_mb is not None:
+        env["TF_CPU_BFC_MEM_LIMIT_IN_MB"] = str(limit_mb)
+    if fastt:
+        env["FASTT"] = "1"
+    return subprocess.run([sys.executable, str(path)], env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def losses(out):
+    return [float(v) for v in re.findall(r"^step \d+ loss (\S+)$", out, re.M)]
+
+
+def peak(out):
+    return int(re.search(r"^peak (\d+)$", out, re.M).group(1))
+
+
+def test_a_step_twice_over_the_cpu_allocators_limit_trains_fitted(tmp_path):
+    free = run(tmp_path)
+    assert free.returncode == 0, free.stderr[-3000:]
+    assert peak(free.stdout) > 2 * LIMIT_MB * 2 ** 20  # the step holds twice the limit
+
+    plain = run(tmp_path, LIMIT_MB)
+    # TensorFlow's out-of-memory error (its oneDNN kernels may then crash the process)
+    assert plain.returncode != 0 and "OOM when allocating" in plain.stderr
+    assert "by allocator bfc_cpu_allocator" in plain.stderr
+
+    fitted = run(tmp_path, LIMIT_MB, fastt=True)
+    assert fitted.returncode == 0, fitted.stderr[-3000:]
+    said = fitted.stderr
+    assert re.search(r"fastt: the training step would hold [\d.]+ MiB on \S+CPU:0, more than "
+                     rf"the {LIMIT_MB}\.0 MiB TensorFlow lets it hold; it runs as \d+ "
+                     r"micro-batches in turn", said), said[-3000:]
+    assert "OOM when allocating" not in said
+    want, got = losses(free.stdout), losses(fitted.stdout)
+    assert len(want) == len(got) == 6
+    assert got == pytest.approx(want, rel=1e-5)  # per step, up to reassociation
+    assert peak(fitted.stdout) < LIMIT_MB * 2 ** 20
