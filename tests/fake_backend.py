@@ -52,6 +52,9 @@ class FakeBackend:
     def original_misfit(self):
         return self.misfit
 
+    def fit_budget(self, limit):
+        return limit - getattr(self, "held", 0.0)
+
     def fitted(self, limit):
         """A fit into ``limit`` bytes: the fewest of 2, 4, 8 micro-batches whose step holds
         ``need`` / m bytes (``need``: the original's, default 100 MiB), else DoesNotFit."""

@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
 
+from fastt.adapters.datasets import iterator_batches, iterator_pipelines
 from fastt.adapters.probe import probe_devices, unprobed
 from fastt.adapters.rewrite import merged_graph, order_edges, rewrite
 from fastt.adapters.runner import traced_run
@@ -211,14 +212,37 @@ class Engine:
 
     def assume_fed(self, feed_shapes: Mapping[str, Sequence[int]]) -> None:
         """Before any profile: the step's shapes as TensorFlow infers them from those fed
-        (``"op:index" -> shape``), so that its memory is known before it first runs. A
+        (``"op:index" -> shape``) and from the batch its tf.data input yields where the graph
+        says it (``iterator_batches``), so that its memory is known before it first runs. A
         profile's measured shapes replace them."""
-        if self.models is not None or not feed_shapes:
+        if self.models is not None:
             return
-        fed = {n: tuple(s) for n, s in feed_shapes.items()}
+        ir = self.ir
+        read: dict[str, tuple[int, ...]] = {
+            f"{name}:{i}": (batch, *(d for d in t.shape[1:] if d is not None))
+                for name, batch in iterator_batches(self.graph_def()).items() if name in ir
+                for i, t in enumerate(ir[name].outputs)
+                if t.shape and t.shape[0] is None and None not in t.shape[1:]}
+        fed = {**read, **{n: tuple(s) for n, s in feed_shapes.items()}}
+        if not fed:
+            return
         self._shapes = {**inferred_shapes(self.graph_def(), fed),
                         **{TensorRef.parse(n): s for n, s in fed.items()}}
-        self._ir = self.ir.with_output_shapes(self._shapes)
+        self._ir = ir.with_output_shapes(self._shapes)
+
+    def variable_bytes(self) -> float:
+        """The bytes of the graph's variables (all of them, not only the step's)."""
+        return float(sum(MemoryModel.from_graph(self.ir).persistent.values()))
+
+    def input_bytes(self) -> float:
+        """The bytes the step's tf.data inputs hold between steps once they run: their
+        sources' tensors (``iterator_pipelines``) and a batch in the making (a tutorial MLP's
+        ``from_tensor_slices(...).batch(16384)`` held its 32 MiB of arrays and 21 MiB more,
+        for batches of 16 MiB)."""
+        step = self.step
+        return float(sum(p.held_bytes + sum(t.nbytes or 0 for t in step[n].outputs)
+                         for n, p in iterator_pipelines(self.graph_def()).items()
+                         if n in step))
 
     def original_peak(self) -> float:
         """The bytes the original step holds at its peak on one device, by fastt's memory

@@ -12,9 +12,8 @@ import tensorflow as tf
 from fastt._version import __version__
 from fastt.adapters.engine import Engine
 from fastt.adapters.fingerprint import graph_digest
-from fastt.costs import MemoryModel
 from fastt.errors import WorkerLostError
-from fastt.plugin import activation, budget, cache, session_dumps
+from fastt.plugin import activation, budget, cache, remote, session_dumps
 from fastt.plugin import messages as say
 from fastt.plugin.activation import Running
 from fastt.plugin.controller import Controller
@@ -40,6 +39,16 @@ def script() -> str:
     """The script this process runs, as the plan cache names it."""
     return os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c") else \
         "<interactive>"
+
+
+def held(engine: Engine) -> float:
+    """The bytes the first device holds beyond ``engine``'s step: the script's own session,
+    its variables (of which fastt's session holds the training copy) and its input pipeline's
+    tensors and buffers, as TensorFlow's allocator counts them now (``remote.allocated``), or
+    by the models where more (an iterator that has not run yet holds its tensors once it
+    does: ``Engine.input_bytes``)."""
+    now = remote.allocated(engine.devices[0].name) or 0.0
+    return max(now, engine.variable_bytes() + engine.input_bytes())
 
 
 class Host(Protocol):
@@ -83,13 +92,19 @@ class PluginBackend:
     def original_misfit(self) -> str:
         return self.engine.original_misfit()
 
-    def fitted(self, limit: float) -> Strategy:
-        """The training step fitted into ``limit`` bytes, the memory TensorFlow enforces on
-        its device (``Engine.fitted``), less a share for the memory model's error
-        (``FIT_MARGIN``) and what the script's own session keeps: its variables, of which
-        fastt's session holds the training copy."""
-        held = sum(MemoryModel.from_graph(self.engine.ir).persistent.values())
-        return self.engine.fitted(FIT_MARGIN * limit - held)
+    def fit_budget(self, limit: float) -> float:
+        """The bytes a step fitted into ``limit`` bytes, the memory TensorFlow enforces on its
+        device, may hold itself: a share for the memory model's error (``FIT_MARGIN``) kept
+        back, and what the device holds already (``held``)."""
+        return FIT_MARGIN * limit - self.held()
+
+    def fitted(self, budget: float) -> Strategy:
+        """The training step fitted to hold at most ``budget`` bytes (``Engine.fitted``)."""
+        return self.engine.fitted(budget)
+
+    def held(self) -> float:
+        """``held``: what the first device holds now beyond the step."""
+        return held(self.engine)
 
     def profile(self, run_metadata: Any, untraced_s: float | None = None) -> None:
         cur = self.plugin.current

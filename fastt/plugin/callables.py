@@ -60,6 +60,8 @@ def call(p: Host, c: StepCallable, args: tuple[Any, ...], run_metadata: Any) -> 
     training step."""
     p.guard.check()
     with p.lock:
+        if not p.detector.off:
+            p.step_fed(c.options.feed, args)
         ctl = p.step_controller(c.signature, c.names) if not p.detector.off else None
     try:
         return _call(p, c, args, run_metadata, ctl)
@@ -74,8 +76,6 @@ def _call(p: Host, c: StepCallable, args: tuple[Any, ...], run_metadata: Any,
         if ctl is not None:
             ctl.step_started()
         wanted = ctl.before_step() if ctl else False
-        if ctl is not None:
-            p.step_fed(c.options.feed, args)
     with trace_slot(wanted) as trace, contextlib.ExitStack() as running:
         with p.lock:
             cur = p.current

@@ -18,7 +18,7 @@ from fastt.sched.search.memory_fit import FITTED
 
 log = logging.getLogger("fastt")
 
-REFIT_SHARE = 0.7  # of the memory the last fit planned for, the next one plans for
+REFIT_SHARE = 0.7  # of the bytes the last fit planned the step for, the next one plans for
 REFITS = 3  # fits again after running out of memory, at most
 
 
@@ -34,16 +34,16 @@ class Fitting:
     _activate: Callable[[Entry | None], None]
     _record: Callable[[Entry], str]
 
-    _fit: tuple[float, int] = (0.0, 0)  # (the bytes the last fit planned for, refits)
+    _fit: tuple[float, int] = (0.0, 0)  # (the bytes the last fit planned the step for, refits)
 
     def fit_memory(self, limit: float, why: str) -> None:
         """The training step would not fit the ``limit`` bytes TensorFlow lets it hold
         (``why``): its fitted graph runs from the step about to start, kept for the session."""
         self.phase = "off"
-        self._fit = (limit, 0)
         began = self._clock()
+        self._fit = (self.backend.fit_budget(limit), 0)
         try:
-            strategy = self.backend.fitted(limit)
+            strategy = self.backend.fitted(self._fit[0])
         except FasttError as e:
             log.warning("fastt: %s, and nothing fastt can run fits: %s; the step runs as it "
                         "is", why, e)
@@ -63,11 +63,11 @@ class Fitting:
         fitted again into ``REFIT_SHARE`` of the memory planned for (up to ``REFITS`` times);
         whether that graph now runs (the failed step then runs again on it, from the state
         before it)."""
-        entry, (limit, refits) = self.active, self._fit
+        entry, (budget, refits) = self.active, self._fit
         if entry is None or entry.name != FITTED or refits >= REFITS or \
                 type(error).__name__ != "ResourceExhaustedError":
             return False
-        self._fit = (REFIT_SHARE * limit, refits + 1)
+        self._fit = (REFIT_SHARE * budget, refits + 1)
         began = self._clock()
         try:
             strategy = self.backend.fitted(self._fit[0])

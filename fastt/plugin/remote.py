@@ -87,6 +87,19 @@ def enforced_memory(sess: Any, names: list[str], cpu_allocator: float = math.inf
     return devices(sess, [first])[0].memory
 
 
+def allocated(device: str) -> float | None:
+    """The bytes TensorFlow's allocator for ``device`` (of this process) holds now, where it
+    counts them (a BFC allocator: a GPU's, the CPU's with ``TF_CPU_ALLOCATOR_USE_BFC``);
+    None otherwise."""
+    if not device.startswith("/job:localhost/"):
+        return None
+    try:
+        return float(tf.config.experimental.get_memory_info(device.rsplit("/device:", 1)[-1])
+                     ["current"])
+    except (ValueError, KeyError, tf.errors.OpError):
+        return None
+
+
 def missing(sess: Any, names: list[str], logical_cpus: int) -> tuple[list[str], list[str]]:
     """Of ``names`` (``FASTT_DEVICES``), those neither ``sess`` has nor fastt's own sessions
     will (``logical_cpus`` CPU devices of this process); and the devices it has."""

@@ -26,7 +26,7 @@ from fastt.ir import Graph
 from fastt.op_types import USER_CODE
 from fastt.plugin import remote, session_dumps
 from fastt.plugin.activation import Running
-from fastt.plugin.backend import PluginBackend
+from fastt.plugin.backend import PluginBackend, held
 from fastt.plugin.callables import StepCallable
 from fastt.plugin.controller import Controller
 from fastt.plugin.entry import session_id
@@ -353,7 +353,9 @@ class SessionPlugin:
         e = self.engine
         e.fetches = [n.split(":")[0] for n in names]
         e.assume_fed(self.feed_shapes)
-        if e.original_peak() <= limit:
+        e.devices = remote.devices(self.sess, s.devices[:1])
+        # what the device holds beyond the variables (an input pipeline's tensors) too
+        if e.original_peak() + held(e) - e.variable_bytes() <= limit:
             return False
         self.enforced = limit
         return True
