@@ -63,7 +63,7 @@ class FakeBackend:
         need = getattr(self, "need", 100 * 2 ** 20)
         for m in (2, 4, 8):
             if need / m <= limit:
-                return FakeStrategy("accumulation", math.nan, devices=["a"], ordered=False,
+                return FakeStrategy("memory-fit", math.nan, devices=["a"], ordered=False,
                                     note=f"{m} micro-batches in turn")
         raise DoesNotFit(f"no gradient accumulation fits {limit / 2 ** 20:.1f} MiB")
 

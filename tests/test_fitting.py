@@ -15,41 +15,41 @@ class ResourceExhaustedError(Exception):
 
 
 def test_a_step_that_does_not_fit_runs_fitted_from_its_first_step(caplog):
-    b = FakeBackend({None: 0.010, "accumulation": 0.012})
+    b = FakeBackend({None: 0.010, "memory-fit": 0.012})
     b.held = 10 * MiB  # what the device holds already: the step may hold the rest
     ctl = controller_of(Settings(), b)
     with caplog.at_level(logging.INFO, logger="fastt"):
         ctl.fit_memory(60 * MiB, WHY)
-    assert b.fits == [50 * MiB] and b.activations == ["accumulation"] and not b.ordered
+    assert b.fits == [50 * MiB] and b.activations == ["memory-fit"] and not b.ordered
     entry = ctl.history[0]
     assert entry.status == "active" and ctl.active is entry and entry.decided_at == 0
     assert entry.reason == f"{WHY}: 2 micro-batches in turn"
     assert b.records == [(1, "active")]  # its dump written
     said = [r.message for r in caplog.records]
-    assert said == [f"fastt: {WHY}; it runs as 2 micro-batches in turn (gradients summed, then "
-                    "applied once), and fastt plans nothing more in this session"]
+    assert said == [f"fastt: {WHY}; it runs with 2 micro-batches in turn, and fastt plans "
+                    "nothing more in this session"]
     drive(ctl, b, 30)  # nothing more is traced, planned or activated
     assert ctl.phase == "off" and not any(b.traced) and b.plans == []
-    assert b.activations == ["accumulation"]
+    assert b.activations == ["memory-fit"]
 
 
 def test_a_fitted_step_out_of_memory_is_fitted_again_smaller_then_given_up():
     """Each refit plans the step for less than the last fit did (what the device held
     before the step is not measured again: the failed graph's state still counts then)."""
-    b = FakeBackend({None: 0.010, "accumulation": 0.012})
+    b = FakeBackend({None: 0.010, "memory-fit": 0.012})
     ctl = controller_of(Settings(), b)
     ctl.fit_memory(60 * MiB, WHY)
     oom = ResourceExhaustedError("OOM when allocating tensor")
     assert not ctl.refit(ValueError("not memory"))  # another error is not refitted
     assert ctl.refit(oom)
-    assert b.fits == [60 * MiB, 0.7 * 60 * MiB] and b.activations == ["accumulation"] * 2
+    assert b.fits == [60 * MiB, 0.7 * 60 * MiB] and b.activations == ["memory-fit"] * 2
     entry = ctl.history[0]  # 50 MiB in 2 micro-batches is over 42 MiB: 4 now
     assert len(ctl.history) == 1 and entry.strategy.note == "4 micro-batches in turn"
     assert entry.reason == f"{WHY}: 2 micro-batches in turn; refitted: 4 micro-batches in turn"
     assert ctl.refit(oom) and ctl.refit(oom)  # 29.4, then 20.6 MiB: 4, then 8 micro-batches
     assert entry.strategy.note == "8 micro-batches in turn"
     assert not ctl.refit(oom)  # three times at most
-    assert len(b.fits) == 4 and b.activations == ["accumulation"] * 4
+    assert len(b.fits) == 4 and b.activations == ["memory-fit"] * 4
 
 
 def test_a_refit_that_finds_nothing_smaller_gives_up(caplog):
@@ -59,9 +59,9 @@ def test_a_refit_that_finds_nothing_smaller_gives_up(caplog):
     ctl.fit_memory(60 * MiB, WHY)
     with caplog.at_level(logging.WARNING, logger="fastt"):
         assert not ctl.refit(ResourceExhaustedError("OOM"))
-    assert b.activations == ["accumulation"]
+    assert b.activations == ["memory-fit"]
     assert [r.message for r in caplog.records] == [
-        "fastt: strategy 1 (accumulation, FIFO order) ran out of memory, and nothing smaller "
+        "fastt: strategy 1 (memory-fit, FIFO order) ran out of memory, and nothing smaller "
         "fits (no gradient accumulation fits 42.0 MiB)"]
 
 

@@ -289,4 +289,4 @@ def test_the_dump_schema_names_every_registered_strategy_and_a_fitted_step():
     from fastt.inspect.schema import schema
     from fastt.sched.registry import names
     enum = schema("strategy")["$defs"]["strategy_name"]["enum"]
-    assert enum == list(names()) + ["accumulation"] and "os-dpos" in enum
+    assert enum == list(names()) + ["memory-fit"] and "os-dpos" in enum

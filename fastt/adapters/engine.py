@@ -31,8 +31,9 @@ from fastt.op_types import BATCH_SOURCES
 from fastt.profiler import Profile, profile
 from fastt.sched.sim.problem import Device
 from fastt.sched.registry import DEFAULT
-from fastt.sched.search.memory_fit import (FITTED, accumulation_fitting,
-                                           data_parallel_fitting, peak_memory_one_device)
+from fastt.sched.search.memory_fit import (FITTED, data_parallel_fitting,
+                                           peak_memory_one_device)
+from fastt.sched.search.step_fitting import fit_step
 from fastt.sched.strategy import Strategy, plan, predict, replay
 
 ORDERS = ("priority-executor", "control-dependencies", "none")  # how a plan's order is kept
@@ -262,18 +263,15 @@ class Engine:
                 f"one device, more than its {limit / 2 ** 20:.1f} MiB")
 
     def fitted(self, limit: float) -> Strategy:
-        """The training step as gradient accumulation on the first device: the fewest
-        micro-batches whose step holds at most ``limit`` bytes there
-        (``accumulation_fitting``; ``DoesNotFit`` or ``Declined`` saying why none does). Its
-        step time is not known before it is profiled (NaN)."""
+        """The training step fitted to hold at most ``limit`` bytes on the first device
+        (``fit_step``: gradient accumulation, recomputation or both; ``DoesNotFit`` saying
+        why none does). Its step time is not known before it is profiled (NaN)."""
         began = time.perf_counter()
-        acc = accumulation_fitting(self.step, limit)
-        d, g = self.devices[0].name, acc.graph
+        fit = fit_step(self.step, limit)
+        d, g = self.devices[0].name, fit.graph
         return Strategy(FITTED, [d], g, {n: d for n in g.names}, g.names, math.nan,
-                        math.nan, time.perf_counter() - began, replicas=acc.micro_batches,
-                        fetches=self.fetches,
-                        note=f"{acc.micro_batches} micro-batches in turn, predicted to hold "
-                             f"{acc.peak / 2 ** 20:.1f} MiB at the peak")
+                        math.nan, time.perf_counter() - began, replicas=fit.micro_batches,
+                        fetches=self.fetches, note=fit.note)
 
     def plan(self, name: str, devices: Sequence[Device] | None = None, **options: Any
              ) -> Strategy:

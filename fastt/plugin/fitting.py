@@ -55,8 +55,8 @@ class Fitting:
         self.history.append(entry)
         self.active = entry
         self._run_fitted(entry, began)
-        log.info("fastt: %s; it runs as %s (gradients summed, then applied once), and fastt "
-                 "plans nothing more in this session", why, strategy.note)
+        log.info("fastt: %s; it runs with %s, and fastt plans nothing more in this session",
+                 why, strategy.note)
 
     def refit(self, error: BaseException) -> bool:
         """The fitted step failed at its first step with ``error``: when it ran out of memory,

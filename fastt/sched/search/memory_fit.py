@@ -188,7 +188,7 @@ def data_parallel_fitting(graph: Graph, devices: Sequence[Device], ring: bool = 
 
 
 #: The micro-batch counts gradient accumulation is tried with, fewest first
-FITTED = "accumulation"  # the name of a plan that runs a step as ``accumulation_fitting`` fits it
+FITTED = "memory-fit"  # the name of a plan that runs a step fitted into its device's memory
 MICRO_BATCH_COUNTS = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 ACCUMULATED_OPS = 2_000_000  # the largest accumulated graph built
 

@@ -1,0 +1,99 @@
+"""A training step fitted into one device's memory: its batch run as micro-batches in turn
+(gradient accumulation, ``fastt.passes.accumulate``), forward activations computed again in the
+backward pass (recomputation, ``fastt.passes.recompute``), or both; each priced by fastt's
+memory model on one device (``peak_memory_one_device``).
+
+``fit_step`` prefers what adds no work: accumulation first (the same operations on smaller
+parts), recomputation where accumulation cannot run (batch norm in training) or does not fit,
+both where neither alone fits. No cost model is read: the choice is the memory model's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fastt.errors import Declined, DoesNotFit, FasttError, NoBatch
+from fastt.ir import Graph
+from fastt.passes.accumulate import accumulate
+from fastt.passes.data_parallel import batch_size
+from fastt.passes.recompute import COPY, activations, recompute
+from fastt.sched.search.memory_fit import (ACCUMULATED_OPS, MICRO_BATCH_COUNTS,
+                                           accumulation_fitting, peak_memory_one_device)
+
+#: checkpoint every k-th activation the backward pass reads, fewest copies (smallest k) first;
+#: 0: none kept, every activation computed again from the batch and the variables
+SPACINGS = (2, 3, 4, 6, 8, 12, 16, 0)
+
+
+@dataclass
+class Fitted:
+    """A step's graph fitted into memory, and its predicted peak on one device (bytes)."""
+    graph: Graph
+    micro_batches: int  # 1: the whole batch at once
+    recomputed: int  # forward ops computed again in the backward pass
+    peak: float
+
+    @property
+    def note(self) -> str:
+        """What was done to fit, and the peak it is predicted to hold."""
+        parts = []
+        if self.micro_batches > 1:
+            parts.append(f"its batch as {self.micro_batches} micro-batches in turn, gradients "
+                         "summed and applied once")
+        if self.recomputed:
+            parts.append(f"{self.recomputed} forward ops recomputed in the backward pass")
+        return (" and ".join(parts) or "nothing changed") + \
+            f", predicted to hold {self.peak / 2 ** 20:.1f} MiB at the peak"
+
+
+def recomputation_fitting(graph: Graph, limit: float, gpu: bool = False,
+                          micro_batches: int = 1) -> Fitted:
+    """The fewest recomputed ops (checkpoints every k-th activation, ``SPACINGS``) whose
+    graph holds at most ``limit`` bytes on one device; ``DoesNotFit`` saying the least found
+    when none does, ``Declined`` when nothing can be recomputed. O(|SPACINGS| x graph)."""
+    acts = activations(graph)
+    best: Fitted | None = None
+    for k in SPACINGS:
+        if k > len(acts):
+            continue
+        g = recompute(graph, acts[k - 1::k] if k else [])
+        tried = Fitted(g, micro_batches, sum(1 for n in g.names if n.startswith(COPY)),
+                       peak_memory_one_device(g, gpu))
+        if tried.peak <= limit:
+            return tried
+        best = tried if best is None or tried.peak < best.peak else best
+    if best is None:
+        raise Declined("no forward activation the backward pass reads can be recomputed")
+    raise DoesNotFit(f"no recomputation fits {limit / 2 ** 20:.1f} MiB; the least, "
+                     f"{best.peak / 2 ** 20:.1f} MiB, is {(best.peak - limit) / 2 ** 20:.1f} "
+                     "MiB over")
+
+
+def fit_step(graph: Graph, limit: float, gpu: bool = False) -> Fitted:
+    """``graph`` (a training step) fitted to hold at most ``limit`` bytes on one device:
+    gradient accumulation with the fewest micro-batches, else recomputation with the fewest
+    copies, else both (the fewest micro-batches whose recomputed graph fits);
+    ``DoesNotFit`` naming why each fell short when none does."""
+    why: list[str] = []
+    try:
+        acc = accumulation_fitting(graph, limit, gpu)
+        return Fitted(acc.graph, acc.micro_batches, 0, acc.peak)
+    except FasttError as e:
+        why.append(str(e))
+        declined = isinstance(e, (Declined, NoBatch))
+    try:
+        return recomputation_fitting(graph, limit, gpu)
+    except FasttError as e:
+        why.append(str(e))
+    if not declined:
+        B = batch_size(graph)
+        for m in MICRO_BATCH_COUNTS:
+            if m > B or m * len(graph) > ACCUMULATED_OPS:
+                break
+            try:
+                return recomputation_fitting(accumulate(graph, m), limit, gpu, m)
+            except DoesNotFit:
+                continue
+            except Declined:
+                break
+        why.append("nor both together, up to the micro-batches tried")
+    raise DoesNotFit("; ".join(why))
