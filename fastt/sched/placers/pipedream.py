@@ -17,6 +17,7 @@ from fastt.errors import DoesNotFit
 from fastt.ir import Graph
 from fastt.sched.placers.baselines import place_replicas, replica_layout
 from fastt.passes.replicas import replica_of
+from fastt.passes.recompute import gradient_of
 from fastt.sched.placers.dpos import rank_u
 from fastt.sched.placers.stages import Stage, balanced, partition
 from fastt.sched.sim.problem import Problem
@@ -25,20 +26,6 @@ from fastt.sched.sim.simulate import simulate_fifo
 
 
 LAYERS = 48  # the partitioner's layers: forward ops in topological order, about equal work
-
-
-def _forward_of(name: str) -> str | None:
-    """The forward op a TF1 gradient op was made for ("gradients/a/b_grad/Mul" -> "a/b"),
-    or None when ``name`` is not under a gradients scope."""
-    parts = name.split("/")
-    scopes = [k for k, c in enumerate(parts) if c == "gradients" or c.startswith("gradients_")]
-    if not scopes:
-        return None
-    rest = parts[scopes[-1] + 1:]
-    for k, c in enumerate(rest):
-        if c.endswith("_grad"):
-            return "/".join(rest[:k] + [c[:-len("_grad")]])
-    return ""
 
 
 def layers(p: Problem, g: Graph, count: int = LAYERS) -> list[int]:
@@ -51,7 +38,7 @@ def layers(p: Problem, g: Graph, count: int = LAYERS) -> list[int]:
     and backward: a gradient op goes with the forward op it was made for; what is left (the
     optimizer's own ops) with the ops it feeds, else the ops feeding it."""
     key = [g[n].meta.origin or n for n in p.names]
-    back = [_forward_of(k) for k in key]
+    back = [gradient_of(k) for k in key]
     after_back = [False] * p.n  # the backward pass and what follows it (the updates)
     for i in p.topo:
         after_back[i] = back[i] is not None or any(after_back[m] for m, _ in p.preds[i])

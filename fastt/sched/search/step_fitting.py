@@ -1,23 +1,20 @@
 """A training step fitted into one device's memory: its batch run as micro-batches in turn
 (gradient accumulation, ``fastt.passes.accumulate``), forward activations computed again in the
-backward pass (recomputation, ``fastt.passes.recompute``), or both; each priced by fastt's
+backward pass (recomputation, ``fastt.passes.recompute``); each priced by fastt's
 memory model on one device (``peak_memory_one_device``).
 
 ``fit_step`` prefers what adds no work: accumulation first (the same operations on smaller
-parts), recomputation where accumulation cannot run (batch norm in training) or does not fit,
-both where neither alone fits. No cost model is read: the choice is the memory model's.
+parts), recomputation where accumulation cannot run (batch norm in training) or does not fit.
+No cost model is read: the choice is the memory model's.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastt.errors import Declined, DoesNotFit, FasttError, NoBatch
+from fastt.errors import Declined, DoesNotFit, FasttError
 from fastt.ir import Graph
-from fastt.passes.accumulate import accumulate
-from fastt.passes.data_parallel import batch_size
 from fastt.passes.recompute import COPY, activations, recompute
-from fastt.sched.search.memory_fit import (ACCUMULATED_OPS, MICRO_BATCH_COUNTS,
-                                           accumulation_fitting, peak_memory_one_device)
+from fastt.sched.search.memory_fit import accumulation_fitting, peak_memory_one_device
 
 #: checkpoint every k-th activation the backward pass reads, fewest copies (smallest k) first;
 #: 0: none kept, every activation computed again from the batch and the variables
@@ -45,8 +42,7 @@ class Fitted:
             f", predicted to hold {self.peak / 2 ** 20:.1f} MiB at the peak"
 
 
-def recomputation_fitting(graph: Graph, limit: float, gpu: bool = False,
-                          micro_batches: int = 1) -> Fitted:
+def recomputation_fitting(graph: Graph, limit: float, gpu: bool = False) -> Fitted:
     """The fewest recomputed ops (checkpoints every k-th activation, ``SPACINGS``) whose
     graph holds at most ``limit`` bytes on one device; ``DoesNotFit`` saying the least found
     when none does, ``Declined`` when nothing can be recomputed. O(|SPACINGS| x graph)."""
@@ -56,7 +52,7 @@ def recomputation_fitting(graph: Graph, limit: float, gpu: bool = False,
         if k > len(acts):
             continue
         g = recompute(graph, acts[k - 1::k] if k else [])
-        tried = Fitted(g, micro_batches, sum(1 for n in g.names if n.startswith(COPY)),
+        tried = Fitted(g, 1, sum(1 for n in g.names if n.startswith(COPY)),
                        peak_memory_one_device(g, gpu))
         if tried.peak <= limit:
             return tried
@@ -71,29 +67,20 @@ def recomputation_fitting(graph: Graph, limit: float, gpu: bool = False,
 def fit_step(graph: Graph, limit: float, gpu: bool = False) -> Fitted:
     """``graph`` (a training step) fitted to hold at most ``limit`` bytes on one device:
     gradient accumulation with the fewest micro-batches, else recomputation with the fewest
-    copies, else both (the fewest micro-batches whose recomputed graph fits);
-    ``DoesNotFit`` naming why each fell short when none does."""
+    copies; ``DoesNotFit`` naming why each fell short when neither does. (Recomputing an
+    accumulated graph held more than accumulating alone on the models tried: its copies of a
+    micro-batch's forward pass wait for the backward pass that comes after every
+    micro-batch.)"""
     why: list[str] = []
-    try:
-        acc = accumulation_fitting(graph, limit, gpu)
-        return Fitted(acc.graph, acc.micro_batches, 0, acc.peak)
-    except FasttError as e:
-        why.append(str(e))
-        declined = isinstance(e, (Declined, NoBatch))
-    try:
-        return recomputation_fitting(graph, limit, gpu)
-    except FasttError as e:
-        why.append(str(e))
-    if not declined:
-        B = batch_size(graph)
-        for m in MICRO_BATCH_COUNTS:
-            if m > B or m * len(graph) > ACCUMULATED_OPS:
-                break
-            try:
-                return recomputation_fitting(accumulate(graph, m), limit, gpu, m)
-            except DoesNotFit:
-                continue
-            except Declined:
-                break
-        why.append("nor both together, up to the micro-batches tried")
+    for fit in (lambda: _accumulated(graph, limit, gpu),
+                lambda: recomputation_fitting(graph, limit, gpu)):
+        try:
+            return fit()
+        except FasttError as e:
+            why.append(str(e))
     raise DoesNotFit("; ".join(why))
+
+
+def _accumulated(graph: Graph, limit: float, gpu: bool) -> Fitted:
+    acc = accumulation_fitting(graph, limit, gpu)
+    return Fitted(acc.graph, acc.micro_batches, 0, acc.peak)

@@ -1,0 +1,124 @@
+"""Recomputation (``fastt.passes.recompute``): the forward activations the backward pass reads,
+computed again from checkpoints, train bit for bit like the original (the rewritten graphs run
+in tensorflow sessions), seeded random ops drawing alike; the memory model's peak falls; and
+``fit_step`` chooses accumulation or recomputation by what fits."""
+import numpy as np
+import pytest
+
+from fastt import zoo
+from fastt.adapters.rewrite import rewrite
+from fastt.adapters.tf_import import from_tf_graph
+from fastt.errors import DoesNotFit
+from fastt.passes.recompute import COPY, activations, forward_ops, gradient_of, recompute
+from fastt.sched.search.memory_fit import peak_memory_one_device
+from fastt.sched.search.step_fitting import fit_step, recomputation_fitting
+from fastt.sched.strategy import Strategy
+
+from tests.equivalence import _reference, _run_with_values
+
+tf = pytest.importorskip("tensorflow")
+tf1 = tf.compat.v1
+CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+def _run(ir, m, g):
+    s = Strategy("memory-fit", [CPU], g, {o.name: CPU for o in g}, [], 0.0, 0.0, 0.0,
+                 fetches=[m.train_op.name, m.loss.name])
+    return _run_with_values(rewrite(ir, s, enforce_order=False), m, ir, 1)
+
+
+def _same(got, want, tol):
+    if tol == 0.0:
+        np.testing.assert_array_equal(got[0], want[0])
+        for a, b in zip(got[1], want[1]):
+            np.testing.assert_array_equal(a, b)
+    else:
+        np.testing.assert_allclose(got[0], want[0], rtol=tol, atol=1e-7)
+        for a, b in zip(got[1], want[1]):
+            np.testing.assert_allclose(a, b, rtol=tol, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,kwargs,tol", [
+    ("mlp", {"batch_size": 64, "hidden": (128, 128, 128), "opt": "momentum"}, 0.0),
+    ("small_cnn", {"batch_size": 8, "batch_norm": True}, 0.0),
+    ("lstm_lm", {"batch_size": 16, "opt": "adam"}, 0.0),
+    # an AddN of the same gradients may sum in another order once its inputs come later
+    ("transformer", {"batch_size": 8, "opt": "sgd"}, 1e-6),
+])
+def test_recomputed_steps_train_like_the_original(name, kwargs, tol):
+    m = zoo.build(name, **kwargs)
+    ir = from_tf_graph(m.graph)
+    want = _reference(m, ir, 1)
+    acts = activations(ir)
+    for checkpoints in (acts[1::2], []):  # every other activation kept; none
+        g = recompute(ir, checkpoints)
+        assert any(n.startswith(COPY) for n in g.names)
+        _same(_run(ir, m, g), want, tol)
+
+
+def test_the_copies_wait_for_the_backward_pass_and_the_peak_falls():
+    m = zoo.build("mlp", batch_size=4096, hidden=(1024,) * 4)
+    step = from_tf_graph(m.graph).fan_in([m.train_op.name, m.loss.name])
+    g = recompute(step, activations(step)[1::2])
+    copies = [g[n] for n in g.names if n.startswith(COPY)]
+    roots = [c for c in copies if not any(i.op.startswith(COPY) for i in c.inputs)]
+    assert roots and all(any(gradient_of(w) is not None for w in r.control_inputs)
+                         for r in roots if r.meta.origin.startswith("fc"))
+    forward = set(forward_ops(step))
+    for n in g.names:  # the gradient ops read copies, never a recomputed original
+        if gradient_of(n) is not None:
+            assert not any(i.op in forward and COPY + i.op in g for i in g[n].inputs)
+    assert peak_memory_one_device(g) < 0.75 * peak_memory_one_device(step)
+
+
+def _dropout_mlp(seed):
+    g = tf.Graph()
+    with g.as_default():
+        if seed is not None:
+            tf1.set_random_seed(seed)
+        x = tf1.placeholder(tf.float32, [32, 16], name="x")
+        y = tf1.placeholder(tf.int32, [32], name="y")
+        h = x
+        for k in range(3):
+            w = tf1.get_variable(f"w{k}", [16, 16], initializer=tf1.glorot_uniform_initializer(k))
+            h = tf1.nn.dropout(tf.nn.relu(tf.matmul(h, w)), rate=0.3)
+        loss = tf1.losses.sparse_softmax_cross_entropy(y, h)
+        train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+        init = tf1.global_variables_initializer()
+    rng = np.random.RandomState(0)
+    return zoo.TrainingGraph("dropout_mlp", g, loss, train, init,
+                             {"x": rng.rand(32, 16).astype(np.float32),
+                              "y": rng.randint(0, 16, 32).astype(np.int32)})
+
+
+def test_seeded_random_ops_are_recomputed_and_draw_alike_unseeded_ones_are_kept():
+    m = _dropout_mlp(seed=7)
+    ir = from_tf_graph(m.graph)
+    g = recompute(ir, [])
+    drawn = [g[n] for n in g.names if n.startswith(COPY) and g[n].type == "RandomUniform"]
+    assert len(drawn) == 3  # each layer's mask drawn again
+    _same(_run(ir, m, g), _reference(m, ir, 1), 0.0)
+    unseeded = from_tf_graph(_dropout_mlp(seed=None).graph)
+    g = recompute(unseeded, [])
+    assert not [n for n in g.names if n.startswith(COPY) and g[n].type == "RandomUniform"]
+    assert any(n.startswith(COPY) for n in g.names)  # the rest still recomputed
+
+
+def test_fit_step_accumulates_or_recomputes_where_batch_norm_forbids_accumulation():
+    mlp = zoo.build("mlp", batch_size=4096, hidden=(1024,) * 4)
+    step = from_tf_graph(mlp.graph).fan_in([mlp.train_op.name, mlp.loss.name])
+    whole = peak_memory_one_device(step)
+    fit = fit_step(step, 0.7 * whole)
+    assert fit.micro_batches > 1 and fit.recomputed == 0 and fit.peak <= 0.7 * whole
+    assert "micro-batches in turn" in fit.note
+    cnn = zoo.build("small_cnn", batch_size=64, batch_norm=True)
+    step = from_tf_graph(cnn.graph).fan_in([cnn.train_op.name, cnn.loss.name])
+    whole = peak_memory_one_device(step)
+    fit = fit_step(step, 0.85 * whole)
+    assert fit.micro_batches == 1 and fit.recomputed > 0 and fit.peak <= 0.85 * whole
+    assert "forward ops recomputed in the backward pass" in fit.note
+    with pytest.raises(DoesNotFit, match="batch norm in training.*no recomputation fits "
+                                         r"[\d.]+ MiB; the least, [\d.]+ MiB, is"):
+        fit_step(step, 0.3 * whole)
+    least = recomputation_fitting(step, whole).peak
+    assert least <= whole
