@@ -56,9 +56,52 @@ CASES: dict[str, tuple[str, dict, tuple[int, ...]]] = {
 }
 
 
-def measure(zoo_name: str, kwargs: dict, batch: int, grappler: bool = True) -> dict:
+# The step as fastt runs it where memory rules: name -> (a case above, how its step is
+# rewritten: "accumulate" into k micro-batches, "recompute" from every k-th activation,
+# "data-parallel" over k logical CPU devices, which share the process's one allocator; batches)
+REWRITTEN: dict[str, tuple[str, tuple[str, int], tuple[int, ...]]] = {
+    "bert_small+accumulate4": ("bert_small", ("accumulate", 4), (32,)),
+    "lstm_lm+accumulate4": ("lstm_lm", ("accumulate", 4), (64,)),
+    "gnmt+accumulate4": ("gnmt", ("accumulate", 4), (64,)),
+    "transformer+recompute2": ("transformer", ("recompute", 2), (32,)),
+    "resnet_v2_50+recompute2": ("resnet_v2_50", ("recompute", 2), (32,)),
+    "vgg_16+recompute2": ("vgg_16", ("recompute", 2), (8,)),
+    "alexnet+data-parallel2": ("alexnet", ("data-parallel", 2), (128,)),
+    "bert_small+data-parallel2": ("bert_small", ("data-parallel", 2), (32,)),
+}
+
+
+def rewritten(ir: Any, step: Any, how: tuple[str, int], fetches: list[str]
+              ) -> tuple[Any, Any, int]:
+    """``step`` of ``ir`` rewritten ``how`` (``REWRITTEN``): the GraphDef to run, the step's
+    graph to predict, and the CPU devices it runs on."""
+    from fastt.adapters.rewrite import rewrite
+    from fastt.passes.accumulate import accumulate
+    from fastt.passes.data_parallel import data_parallel
+    from fastt.passes.recompute import activations, recompute
+    from fastt.passes.replicas import replica_of
+    from fastt.sched.strategy import Strategy
+    kind, k = how
+    cpu = "/job:localhost/replica:0/task:0/device:CPU:{}"
+    if kind == "accumulate":
+        g, devices = accumulate(step, k), 1
+    elif kind == "recompute":
+        g, devices = recompute(step, activations(step)[k - 1::k]), 1
+    elif kind == "data-parallel":
+        g, devices = data_parallel(step, k), k
+    else:
+        raise SystemExit(f"unknown rewrite {kind!r}")
+    placement = {op.name: cpu.format((replica_of(op) or 0) if devices > 1 else 0) for op in g}
+    s = Strategy(kind, [cpu.format(d) for d in range(devices)], g, placement, [], 0.0, 0.0,
+                 0.0, replicas=k if kind != "recompute" else 1, fetches=fetches)
+    return rewrite(ir, s, enforce_order=False), g, devices
+
+
+def measure(zoo_name: str, kwargs: dict, batch: int, grappler: bool = True,
+            how: tuple[str, int] | None = None) -> dict:
     """One case in this process: the predicted and the allocator's peak, in bytes; with
-    grappler off, also the model replayed in the order TensorFlow ran the step."""
+    grappler off, also the model replayed in the order TensorFlow ran the step; ``how``: the
+    step rewritten so (``rewritten``)."""
     import tensorflow as tf
 
     from fastt import zoo
@@ -67,17 +110,26 @@ def measure(zoo_name: str, kwargs: dict, batch: int, grappler: bool = True) -> d
     from fastt.sched.search.memory_fit import peak_memory_one_device
     tf.compat.v1.disable_eager_execution()
     built = zoo.build(zoo_name, batch_size=batch, **kwargs)
-    step = tf_import.from_tf_graph(built.graph, name=zoo_name).fan_in([built.train_op.name])
+    ir = tf_import.from_tf_graph(built.graph, name=zoo_name)
+    step = ir.fan_in([built.train_op.name])
+    graph, train, init, feed, devices = built.graph, built.train_op.name, built.init.name, \
+        built.feed_dict(), 1
+    if how is not None:
+        gd, step, devices = rewritten(ir, step, how, [train])
+        graph = tf.Graph()
+        with graph.as_default():
+            tf.compat.v1.import_graph_def(gd, name="")
+        feed = {graph.get_tensor_by_name(k + ":0"): v for k, v in built.feeds.items()}
     predicted = peak_memory_one_device(step)
     config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1,
-                                      intra_op_parallelism_threads=os.cpu_count() or 1)
+                                      intra_op_parallelism_threads=os.cpu_count() or 1,
+                                      device_count={"CPU": devices})
     config.graph_options.rewrite_options.disable_meta_optimizer = not grappler
-    with tf.compat.v1.Session(graph=built.graph, config=config) as sess:
-        sess.run(built.init)
-        feed = built.feed_dict()
+    with tf.compat.v1.Session(graph=graph, config=config) as sess:
+        sess.run(init)
         for _ in range(2):
-            sess.run(built.train_op, feed_dict=feed)
-        meta = traced_run(sess, built.train_op, feed)[1]
+            sess.run(train, feed_dict=feed)
+        meta = traced_run(sess, train, feed)[1]
     peaks: dict[str, int] = {}
     started: dict[str, int] = {}
     for dev in meta.step_stats.dev_stats:
@@ -123,12 +175,26 @@ def _one(name: str, batch: int, grappler: bool = True) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _case(name: str) -> tuple[str, dict, tuple[str, int] | None]:
+    """Case ``name``'s zoo model, its arguments, and how its step is rewritten (None: as
+    built)."""
+    if name in REWRITTEN:
+        base, how, _ = REWRITTEN[name]
+        return CASES[base][0], CASES[base][1], how
+    return CASES[name][0], CASES[name][1], None
+
+
+def batches(name: str) -> tuple[int, ...]:
+    return (REWRITTEN[name] if name in REWRITTEN else CASES[name])[2]
+
+
 def run_case(name: str, batch: int, diagnose: bool = False) -> dict:
     """Case ``name`` at ``batch``; with ``diagnose``, also measured with grappler off and the
     model replayed in TensorFlow's order (module docstring)."""
-    zoo_name, kwargs, _ = CASES[name]
+    zoo_name, kwargs, how = _case(name)
     row = _one(name, batch)
-    out = {"case": name, "model": zoo_name, "kwargs": kwargs, "batch": batch, **row,
+    out = {"case": name, "model": zoo_name, "kwargs": kwargs, "batch": batch,
+           "rewrite": list(how) if how else None, **row,
            "error": row["predicted_bytes"] / row["measured_bytes"] - 1}
     if diagnose:
         off = _one(name, batch, grappler=False)
@@ -144,8 +210,8 @@ def merged(path: str, rows: list[dict]) -> list[dict]:
     case or batch), in ``CASES``' order."""
     old = json.load(open(path))["rows"] if os.path.exists(path) else []
     new = {(r["case"], r["batch"]) for r in rows}
-    order = {k: i for i, k in enumerate((c, b) for c, (_, _, batches) in CASES.items()
-                                        for b in batches)}
+    order = {k: i for i, k in enumerate((c, b) for c in [*CASES, *REWRITTEN]
+                                        for b in batches(c))}
     kept = [r for r in old if (r["case"], r["batch"]) not in new
             and (r["case"], r["batch"]) in order]
     return sorted(kept + rows, key=lambda r: order.get((r["case"], r["batch"]), len(order)))
@@ -192,7 +258,8 @@ def markdown(doc: dict, heading: str = "#") -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", nargs="*", choices=sorted(CASES), default=list(CASES))
+    ap.add_argument("--cases", nargs="*", choices=sorted([*CASES, *REWRITTEN]),
+                    default=[*CASES, *REWRITTEN])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     ap.add_argument("--diagnose", action="store_true",
                     help="also measure with grappler off and replay the model in "
@@ -201,14 +268,14 @@ def main() -> None:
     ap.add_argument("--no-grappler", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        zoo_name, kwargs, _ = CASES[args.one[0]]
+        zoo_name, kwargs, how = _case(args.one[0])
         print(json.dumps(measure(zoo_name, kwargs, int(args.one[1]),
-                                 grappler=not args.no_grappler)))
+                                 grappler=not args.no_grappler, how=how)))
         return
     doc: dict = {"machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "rows": []}
     for name in args.cases:
-        for batch in CASES[name][2]:
+        for batch in batches(name):
             row = run_case(name, batch, args.diagnose)
             print(f"{name} batch {batch}: predicted {row['predicted_bytes'] / MiB:.0f} MiB, "
                   f"measured {row['measured_bytes'] / MiB:.0f} MiB ({100 * row['error']:+.0f}%)",

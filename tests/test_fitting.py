@@ -31,6 +31,8 @@ def test_a_step_that_does_not_fit_runs_fitted_from_its_first_step(caplog):
     drive(ctl, b, 30)  # nothing more is traced, planned or activated
     assert ctl.phase == "off" and not any(b.traced) and b.plans == []
     assert b.activations == ["memory-fit"]
+    ctl.close()
+    assert b.stored == []  # fitted again at the next run's first step: nothing cached
 
 
 def test_a_fitted_step_out_of_memory_is_fitted_again_smaller_then_given_up():

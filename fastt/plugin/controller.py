@@ -37,6 +37,7 @@ from fastt.plugin.budget import Budget
 from fastt.plugin.charges import Charges, Gate
 from fastt.plugin.entry import Entry, Sample, session_id
 from fastt.plugin.fitting import Fitting
+from fastt.sched.search.memory_fit import FITTED
 from fastt.plugin.protocols import Backend, Done, Pending
 from fastt.plugin.trials import Trials
 from fastt.sched import registry
@@ -386,7 +387,9 @@ class Controller(Trials, Fitting):
         running = self.running  # the graph the session ends on
         kept = self.active if self.active is not None and self.active.status == "active" \
             else None
-        if kept is not None or (self.phase == "steady" and (self.history or self._passed)):
+        fitted = kept is not None and kept.name == FITTED  # fitted anew at each first step
+        if not fitted and (kept is not None or
+                           (self.phase == "steady" and (self.history or self._passed))):
             # for the next run: the plan kept, or that none measured faster than the original
             self.backend.store(kept, dict(self.budget.seen))
         if entry is not None:
