@@ -235,9 +235,16 @@ def markdown(doc: dict, heading: str = "#") -> str:
                      f"{r['predicted_bytes'] / MiB:.0f} | {r['measured_bytes'] / MiB:.0f} | "
                      f"{100 * r['error']:+.0f}% |")
     if errors:
-        models = len({r["case"] for r in rows})
+        models = len({r["case"].split("+")[0] for r in rows})
+        rewritten = [abs(r["error"]) for r in rows if r.get("rewrite")]
         lines += ["", f"Median absolute error {100 * statistics.median(errors):.0f}%, worst "
-                      f"{100 * max(errors):.0f}% over {len(rows)} rows of {models} models."]
+                      f"{100 * max(errors):.0f}% over {len(rows)} rows of {models} models"
+                  + (f"; the {len(rewritten)} rows of steps as fastt rewrites them where memory "
+                     "rules (`+accumulate<k>`: k micro-batches in turn; `+recompute<k>`: every "
+                     "k-th activation kept, the rest recomputed; `+data-parallel<k>`: k replicas "
+                     "on logical CPU devices sharing the allocator): median "
+                     f"{100 * statistics.median(rewritten):.0f}%, worst "
+                     f"{100 * max(rewritten):.0f}%" if rewritten else "") + "."]
     diagnosed = [r for r in rows if "diagnosis" in r]
     if diagnosed:
         lines += ["", "Where the error comes from (`--diagnose`): the same step measured with "
