@@ -140,3 +140,49 @@ def test_a_batch_norm_step_over_the_limit_trains_recomputed_bit_for_bit(tmp_path
     want, got = losses(free.stdout), losses(fitted.stdout)
     assert len(got) == 4 and got == want  # the same kernels on the same values
     assert peak(fitted.stdout) < BN_LIMIT_MB * 2 ** 20
+
+
+KERAS_BN_SCRIPT = '''
+import numpy as np
+import tensorflow as tf
+tf.compat.v1.disable_eager_execution()
+import tf_keras as keras
+from tf_keras import layers, initializers
+rng = np.random.RandomState(0)
+X = rng.rand(512, 32, 32, 3).astype(np.float32)
+Y = rng.randint(0, 10, size=512)
+model = keras.Sequential([keras.Input((32, 32, 3))])
+for k, ch in enumerate((64, 64, 128, 128)):
+    model.add(layers.Conv2D(ch, 3, padding="same", use_bias=False,
+                            kernel_initializer=initializers.GlorotUniform(seed=k)))
+    model.add(layers.BatchNormalization())
+    model.add(layers.ReLU())
+    if k % 2:
+        model.add(layers.MaxPooling2D())
+model.add(layers.Flatten())
+model.add(layers.Dense(10, kernel_initializer=initializers.GlorotUniform(seed=9)))
+model.compile(keras.optimizers.legacy.SGD(0.001, momentum=0.9),
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+class Print(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        print(f"step {batch} loss {logs['loss']:.9f}")
+
+model.fit(X, Y, batch_size=256, epochs=2, shuffle=False, verbose=0, callbacks=[Print()])
+print("peak", tf.config.experimental.get_memory_info("CPU:0")["peak"])
+'''
+
+
+def test_a_keras_batch_norm_model_over_the_limit_fits_with_its_conds_shapes_filled(tmp_path):
+    """tf-keras' batch norm is a functional ``If`` whose output shapes leave the batch
+    unknown: the step's memory is still known before it runs, and it trains recomputed."""
+    limit = 400
+    free = run(tmp_path, script=KERAS_BN_SCRIPT)
+    assert free.returncode == 0, free.stderr[-3000:]
+    assert peak(free.stdout) > 1.25 * limit * 2 ** 20
+    fitted = run(tmp_path, limit, fastt=True, script=KERAS_BN_SCRIPT)
+    assert fitted.returncode == 0, fitted.stderr[-3000:]
+    assert "forward ops recomputed in the backward pass" in fitted.stderr
+    assert "OOM when allocating" not in fitted.stderr
+    assert losses(fitted.stdout) == losses(free.stdout) and len(losses(free.stdout)) == 4
+    assert peak(fitted.stdout) < limit * 2 ** 20

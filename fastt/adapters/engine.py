@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections import Counter
 from typing import Any, Mapping, Sequence
 
 import tensorflow as tf
@@ -27,6 +28,7 @@ from fastt.costs import CostModels, MemoryModel
 from fastt.costs.source import ModelCosts
 from fastt.errors import FasttError, NoBatch
 from fastt.ir import Graph, TensorRef
+from fastt.passes.batch_shapes import batch_filled
 from fastt.op_types import BATCH_SOURCES
 from fastt.profiler import Profile, profile
 from fastt.sched.sim.problem import Device
@@ -229,7 +231,12 @@ class Engine:
             return
         self._shapes = {**inferred_shapes(self.graph_def(), fed),
                         **{TensorRef.parse(n): s for n, s in fed.items()}}
-        self._ir = ir.with_output_shapes(self._shapes)
+        ir = ir.with_output_shapes(self._shapes)
+        leading = Counter(s[0] for s in fed.values() if len(s) > 1 and s[0] > 1)
+        if leading:  # the rest of the batch-carrying shapes inference left unknown
+            self._shapes = {**batch_filled(ir, leading.most_common(1)[0][0]), **self._shapes}
+            ir = ir.with_output_shapes(self._shapes)
+        self._ir = ir
 
     def variable_bytes(self) -> float:
         """The bytes of the graph's variables (all of them, not only the step's)."""
