@@ -64,7 +64,7 @@ def test_a_refit_that_finds_nothing_smaller_gives_up(caplog):
         assert not ctl.refit(ResourceExhaustedError("OOM"))
     assert b.activations == ["memory-fit"]
     assert [r.message for r in caplog.records] == [
-        "fastt: strategy 1 (memory-fit, FIFO order) ran out of memory, and nothing smaller "
+        "fastt: strategy 1 (memory-fit) ran out of memory, and nothing smaller "
         "fits (no gradient accumulation fits 42.0 MiB)"]
 
 

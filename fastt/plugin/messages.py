@@ -7,13 +7,15 @@ import re
 from fastt.plugin.budget import Budget
 from fastt.plugin.entry import Entry
 from fastt.plugin.measure import Verdict
+from fastt.sched.search.memory_fit import FITTED
 
 
 def label(entry: Entry | None) -> str:
     """How a strategy is named in lines and dumps (None: the original graph)."""
     if entry is None:
         return "the original graph"
-    return (f"strategy {entry.n} ({entry.name}{'' if entry.ordered else ', FIFO order'}"
+    fifo = not entry.ordered and entry.name != FITTED  # a fitted step has no planned order
+    return (f"strategy {entry.n} ({entry.name}{', FIFO order' if fifo else ''}"
             f"{', from the plan cache' if entry.cached else ''})")
 
 
