@@ -220,16 +220,16 @@ class Engine:
         profile's measured shapes replace them."""
         if self.models is not None:
             return
-        ir = self.ir
+        ir, gd = self.ir, self.graph_def()
         read: dict[str, tuple[int, ...]] = {
             f"{name}:{i}": (batch, *(d for d in t.shape[1:] if d is not None))
-                for name, batch in iterator_batches(self.graph_def()).items() if name in ir
+                for name, batch in iterator_batches(gd).items() if name in ir
                 for i, t in enumerate(ir[name].outputs)
                 if t.shape and t.shape[0] is None and None not in t.shape[1:]}
         fed = {**read, **{n: tuple(s) for n, s in feed_shapes.items()}}
         if not fed:
             return
-        self._shapes = {**inferred_shapes(self.graph_def(), fed),
+        self._shapes = {**inferred_shapes(gd, fed),
                         **{TensorRef.parse(n): s for n, s in fed.items()}}
         ir = ir.with_output_shapes(self._shapes)
         leading = Counter(s[0] for s in fed.values() if len(s) > 1 and s[0] > 1)
@@ -271,8 +271,8 @@ class Engine:
 
     def fitted(self, limit: float) -> Strategy:
         """The training step fitted to hold at most ``limit`` bytes on the first device
-        (``fit_step``: gradient accumulation, recomputation or both; ``DoesNotFit`` saying
-        why none does). Its step time is not known before it is profiled (NaN)."""
+        (``fit_step``: gradient accumulation, else recomputation; ``DoesNotFit`` saying why
+        neither does). Its step time is not known before it is profiled (NaN)."""
         began = time.perf_counter()
         fit = fit_step(self.step, limit)
         d, g = self.devices[0].name, fit.graph

@@ -96,15 +96,11 @@ class PluginBackend:
         """The bytes a step fitted into ``limit`` bytes, the memory TensorFlow enforces on its
         device, may hold itself: a share for the memory model's error (``FIT_MARGIN``) kept
         back, and what the device holds already (``held``)."""
-        return FIT_MARGIN * limit - self.held()
+        return FIT_MARGIN * limit - held(self.engine)
 
     def fitted(self, budget: float) -> Strategy:
         """The training step fitted to hold at most ``budget`` bytes (``Engine.fitted``)."""
         return self.engine.fitted(budget)
-
-    def held(self) -> float:
-        """``held``: what the first device holds now beyond the step."""
-        return held(self.engine)
 
     def profile(self, run_metadata: Any, untraced_s: float | None = None) -> None:
         cur = self.plugin.current
