@@ -55,9 +55,9 @@ def row(name: str, spec: str, scaling: str, budget_s: float | None = TARGET_S,
         path: str | None = None) -> dict:
     """One ``fastt plan`` of model ``name`` on ``spec`` with its ``--budget``, timed by
     phase; held out: of the MetaGraphDef at ``path``."""
-    from benchmarks.simulated import training_graph
+    from benchmarks.simulated import model_graph
     from fastt.costs.source import StaticCosts
-    from fastt.plan_cmd import Setup, load, plan_all, prepare
+    from fastt.plan_cmd import Setup, load, plan_all, prepare, static_seconds_aside
     from fastt.sched.sim.device_spec import parse
     clock = time.perf_counter  # fastt.sched.search.osdpos.clock, which deadlines are read on
     t0 = clock()
@@ -71,9 +71,10 @@ def row(name: str, spec: str, scaling: str, budget_s: float | None = TARGET_S,
     else:
         model = next(m for m in zoo_models.SIMULATED if m.name == name)
         batch = model.batch if scaling == "strong" else model.per_device_batch * gpus(spec)
-        graph, fetch, seconds = training_graph(model, batch)
-        ds = parse(spec)
-        setup = Setup(graph, spec, ds, fetch, StaticCosts(seconds, ds), **deadline)
+        graph, fetch = model_graph(model, batch)
+        ds = parse(spec)  # the costs as `fastt plan --model` has them: on a second core
+        setup = Setup(graph, spec, ds, fetch,
+                      StaticCosts(static_seconds_aside(graph, fetch, "V100"), ds), **deadline)
     t1 = clock()
     chosen, others = plan_all(setup)
     t2 = clock()

@@ -48,15 +48,19 @@ def training_graph(model: zoo_models.Model, batch: int, calibrated: bool = True)
     """The model's IR at ``batch`` and its V100 op times: TensorFlow's analytical estimates,
     calibrated per op class against published measurements unless told not to
     (``fastt.plan_cmd.static_seconds``)."""
+    from fastt.plan_cmd import static_seconds
+    graph, fetch = model_graph(model, batch)
+    return graph, fetch, static_seconds(graph, fetch, "V100", calibrated)
+
+
+def model_graph(model: zoo_models.Model, batch: int):
+    """The model's IR at ``batch`` and its step's fetches (its train op)."""
     import tensorflow as tf
 
     from fastt.adapters.tf_import import from_tf_graph
-    from fastt.plan_cmd import static_seconds
     tf.compat.v1.disable_eager_execution()
     built = model.build(batch)
-    graph = from_tf_graph(built.graph, name=model.name)
-    fetch = [built.train_op.name]
-    return graph, fetch, static_seconds(graph, fetch, "V100", calibrated)
+    return from_tf_graph(built.graph, name=model.name), [built.train_op.name]
 
 
 def contended_step(strategy, ds, costs, graph, fifo: bool) -> float:

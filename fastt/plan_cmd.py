@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from fastt import devices as devnames
+from fastt.aside import aside
 from fastt.costs import CostModels
 from fastt.costs.source import CostSource, ModelCosts, StaticCosts
 from fastt.errors import FasttError, GraphFormatError
@@ -86,11 +87,28 @@ def static_seconds(graph: Graph, fetch: Sequence[str], kind: str, calibrated: bo
     """Each op's seconds on a device of ``kind`` by TensorFlow's analytical estimator, times
     its class's factor fitted to published measurements (``fastt.costs.calibration``) when
     ``calibrated`` and the kind has factors (else as estimated, said once)."""
+    return static_seconds_aside(graph, fetch, kind, calibrated, second_core=False)()
+
+
+def static_seconds_aside(graph: Graph, fetch: Sequence[str], kind: str,
+                         calibrated: bool = True, second_core: bool = True
+                         ) -> Callable[[], dict[str, float]]:
+    """``static_seconds``, begun on a second core (``fastt.aside``) while this one goes on
+    with what needs no costs (the data-parallel graphs): the function returned waits for
+    them."""
     from fastt.adapters.export import to_graph_def
-    from fastt.costs import calibration
     from tf_patches.grappler_costs import analytical_costs
     kind = kind if kind != "GPU" else "V100"
-    seconds = analytical_costs(to_graph_def(graph), list(fetch), kind)
+
+    def estimated() -> dict[str, float]:
+        return analytical_costs(to_graph_def(graph), list(fetch), kind)
+    job = aside(estimated) if second_core else None
+    return lambda: _calibrated(graph, job.result() if job else estimated(), kind, calibrated)
+
+
+def _calibrated(graph: Graph, seconds: dict[str, float], kind: str, calibrated: bool
+                ) -> dict[str, float]:
+    from fastt.costs import calibration
     if not calibrated:
         return seconds
     f = calibration.factors(kind)
@@ -103,13 +121,13 @@ def static_seconds(graph: Graph, fetch: Sequence[str], kind: str, calibrated: bo
 
 def cost_source(graph: Graph, device_set: DeviceSet, costs: str | CostModels,
                 fetch: Sequence[str]) -> CostSource:
-    """``costs``: ``calibrated``, ``analytical``, a cost-model file, or cost models read
-    already."""
+    """``costs``: ``calibrated``, ``analytical`` (computed on a second core while planning
+    begins), a cost-model file, or cost models read already."""
     if isinstance(costs, CostModels):
         return ModelCosts(costs)
     if costs in STATIC:
-        return StaticCosts(static_seconds(graph, fetch, device_set.kind,
-                                          costs == "calibrated"), device_set)
+        return StaticCosts(static_seconds_aside(graph, fetch, device_set.kind,
+                                                costs == "calibrated"), device_set)
     return ModelCosts(CostModels.load(costs))
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from fastt.costs import CommCostModel, ComputeCostModel, CostModels, MemoryModel
 from fastt.costs.comm import PROBED
-from fastt.costs.source import ModelCosts
+from fastt.costs.source import ModelCosts, StaticCosts
 from fastt.errors import CostModelError
 from fastt.ir import Graph, TensorRef
 from fastt.profiler import ComputeSample, TransferSample
@@ -314,3 +314,16 @@ def test_a_plan_measured_before_pays_its_own_overhead_others_their_spreads():
     assert CostModels.from_dict(old).step_overhead(2) == pytest.approx(2e-3)
     with pytest.raises(CostModelError, match="step_overhead_s"):
         CostModels.from_dict({**m.to_dict(), "step_overhead_s": 3})
+
+
+def test_a_static_table_given_as_a_function_is_read_once_when_first_needed():
+    from fastt.sched.sim.device_spec import parse
+    calls = []
+
+    def table():
+        calls.append(1)
+        return {"a": 2.0}
+    costs = StaticCosts(table, parse("2xV100"))
+    assert calls == []
+    assert costs.compute("a", "x") == 2.0 and costs.compute_row("b", ["x", "y"]) == [0.0, 0.0]
+    assert calls == [1]

@@ -12,14 +12,14 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # TensorFlow-free: IR, profiler, cost models, scheduler and simulator, dumps and reports
-CORE = ("fastt.ir", "fastt.profiler", "fastt.sharing", "fastt.schemas", "fastt.costs",
-        "fastt.passes", "fastt.sched", "fastt.inspect")
+CORE = ("fastt.aside", "fastt.ir", "fastt.profiler", "fastt.sharing", "fastt.schemas",
+        "fastt.costs", "fastt.passes", "fastt.sched", "fastt.inspect")
 TF_SIDE = ("tensorflow", "tf_keras", "tf_slim", "tf_patches", "fastt.adapters", "fastt.plugin")
 # The rooms from the bottom up; a module belongs to the longest prefix naming it and imports
 # (at module level, inside functions or for type checking) only from its room or lower ones.
 LAYERS = (
-    ("fastt", "fastt._version", "fastt.errors", "fastt.jsonio", "fastt.dtypes",
-     "fastt.devices", "fastt.op_types", "fastt.sharing", "fastt.schemas"),
+    ("fastt", "fastt._version", "fastt.aside", "fastt.errors", "fastt.jsonio",
+     "fastt.dtypes", "fastt.devices", "fastt.op_types", "fastt.sharing", "fastt.schemas"),
     ("fastt.ir",),
     ("fastt.profiler",),
     ("fastt.costs",),

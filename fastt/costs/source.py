@@ -12,7 +12,7 @@ default. The sources:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:
     from fastt.costs import CostModels
@@ -106,12 +106,20 @@ class Links(Protocol):
 class StaticCosts(CostSource):
     """A ``CostSource`` from a table of per-op seconds (the same on every device, but
     ``slowdown[device]`` times that on the devices it names) and a device set's links; ops
-    missing from the table cost 0."""
+    missing from the table cost 0. The table may be a function that returns it, called when
+    a cost is first read (the table can be computed on another core meanwhile)."""
 
-    def __init__(self, seconds: Mapping[str, float], device_set: Links,
-                 slowdown: Mapping[str, float] | None = None) -> None:
-        self.seconds, self.device_set = seconds, device_set
+    def __init__(self, seconds: Mapping[str, float] | Callable[[], Mapping[str, float]],
+                 device_set: Links, slowdown: Mapping[str, float] | None = None) -> None:
+        self._seconds, self.device_set = seconds, device_set
         self.slowdown = dict(slowdown or {})
+
+    @property
+    def seconds(self) -> Mapping[str, float]:
+        """The table of per-op seconds."""
+        if callable(self._seconds):
+            self._seconds = self._seconds()
+        return self._seconds
 
     def compute(self, op: str, device: str) -> float:
         return self.seconds.get(op, 0.0) * self.slowdown.get(device, 1.0)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any, Iterable, Iterator
 
 import networkx as nx
-from networkx.utils import UnionFind
 
 from fastt import dtypes
 from fastt.errors import GraphStructureError
@@ -217,24 +216,42 @@ class Graph:
         Groups join ops named in ``_class: loc:@...`` attributes and the two ends of every
         edge that carries a reference or a resource handle (TensorFlow places those together).
         """
-        groups = UnionFind()  # of the ops in some union; every other op is its own group
+        parent: dict[str, str] = {}  # a union-find forest of the ops in some union
+
+        def find(x: str) -> str:
+            up = parent.get(x, x)
+            while up != x:  # path halving
+                above = parent.get(up, up)
+                parent[x] = above
+                x, up = up, above
+            return x
+
+        def union(a: str, b: str) -> None:
+            ra, rb = find(a), find(b)
+            if ra != rb:
+                parent[ra] = rb
+                parent.setdefault(rb, rb)
+
         handles: dict[str, bool] = {}  # dtype -> carries a reference or a resource
-        for op in self._ops.values():
+        ops = self._ops
+        for op in ops.values():
             for other in op.colocate_with:
-                if other in self._ops:
-                    groups.union(op.name, other)
+                if other in ops:
+                    union(op.name, other)
             for ref in op.inputs:
-                dtype = self._ops[ref.op].outputs[ref.index].dtype
+                dtype = ops[ref.op].outputs[ref.index].dtype
                 handle = handles.get(dtype)
                 if handle is None:
                     handle = handles[dtype] = dtypes.is_ref_or_resource(dtype)
                 if handle:
-                    groups.union(op.name, ref.op)
+                    union(op.name, ref.op)
+        members: dict[str, list[str]] = {}
+        for x in parent:
+            members.setdefault(find(x), []).append(x)
         # each group represented by its least name, whatever order the unions came in
-        out = {n: n for n in self._ops}
-        for members in groups.to_sets():
-            root = min(members)
-            out.update(dict.fromkeys(members, root))
+        out = {n: n for n in ops}
+        for group in members.values():
+            out.update(dict.fromkeys(group, min(group)))
         return out
 
     def while_frames(self) -> dict[str, list[str]]:

@@ -195,9 +195,10 @@ def placed(shared: Planning, k: StrategyKind, forced: Sequence[Split] = ()
 
 def place_first(shared: Planning, kinds: Sequence[StrategyKind]) -> None:
     """Each of ``kinds`` placed and replayed (``placed``; a misfit kept, to be said by its
-    own planning), none finished yet. The placers of the model graph and of the
-    micro-batched graphs run on a second core (``Planning.place_aside``) while this one
-    builds the data-parallel layouts."""
+    own planning), then finished (``_finish``) fastest first: under a deadline, the time
+    left for ordering weight transfers goes to the plans likeliest to win. The placers of
+    the model graph and of the micro-batched graphs run on a second core
+    (``Planning.place_aside``) while this one builds the data-parallel layouts."""
     aside = [k for k in kinds if k.starts in ("model", "both", MICRO_BATCHED)]
     jobs = [(k, shared.graph) for k in aside if k.starts != MICRO_BATCHED]
     if any(k.starts == MICRO_BATCHED for k in aside):
@@ -207,17 +208,24 @@ def place_first(shared: Planning, kinds: Sequence[StrategyKind]) -> None:
         except NoBatch:
             pass
 
-    def each(ks: Sequence[StrategyKind]) -> None:
+    def each(ks: Sequence[StrategyKind]) -> list[Plan]:
+        out = []
         for k in ks:
             try:
-                placed(shared, k)
+                out.append(min((pl for pl, _ in placed(shared, k)),
+                               key=lambda pl: pl.schedule.makespan))
             except FasttError:
                 pass  # its own planning says why
+        return out
 
     join = shared.place_aside(jobs)
     each([k for k in kinds if k not in aside])  # the data-parallel layouts, meanwhile
     join()
-    each(kinds)
+    finish_s = 0.0
+    for pl in sorted(each(kinds), key=lambda pl: shared.replay(pl.problem, pl.schedule)[::-1]):
+        t = time.perf_counter()
+        _finish(shared, pl, False, max(finish_s, shared.finish_s(pl.problem)))
+        finish_s = max(finish_s, time.perf_counter() - t)
 
 
 @dataclass
@@ -235,14 +243,13 @@ def _finish(shared: Planning, plan: Plan, choose_order: bool,
             expected_s: float = 0.0) -> _Final:
     """``plan`` in its order or (``choose_order``, where the simulator says it runs faster)
     TensorFlow's, its weight transfers ordered by need where that pays
-    (``shared.transfer_priorities``). When it chooses the order (OS-DPOS) and a finish
-    expected to take ``expected_s`` would end past the deadline, only what is known already
-    is used: no replay or ordering is begun for it (a baseline's own finish is known, since
-    the baselines are planned first). Under a deadline the transfers of a plan that cannot
+    (``shared.transfer_priorities``). When a finish expected to take ``expected_s`` would
+    end past the deadline, only what is known already is used: no replay (of TensorFlow's
+    order) or ordering is begun for it. Under a deadline the transfers of a plan that cannot
     beat the fastest replayed so far are left unordered (``Planning.may_win``)."""
     g, p, s = plan.graph, plan.problem, plan.schedule
     times, ordered = shared.replay(p, s), True
-    late = choose_order and shared.late(expected_s)
+    late = shared.late(expected_s)
     if choose_order and not (late and not shared.replayed_fifo(p, s)):
         fifo = shared.replay_fifo(p, s)
         if fifo[::-1] < times[::-1]:

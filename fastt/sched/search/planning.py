@@ -156,11 +156,13 @@ class Planning:
 
     def finish_s(self, p: Problem) -> float:
         """About what finishing a plan of ``p`` takes (its replays, its weight transfers
-        ordered): what compiling a graph of its size takes, at the slowest rate per op of the
-        compiles so far."""
-        rates = [seconds / v.n for k, (v, seconds, _) in self._built.items()
-                 if k[0] == "compile" and isinstance(v, Problem) and v.n]
-        return max(rates, default=0.0) * p.n
+        ordered): what compiling a graph of its size takes, at the rate per op of the
+        largest compile so far (a small one's rate counts its fixed costs, and the wait for
+        costs computed on another core)."""
+        done = [(v.n, seconds) for k, (v, seconds, _) in self._built.items()
+                if k[0] == "compile" and isinstance(v, Problem) and v.n]
+        n, seconds = max(done, default=(1, 0.0))
+        return seconds / n * p.n
 
     def compile(self, g: Graph) -> Problem:
         """``g`` compiled."""

@@ -1,0 +1,71 @@
+"""Work on a second core (``fastt.aside``): the same result as a call here, whatever befalls
+the child."""
+import os
+import time
+
+import pytest
+
+from fastt import aside as aside_mod
+from fastt.aside import aside
+
+forks = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs a second core")
+
+
+@forks
+def test_the_work_is_done_in_a_second_process_and_its_result_returned():
+    here = os.getpid()
+    job = aside(lambda: (os.getpid(), [i * i for i in range(1000)]))
+    pid, squares = job.result()
+    assert pid != here
+    assert squares == [i * i for i in range(1000)]
+    assert job.result()[0] == pid  # read once, kept
+
+
+def test_with_one_core_the_work_is_done_here_when_asked(monkeypatch):
+    monkeypatch.setattr(aside_mod.os, "cpu_count", lambda: 1)
+    calls = []
+    job = aside(lambda: calls.append(os.getpid()) or "done")
+    assert calls == []  # not before it is asked for
+    assert job.result() == "done"
+    assert calls == [os.getpid()]
+
+
+@forks
+def test_an_error_in_the_child_is_raised_by_the_call_here():
+    def fails():
+        raise ValueError(f"bad graph in {os.getpid()}")
+    job = aside(fails)
+    with pytest.raises(ValueError, match=f"bad graph in {os.getpid()}$"):
+        job.result()
+
+
+@forks
+def test_a_child_that_dies_leaves_the_work_to_this_process():
+    here = os.getpid()
+
+    def dies_there():
+        if os.getpid() != here:
+            os._exit(9)
+        return "done here"
+    assert aside(dies_there).result() == "done here"
+
+
+@forks
+def test_a_child_that_stops_working_is_stopped_and_the_work_done_here(monkeypatch):
+    monkeypatch.setattr(aside_mod, "IDLE_S", 0.5)
+    here = os.getpid()
+
+    def hangs_there():
+        if os.getpid() != here:
+            time.sleep(60)  # no processor time: taken as hung
+        return "done here"
+    t0 = time.monotonic()
+    assert aside(hangs_there).result() == "done here"
+    assert time.monotonic() - t0 < 30
+
+
+@forks
+def test_an_answer_that_cannot_be_sent_back_is_worked_out_here():
+    here = os.getpid()
+    job = aside(lambda: (lambda: here) if os.getpid() != here else "done here")
+    assert job.result() == "done here"
