@@ -9,7 +9,7 @@ Graphs are treated as values: passes build a new ``Graph`` instead of editing on
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from typing import Any, Collection, Iterable, Iterator
 
 import networkx as nx
 
@@ -56,20 +56,32 @@ class Graph:
         return fresh
 
     def _validate(self, ops: Iterable[Op]) -> None:
-        for op in ops:
-            for i, ref in enumerate(op.inputs):
-                src = self._ops.get(ref.op)
-                if src is None:
-                    raise GraphStructureError(
-                        f"op {op.name!r} input {i} refers to missing op {ref.op!r}")
-                if not 0 <= ref.index < len(src.outputs):
-                    raise GraphStructureError(
-                        f"op {op.name!r} input {i} refers to output {ref.index} of "
-                        f"{ref.op!r}, which has {len(src.outputs)} outputs")
+        known = self._ops
+        get = known.get
+        for op in ops:  # a hot loop of every pass: the message is worked out on a misfit
+            for ref in op.inputs:
+                src = get(ref.op)
+                if src is None or not 0 <= ref.index < len(src.outputs):
+                    self._misfit(op)
             for c in op.control_inputs:
-                if c not in self._ops:
-                    raise GraphStructureError(
-                        f"op {op.name!r} has a control input from missing op {c!r}")
+                if c not in known:
+                    self._misfit(op)
+
+    def _misfit(self, op: Op) -> None:
+        """Raise what is wrong with the inputs of ``op``."""
+        for i, ref in enumerate(op.inputs):
+            src = self._ops.get(ref.op)
+            if src is None:
+                raise GraphStructureError(
+                    f"op {op.name!r} input {i} refers to missing op {ref.op!r}")
+            if not 0 <= ref.index < len(src.outputs):
+                raise GraphStructureError(
+                    f"op {op.name!r} input {i} refers to output {ref.index} of "
+                    f"{ref.op!r}, which has {len(src.outputs)} outputs")
+        for c in op.control_inputs:
+            if c not in self._ops:
+                raise GraphStructureError(
+                    f"op {op.name!r} has a control input from missing op {c!r}")
 
     # --- access -------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -168,9 +180,18 @@ class Graph:
         back = {index[n] for n, op in ops.items() if op.type in BACK_EDGE_TYPES}
         # each op's successors: its data consumers first, then its control successors
         succ: list[list[int]] = [[] for _ in names]
-        data: list[set[int]] = []  # per op, the producers it reads (an edge counts once)
+        data: list[Collection[int]] = []  # per op, the producers it reads (an edge counts once)
+        none: tuple[int, ...] = ()
         for j, op in enumerate(ops.values()):
-            preds = {index[r.op] for r in op.inputs} - back
+            ins = op.inputs
+            preds: Collection[int]
+            if len(ins) > 1:
+                preds = {index[r.op] for r in ins} - back
+            elif ins:
+                i = index[ins[0].op]
+                preds = none if i in back else (i,)
+            else:
+                preds = none
             data.append(preds)
             for i in preds:
                 succ[i].append(j)

@@ -25,14 +25,26 @@ static Py_ssize_t producer(PyObject *name, PyObject *index, PyObject *back) {
   return v < 0 ? -2 : v;
 }
 
+/* The attribute names read per op and per input, made once. */
+static PyObject *s_inputs, *s_control_inputs, *s_outputs, *s_nbytes;
+
+static int attribute_names(void) {
+  if (s_nbytes) return 0;
+  s_inputs = PyUnicode_InternFromString("inputs");
+  s_control_inputs = PyUnicode_InternFromString("control_inputs");
+  s_outputs = PyUnicode_InternFromString("outputs");
+  s_nbytes = PyUnicode_InternFromString("nbytes");
+  return s_inputs && s_control_inputs && s_outputs && s_nbytes ? 0 : -1;
+}
+
 /* Output ``ref``'s bytes, as float(outputs[index].nbytes or 0). */
 static int output_bytes(PyObject *op, PyObject *ref, double *out) {
-  PyObject *outputs = PyObject_GetAttrString(op, "outputs");
+  PyObject *outputs = PyObject_GetAttr(op, s_outputs);
   if (!outputs) return -1;
   PyObject *spec = PyObject_GetItem(outputs, PyTuple_GET_ITEM(ref, 1));
   Py_DECREF(outputs);
   if (!spec) return -1;
-  PyObject *nbytes = PyObject_GetAttrString(spec, "nbytes");
+  PyObject *nbytes = PyObject_GetAttr(spec, s_nbytes);
   Py_DECREF(spec);
   if (!nbytes) return -1;
   int truth = PyObject_IsTrue(nbytes);
@@ -54,6 +66,7 @@ PyObject *simcore_graph_edges(PyObject *self, PyObject *args) {
   (void)self;
   PyObject *ops_o, *index, *back;
   if (!PyArg_ParseTuple(args, "OO!O", &ops_o, &PyDict_Type, &index, &back)) return NULL;
+  if (attribute_names() < 0) return NULL;
   if (!PyAnySet_Check(back)) {
     PyErr_SetString(PyExc_TypeError, "graph_edges: back must be a set");
     return NULL;
@@ -86,7 +99,7 @@ PyObject *simcore_graph_edges(PyObject *self, PyObject *args) {
     into = PyList_New(0);
     if (!into) goto done;
     for (int control = 0; control < 2; control++) {
-      PyObject *refs = PyObject_GetAttrString(op, control ? "control_inputs" : "inputs");
+      PyObject *refs = PyObject_GetAttr(op, control ? s_control_inputs : s_inputs);
       if (!refs) goto done;
       PyObject *fast = PySequence_Fast(refs, "graph_edges: an op's inputs");
       Py_DECREF(refs);
@@ -129,7 +142,9 @@ PyObject *simcore_graph_edges(PyObject *self, PyObject *args) {
         if (output_bytes(PySequence_Fast_GET_ITEM(ops, a), ref, &nb) < 0) {
           Py_DECREF(fast); goto done;
         }
-        PyObject *item = Py_BuildValue("(Od)", ref, nb);
+        PyObject *f = PyFloat_FromDouble(nb);
+        PyObject *item = f ? PyTuple_Pack(2, ref, f) : NULL;
+        Py_XDECREF(f);
         if (!item || PyList_Append(list, item) < 0) {
           Py_XDECREF(item); Py_DECREF(fast); goto done;
         }
