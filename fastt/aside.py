@@ -59,6 +59,14 @@ class Aside(Generic[T]):
             self._done, self._fn = True, _spent
         return self._value  # type: ignore[no-any-return]
 
+    def __del__(self) -> None:  # never asked for: the child is not left behind
+        proc, self._proc = getattr(self, "_proc", None), None
+        if proc is not None and self._conn is not None:
+            self._conn.close()
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+
     def _from_child(self) -> Any:
         conn, proc = self._conn, self._proc
         if conn is None:

@@ -69,3 +69,12 @@ def test_an_answer_that_cannot_be_sent_back_is_worked_out_here():
     here = os.getpid()
     job = aside(lambda: (lambda: here) if os.getpid() != here else "done here")
     assert job.result() == "done here"
+
+
+@forks
+def test_work_never_asked_for_leaves_no_process_behind():
+    job = aside(lambda: time.sleep(60))
+    proc = job._proc
+    assert proc is not None and proc.is_alive()
+    del job
+    assert not proc.is_alive()
