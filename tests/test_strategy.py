@@ -312,10 +312,9 @@ def test_equal_plans_are_replayed_and_ordered_once_whichever_strategy_made_them(
 
 
 def test_placed_aside_is_placed_as_here(monkeypatch):
-    """``place_first``: the placers of the model graph, of the micro-batched graphs and of
-    the replicas (TF-slim's layout, DPOS's start) run in a forked process
-    (``Planning.place_aside``); once joined their schedules are those placed in this
-    process, kept as built (not placed again), and misfits kept as such."""
+    """``place_first``: the placers of the model graph and of the micro-batched graphs run
+    in a forked process (``Planning.place_aside``); once joined their schedules are those
+    placed in this process, kept as built (not placed again), and misfits kept as such."""
     import os
 
     from fastt.sched.search.planning import Planning
@@ -331,8 +330,7 @@ def test_placed_aside_is_placed_as_here(monkeypatch):
     here = Planning(g, ds.devices, c)
     aside = Planning(g, ds.devices, c, deadline=math.inf)
     jobs = [(k, g) for k in kinds if k.starts in ("model", "both")] + \
-        [(KINDS["pipedream"], m) for m, _, _ in micro_batched(aside)] + \
-        [(k, aside.replicas()) for k in kinds if k.starts in ("data-parallel-ps", "both")]
+        [(KINDS["pipedream"], m) for m, _, _ in micro_batched(aside)]
     calls = []
     real = Planning.place_aside
     monkeypatch.setattr(Planning, "place_aside",

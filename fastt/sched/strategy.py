@@ -197,21 +197,14 @@ def place_first(shared: Planning, kinds: Sequence[StrategyKind]) -> None:
     """Each of ``kinds`` placed and replayed (``placed``; a misfit kept, to be said by its
     own planning), then finished (``_finish``) fastest first: under a deadline, the time
     left for ordering weight transfers goes to the plans likeliest to win. The placers of
-    the model graph, of the micro-batched graphs and of the replicas (TF-slim's layout,
-    DPOS's start) run on a second core (``Planning.place_aside``) while this one builds the
-    all-reduce layout; those of a layout that does not fit are not used."""
+    the model graph and of the micro-batched graphs run on a second core
+    (``Planning.place_aside``) while this one builds the data-parallel layouts."""
     aside = [k for k in kinds if k.starts in ("model", "both", MICRO_BATCHED)]
     jobs = [(k, shared.graph) for k in aside if k.starts != MICRO_BATCHED]
     if any(k.starts == MICRO_BATCHED for k in aside):
         try:
             jobs += [(k, g) for g, _, _ in micro_batched(shared) for k in aside
                      if k.starts == MICRO_BATCHED]
-        except NoBatch:
-            pass
-    if len(shared.devices) > 1:  # TF-slim's layout is the replicas themselves
-        try:
-            jobs += [(k, shared.replicas()) for k in kinds
-                     if k.starts in ("data-parallel-ps", "both")]
         except NoBatch:
             pass
 
@@ -226,15 +219,7 @@ def place_first(shared: Planning, kinds: Sequence[StrategyKind]) -> None:
         return out
 
     join = shared.place_aside(jobs)
-    for k in kinds:  # meanwhile, the data-parallel layouts (placed here where not aside)
-        if k not in aside:
-            try:
-                if any(k is j for j, _ in jobs):
-                    starts(shared, k, [])
-                else:
-                    placed(shared, k)
-            except FasttError:
-                pass  # its own planning says why
+    each([k for k in kinds if k not in aside])  # the data-parallel layouts, meanwhile
     join()
     finish_s = 0.0
     for pl in sorted(each(kinds), key=lambda pl: shared.replay(pl.problem, pl.schedule)[::-1]):
