@@ -3,8 +3,10 @@ one goes on, its result read when it is needed.
 
 It never changes a result, only when the work is done: where there is no second core or no
 fork, where the child fails, dies or stops working (no processor time for ``IDLE_S``), the
-function is called here instead, when its result is asked for. The result comes back pickled,
-so it suits work whose answer is small beside the work (a table of op costs), not a graph.
+function is called here instead, when its result is asked for. What the work logs through
+the ``fastt`` logger is said by this process with the answer, once (nothing of a child that
+failed). The result comes back pickled, so it suits work whose answer is small beside the
+work (a table of op costs), not a graph.
 """
 from __future__ import annotations
 
@@ -83,8 +85,13 @@ class Aside(Generic[T]):
                 elif busy is not None and time.monotonic() - idle_since > IDLE_S:
                     log.debug("the second process stopped working: the work is done here")
                     return _NONE
-            ok, value = conn.recv()
-            return value if ok else _NONE
+            ok, answer = conn.recv()
+            if not ok:
+                return _NONE
+            value, records = answer
+            for record in records:
+                logging.getLogger(record.name).handle(record)
+            return value
         except (EOFError, OSError):
             return _NONE
         finally:
@@ -110,11 +117,26 @@ def _spent() -> Any:
     raise AssertionError("an aside's function is called once")
 
 
+class _Kept(logging.Handler):
+    """The records the child's ``fastt`` logger emits, kept to be said by the parent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        record.msg, record.args = record.getMessage(), None  # sent pickled
+        record.exc_info = record.exc_text = None
+        self.records.append(record)
+
+
 def _child(fn: Callable[[], Any], conn: Connection) -> None:
+    # what the work says is said once, by the parent, with its answer (not if it fails)
+    kept = _Kept()
+    log.handlers, log.propagate = [kept], False
     try:
-        conn.send((True, fn()))
-    except BaseException as e:  # noqa: BLE001 - said again by the call here
-        log.debug("the second process failed (%s): the work is done here", e)
+        conn.send((True, (fn(), kept.records)))
+    except BaseException:  # noqa: BLE001 - said again by the call here
         try:
             conn.send((False, None))
         except OSError:

@@ -78,3 +78,32 @@ def test_work_never_asked_for_leaves_no_process_behind():
     assert proc is not None and proc.is_alive()
     del job
     assert not proc.is_alive()
+
+
+@forks
+def test_what_the_work_logs_is_said_once_here_with_its_answer(caplog):
+    import logging
+    here = os.getpid()
+
+    def says():
+        logging.getLogger("fastt.costs").info("estimated %d ops", 3)
+        return os.getpid()
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        job = aside(says)
+        assert job.result() != here
+    assert [r.getMessage() for r in caplog.records] == ["estimated 3 ops"]
+
+
+@forks
+def test_a_failed_childs_lines_are_not_said_twice(caplog):
+    import logging
+    here = os.getpid()
+
+    def says_then_fails_there():
+        logging.getLogger("fastt").warning("placeholders have unknown dimensions")
+        if os.getpid() != here:
+            raise RuntimeError("there")
+        return "done here"
+    with caplog.at_level(logging.INFO, logger="fastt"):
+        assert aside(says_then_fails_there).result() == "done here"
+    assert [r.getMessage() for r in caplog.records] == ["placeholders have unknown dimensions"]
