@@ -1,4 +1,4 @@
-"""Work done on a second core (``aside``): a function called in a forked process while this
+"""Work done on a second core (``Aside``): a function called in a forked process while this
 one goes on, its result read when it is needed.
 
 It never changes a result, only when the work is done: where there is no second core or no
@@ -58,13 +58,20 @@ class Aside(Generic[T]):
         if not self._done:
             value = self._from_child()
             self._value = self._fn() if value is _NONE else value
-            self._done, self._fn = True, _spent
+            self._done = True
         return self._value  # type: ignore[no-any-return]
 
     def __del__(self) -> None:  # never asked for: the child is not left behind
-        proc, self._proc = getattr(self, "_proc", None), None
-        if proc is not None and self._conn is not None:
-            self._conn.close()
+        if getattr(self, "_conn", None) is not None:
+            self._stop()
+
+    def _stop(self) -> None:
+        """The child's pipe closed and the child gone (killed if still at work)."""
+        conn, proc = self._conn, self._proc
+        self._conn = self._proc = None
+        if conn is not None:
+            conn.close()
+        if proc is not None:
             if proc.is_alive():
                 proc.kill()
             proc.join()
@@ -73,7 +80,6 @@ class Aside(Generic[T]):
         conn, proc = self._conn, self._proc
         if conn is None:
             return _NONE
-        self._conn = self._proc = None
         try:
             busy, idle_since = _cpu_ticks(proc.pid), time.monotonic()
             while not conn.poll(POLL_S):
@@ -95,26 +101,10 @@ class Aside(Generic[T]):
         except (EOFError, OSError):
             return _NONE
         finally:
-            conn.close()
-            if proc.is_alive():
-                proc.kill()
-            proc.join()
+            self._stop()
 
 
-def aside(fn: Callable[[], T]) -> Aside[T]:
-    """``fn()`` begun on a second core (``Aside``)."""
-    return Aside(fn)
-
-
-class _None:
-    pass
-
-
-_NONE = _None()  # no answer from the child
-
-
-def _spent() -> Any:
-    raise AssertionError("an aside's function is called once")
+_NONE: Any = object()  # no answer from the child
 
 
 class _Kept(logging.Handler):

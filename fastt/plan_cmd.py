@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 from fastt import devices as devnames
-from fastt.aside import aside
+from fastt.aside import Aside
 from fastt.costs import CostModels
 from fastt.costs.source import CostSource, ModelCosts, StaticCosts
 from fastt.errors import FasttError, GraphFormatError
@@ -102,7 +102,7 @@ def static_seconds_aside(graph: Graph, fetch: Sequence[str], kind: str,
 
     def estimated() -> dict[str, float]:
         return analytical_costs(to_graph_def(graph), list(fetch), kind)
-    job = aside(estimated) if second_core else None
+    job = Aside(estimated) if second_core else None
     return lambda: _calibrated(graph, job.result() if job else estimated(), kind, calibrated)
 
 

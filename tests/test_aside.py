@@ -6,7 +6,7 @@ import time
 import pytest
 
 from fastt import aside as aside_mod
-from fastt.aside import aside
+from fastt.aside import Aside
 
 forks = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs a second core")
 
@@ -14,7 +14,7 @@ forks = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs a second cor
 @forks
 def test_the_work_is_done_in_a_second_process_and_its_result_returned():
     here = os.getpid()
-    job = aside(lambda: (os.getpid(), [i * i for i in range(1000)]))
+    job = Aside(lambda: (os.getpid(), [i * i for i in range(1000)]))
     pid, squares = job.result()
     assert pid != here
     assert squares == [i * i for i in range(1000)]
@@ -24,7 +24,7 @@ def test_the_work_is_done_in_a_second_process_and_its_result_returned():
 def test_with_one_core_the_work_is_done_here_when_asked(monkeypatch):
     monkeypatch.setattr(aside_mod.os, "cpu_count", lambda: 1)
     calls = []
-    job = aside(lambda: calls.append(os.getpid()) or "done")
+    job = Aside(lambda: calls.append(os.getpid()) or "done")
     assert calls == []  # not before it is asked for
     assert job.result() == "done"
     assert calls == [os.getpid()]
@@ -34,7 +34,7 @@ def test_with_one_core_the_work_is_done_here_when_asked(monkeypatch):
 def test_an_error_in_the_child_is_raised_by_the_call_here():
     def fails():
         raise ValueError(f"bad graph in {os.getpid()}")
-    job = aside(fails)
+    job = Aside(fails)
     with pytest.raises(ValueError, match=f"bad graph in {os.getpid()}$"):
         job.result()
 
@@ -47,7 +47,7 @@ def test_a_child_that_dies_leaves_the_work_to_this_process():
         if os.getpid() != here:
             os._exit(9)
         return "done here"
-    assert aside(dies_there).result() == "done here"
+    assert Aside(dies_there).result() == "done here"
 
 
 @forks
@@ -60,20 +60,20 @@ def test_a_child_that_stops_working_is_stopped_and_the_work_done_here(monkeypatc
             time.sleep(60)  # no processor time: taken as hung
         return "done here"
     t0 = time.monotonic()
-    assert aside(hangs_there).result() == "done here"
+    assert Aside(hangs_there).result() == "done here"
     assert time.monotonic() - t0 < 30
 
 
 @forks
 def test_an_answer_that_cannot_be_sent_back_is_worked_out_here():
     here = os.getpid()
-    job = aside(lambda: (lambda: here) if os.getpid() != here else "done here")
+    job = Aside(lambda: (lambda: here) if os.getpid() != here else "done here")
     assert job.result() == "done here"
 
 
 @forks
 def test_work_never_asked_for_leaves_no_process_behind():
-    job = aside(lambda: time.sleep(60))
+    job = Aside(lambda: time.sleep(60))
     proc = job._proc
     assert proc is not None and proc.is_alive()
     del job
@@ -89,7 +89,7 @@ def test_what_the_work_logs_is_said_once_here_with_its_answer(caplog):
         logging.getLogger("fastt.costs").info("estimated %d ops", 3)
         return os.getpid()
     with caplog.at_level(logging.INFO, logger="fastt"):
-        job = aside(says)
+        job = Aside(says)
         assert job.result() != here
     assert [r.getMessage() for r in caplog.records] == ["estimated 3 ops"]
 
@@ -105,5 +105,5 @@ def test_a_failed_childs_lines_are_not_said_twice(caplog):
             raise RuntimeError("there")
         return "done here"
     with caplog.at_level(logging.INFO, logger="fastt"):
-        assert aside(says_then_fails_there).result() == "done here"
+        assert Aside(says_then_fails_there).result() == "done here"
     assert [r.getMessage() for r in caplog.records] == ["placeholders have unknown dimensions"]

@@ -148,19 +148,12 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
         near, runs = _searched(shared, starts(shared, k, forced), workers, split, forced)
     else:
         cands = placed(shared, k, forced)
-        # of the starting points that fit, the fastest plan (DPOS: never worse than any)
-        near = [min(cands, key=lambda cand: cand[0].makespan)]
+        near = [fastest(cands)]
         runs = len(cands) if k.name == "dpos" else 0
     # as each will run: OS-DPOS's order kept only where the simulator says it pays, the
     # weight transfers ordered where they pay; the fastest
-    finished, finish_s = [], 0.0  # the longest finish so far
-    for pl, reps in near:
-        t = time.perf_counter()
-        # a finish takes about what compiling its graph takes (the largest plans' ordered
-        # transfers are several seconds), at least what the longest so far took
-        expected = max(finish_s, shared.finish_s(pl.problem))
-        finished.append((_finish(shared, pl, k.search, expected), pl, reps))
-        finish_s = max(finish_s, time.perf_counter() - t)
+    finished = [(fin, pl, reps) for fin, (pl, reps) in
+                zip(_finish_each(shared, [pl for pl, _ in near], k.search), near)]
     # each with what its step takes beyond its replay: its own where it was profiled, else
     # what a step on one device takes (CostModels.step_overhead)
     fin, best, replicas = min(finished, key=lambda f: [
@@ -193,6 +186,11 @@ def placed(shared: Planning, k: StrategyKind, forced: Sequence[Split] = ()
                      for g0, r, _ in starts(shared, k, list(forced))])
 
 
+def fastest(cands: Sequence[tuple[Plan, int]]) -> tuple[Plan, int]:
+    """Of the starting points that fit, the fastest plan (DPOS: never worse than any)."""
+    return min(cands, key=lambda cand: cand[0].makespan)
+
+
 def place_first(shared: Planning, kinds: Sequence[StrategyKind]) -> None:
     """Each of ``kinds`` placed and replayed (``placed``; a misfit kept, to be said by its
     own planning), then finished (``_finish``) fastest first: under a deadline, the time
@@ -212,8 +210,7 @@ def place_first(shared: Planning, kinds: Sequence[StrategyKind]) -> None:
         out = []
         for k in ks:
             try:
-                out.append(min((pl for pl, _ in placed(shared, k)),
-                               key=lambda pl: pl.schedule.makespan))
+                out.append(fastest(placed(shared, k))[0])
             except FasttError:
                 pass  # its own planning says why
         return out
@@ -221,11 +218,21 @@ def place_first(shared: Planning, kinds: Sequence[StrategyKind]) -> None:
     join = shared.place_aside(jobs)
     each([k for k in kinds if k not in aside])  # the data-parallel layouts, meanwhile
     join()
-    finish_s = 0.0
-    for pl in sorted(each(kinds), key=lambda pl: shared.replay(pl.problem, pl.schedule)[::-1]):
+    _finish_each(shared, sorted(each(kinds), key=lambda pl: shared.replay(
+        pl.problem, pl.schedule)[::-1]), False)
+
+
+def _finish_each(shared: Planning, plans: Sequence[Plan], choose_order: bool
+                 ) -> list[_Final]:
+    """Each of ``plans`` finished (``_finish``), in turn. A finish is expected to take about
+    what compiling its graph takes (the largest plans' ordered transfers are several
+    seconds), at least what the longest so far took."""
+    out, longest = [], 0.0
+    for pl in plans:
         t = time.perf_counter()
-        _finish(shared, pl, False, max(finish_s, shared.finish_s(pl.problem)))
-        finish_s = max(finish_s, time.perf_counter() - t)
+        out.append(_finish(shared, pl, choose_order, max(longest, shared.finish_s(pl.problem))))
+        longest = max(longest, time.perf_counter() - t)
+    return out
 
 
 @dataclass
