@@ -293,6 +293,12 @@ def report(graph: Graph, spec: str, chosen: Strategy, others: dict[str, Strategy
         lines.extend(f"  {s.op}  on {s.dim} into {s.n}" for s in chosen.splits)
     else:
         lines.append("splits: none")
+    if chosen.micro_batches > 1:
+        lines.append(f"accumulated, so that the plan fits its devices: each replica's share "
+                     f"of the batch as {chosen.micro_batches} micro-batches in turn")
+    if chosen.recomputed:
+        lines.append(f"recomputed in the backward pass, so that the plan fits its devices: "
+                     f"{chosen.recomputed} forward ops")
     if chosen.kept_whole:
         lines.append(f"kept whole, not replicated ({len(chosen.kept_whole)}): "
                      + ", ".join(chosen.kept_whole))

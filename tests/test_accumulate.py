@@ -18,10 +18,10 @@ from tests.equivalence import _reference, _run_with_values
 CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
 
 
-def _accumulated(ir, m, k):
-    acc = accumulate(ir, k)
+def _accumulated(ir, m, k, lanes=1):
+    acc = accumulate(ir, k, lanes)
     s = Strategy("accumulation", [CPU], acc, {o.name: CPU for o in acc}, [], 0.0, 0.0, 0.0,
-                 replicas=k, fetches=[m.train_op.name, m.loss.name])
+                 replicas=k * lanes, fetches=[m.train_op.name, m.loss.name])
     return rewrite(ir, s, enforce_order=False)
 
 
@@ -34,12 +34,12 @@ def test_accumulated_steps_train_like_the_whole_batch(name, kwargs, tol):
     m = zoo.build(name, **kwargs)
     ir = from_tf_graph(m.graph)
     want = _reference(m, ir, 1)
-    for k in (2, 4):
-        got = _run_with_values(_accumulated(ir, m, k), m, ir, 1)
-        if tol == 0.0 and k == 2:  # two partial gradients: nothing to reassociate
+    for k, lanes in ((2, 1), (4, 1), (2, 2)):  # (2, 2): two replicas accumulating two each
+        got = _run_with_values(_accumulated(ir, m, k, lanes), m, ir, 1)
+        if tol == 0.0 and k * lanes == 2:  # two partial gradients: nothing to reassociate
             np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_allclose(got[0], want[0], rtol=max(tol, 1e-6), atol=1e-7,
-                                   err_msg=f"{name}, {k} micro-batches: losses per step")
+                                   err_msg=f"{name}, {k} micro-batches x {lanes}: losses")
         for a, b in zip(got[1], want[1]):
             np.testing.assert_allclose(a, b, rtol=max(tol, 1e-5), atol=1e-6)
 
@@ -70,3 +70,20 @@ def test_batch_norm_in_training_is_declined_with_the_op_named():
     ir = from_tf_graph(m.graph)
     with pytest.raises(Declined, match="batch norm in training .*FusedBatchNorm"):
         accumulate(ir, 2)
+
+
+def test_lanes_run_their_micro_batches_in_turn_and_sum_their_own():
+    m = zoo.build("mlp", batch_size=64)
+    step = from_tf_graph(m.graph).fan_in([m.train_op.name, m.loss.name])
+    acc = accumulate(step, 3, lanes=2)  # parts 0..5, lane k % 2
+    for op in acc:
+        k = replica_of(op)
+        gates = [c for c in op.control_inputs if c.startswith(GATE)]
+        if k is not None and gates:  # part k waits for the part before it in its lane
+            assert gates == [f"{GATE}{k - 2}"]
+    sums = [op for op in acc if "/fastt_sum" in op.name]
+    assert sums and all(replica_of(acc[r.op]) % 2 == replica_of(op) % 2
+                        for op in sums for r in op.inputs)
+    joins = [op for op in acc if op.type == "AddN" and replica_of(op) is None and
+             all("/fastt_sum" in r.op for r in op.inputs)]
+    assert joins and all(len(op.inputs) == 2 for op in joins)  # the two lanes' sums

@@ -9,10 +9,15 @@ from fastt import zoo
 from fastt.adapters.rewrite import rewrite
 from fastt.adapters.tf_import import from_tf_graph
 from fastt.errors import DoesNotFit
-from fastt.passes.recompute import COPY, activations, forward_ops, gradient_of, recompute
-from fastt.sched.search.memory_fit import peak_memory_one_device
+from fastt.costs.source import StaticCosts
+from fastt.errors import FasttError
+from fastt.passes.recompute import (COPY, activations, cut_points, forward_ops, gradient_of,
+                                    recompute)
+from fastt.sched.search.memory_fit import data_parallel_peaks, peak_memory_one_device
 from fastt.sched.search.step_fitting import fit_step, recomputation_fitting
-from fastt.sched.strategy import Strategy
+from fastt.sched.sim.device_spec import parse
+from fastt.sched.sim.problem import Device
+from fastt.sched.strategy import Strategy, plan
 
 from tests.equivalence import _reference, _run_with_values
 
@@ -50,8 +55,9 @@ def test_recomputed_steps_train_like_the_original(name, kwargs, tol):
     ir = from_tf_graph(m.graph)
     want = _reference(m, ir, 1)
     acts = activations(ir)
-    for checkpoints in (acts[1::2], []):  # every other activation kept; none
-        g = recompute(ir, checkpoints)
+    # every other activation kept; none; every cut point (what the planner tries first, here
+    # with no output small enough to be kept as it is)
+    for g in (recompute(ir, acts[1::2]), recompute(ir, []), recompute(ir, cut_points(ir, 0))):
         assert any(n.startswith(COPY) for n in g.names)
         _same(_run(ir, m, g), want, tol)
 
@@ -122,3 +128,50 @@ def test_fit_step_accumulates_or_recomputes_where_batch_norm_forbids_accumulatio
         fit_step(step, 0.3 * whole)
     least = recomputation_fitting(step, whole).peak
     assert least <= whole
+
+
+def test_cut_points_are_the_activations_no_forward_edge_jumps_over():
+    g = tf.Graph()
+    with g.as_default():
+        x = tf1.placeholder(tf.float32, [512, 64], name="x")  # 128 KiB a tensor
+        dense = [tf1.get_variable(f"w{k}", [64, 64]) for k in range(3)]
+        r1 = tf.nn.relu(tf.matmul(x, dense[0]), name="r1")
+        r2 = tf.nn.relu(tf.matmul(r1, dense[1]), name="r2")
+        s = tf.add(r1, r2, name="residual")  # r1 read past r2: r2 is no cut point
+        loss = tf.reduce_mean(tf.square(tf.matmul(s, dense[2])), name="loss")
+        train = tf1.train.GradientDescentOptimizer(0.1).minimize(loss)
+    ir = from_tf_graph(g).fan_in([train.name])
+    cuts = cut_points(ir)
+    assert "r1" in cuts and "residual" in cuts and "r2" not in cuts
+    forward = forward_ops(ir)
+    pos = {n: i for i, n in enumerate(forward)}
+    for c in cuts:  # nothing recomputable before a cut point is read after it
+        assert not [n for n in forward[:pos[c]] if ir[n].type in ("MatMul", "Relu") and
+                    any(pos.get(t, -1) > pos[c] for t in ir.successors(n))]
+
+
+def _memory_devices(k, memory):
+    ds = parse(f"{k}xV100")
+    ds.devices = [Device(d.name, memory) for d in ds.devices]
+    return ds
+
+
+def test_data_parallelism_recomputes_where_its_replicas_do_not_fit():
+    m = zoo.build("mlp", batch_size=4096, hidden=(1024,) * 4)
+    step = from_tf_graph(m.graph).fan_in([m.train_op.name])
+    roomy = _memory_devices(2, float("inf"))
+    costs = StaticCosts({o.name: 1e-4 for o in step}, roomy)
+    assert plan(step, roomy.devices, costs, "data-parallel").recomputed == 0
+    plain = max(data_parallel_peaks(step, _memory_devices(2, 1e15).devices)[1])
+    tight = _memory_devices(2, 0.9 * plain)
+    s = plan(step, tight.devices, costs, "data-parallel")
+    assert s.recomputed > 0 and s.replicas == 2 and s.micro_batches == 1
+    assert "recomputed_ops" in s.to_dict()
+    # gradients summed on one device: each replica's share in micro-batches, nothing recomputed
+    ps = plan(step, tight.devices, costs, "data-parallel-ps")
+    assert ps.micro_batches > 1 and ps.recomputed == 0 and ps.to_dict()["micro_batches"] > 1
+    held = data_parallel_peaks(step, tight.devices, replicas=None)[1]
+    assert max(held) > tight.devices[0].memory  # without recomputation it would not fit
+    with pytest.raises(FasttError, match=r"forward ops recomputed the fullest still needs "
+                                         r"\d+ MiB more"):
+        plan(step, _memory_devices(2, 0.3 * plain).devices, costs, "data-parallel")

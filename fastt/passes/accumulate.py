@@ -36,40 +36,46 @@ HELD = "fastt_accumulate/before_updates"  # what the cut control edges ordered
 FILLED = {"OnesLike": 1, "ZerosLike": 0}
 
 
-def accumulate(graph: Graph, m: int) -> Graph:
+def accumulate(graph: Graph, m: int, lanes: int = 1) -> Graph:
     """``graph`` with its batch run as ``m`` micro-batches in turn (see the module docstring);
     ``Declined`` where micro-batches cannot run in turn, ``NoBatch`` where the batch cannot be
-    cut into ``m``. O(m + ops + edges)."""
+    cut into ``m``. With ``lanes``, the batch is cut into ``m * lanes`` micro-batches, part k
+    in lane ``k % lanes`` (the data-parallel replica ``k % lanes``, which
+    ``baselines.replica_devices`` puts on its own device): each lane runs its m in turn and
+    sums its gradients, and the lanes' sums are added once (data parallelism with
+    accumulation, the sums on one device). O(m * lanes + ops + edges)."""
     if m < 2:
-        return graph
+        return graph if lanes < 2 else data_parallel(graph, lanes)
     trained = [op.name for op in graph if op.type in FORWARD and training(op)]
     if trained:
         raise Declined(
             f"batch norm in training ({trained[0]}) normalises with the whole batch's "
             f"statistics, so micro-batches cannot run one after another")
-    dp = data_parallel(fills(graph), m)
+    n = m * lanes
+    dp = data_parallel(fills(graph), n)
     part = {op.name: replica_of(op) for op in dp}
     dp, held = _cut_control(dp, part)
-    dp = _running_sums(dp, part, m)
+    dp = _running_sums(dp, part, n, lanes)
     latest = _latest(dp, part, control=True)
     # micro-batch k's ops that need no later micro-batch, and those of them the rest wait for
     early = {n for n, k in part.items() if k is not None and latest[n] == k}
     consumed = {s for n in early for s in dp.predecessors(n) if part.get(s) == part[n]}
-    sinks: list[list[str]] = [[] for _ in range(m)]
+    sinks: list[list[str]] = [[] for _ in range(n)]
     for op in dp:
         if op.name in early and op.name not in consumed:
             sinks[part[op.name] or 0].append(op.name)
     made = [Op(name=f"{GATE}{k}", type="NoOp", control_inputs=tuple(sinks[k]),
-               meta=OpMeta(fraction=0.0)) for k in range(m - 1)]
+               meta=OpMeta(fraction=0.0, replica=k % lanes if lanes > 1 else None))
+            for k in range(n - lanes)]
     if held:
         made.append(Op(name=HELD, type="NoOp", control_inputs=tuple(sorted(held)),
                        meta=OpMeta(fraction=0.0)))
     ops: list[Op] = []
     for op in dp:
         k = part[op.name]
-        if k is not None and 0 < k < m and not any(part[s] == k
-                                                   for s in dp.predecessors(op.name)):
-            op = op.with_(control_inputs=op.control_inputs + (f"{GATE}{k - 1}",))
+        if k is not None and lanes <= k < n and not any(part[s] == k
+                                                        for s in dp.predecessors(op.name)):
+            op = op.with_(control_inputs=op.control_inputs + (f"{GATE}{k - lanes}",))
         if held and writes_variable(op) and latest[op.name] >= 0:  # the step's updates
             op = op.with_(control_inputs=op.control_inputs + (HELD,))
         ops.append(op)
@@ -103,30 +109,38 @@ def fills(graph: Graph) -> Graph:
     return Graph(ops, name=graph.name, meta=graph.meta, like=graph) if changed else graph
 
 
-def _running_sums(dp: Graph, part: dict[str, int | None], m: int) -> Graph:
-    """Each sum of the m micro-batches' parts (a weight's gradient) as a running sum, the
-    sum of micro-batch k made in micro-batch k (``part`` updated), so that one partial
-    gradient per weight is live at a time; the last keeps the sum's name. TensorFlow's
-    ``AddN`` adds its inputs in order, so the value is the same."""
+def _running_sums(dp: Graph, part: dict[str, int | None], n: int, lanes: int = 1) -> Graph:
+    """Each sum of the n micro-batches' parts (a weight's gradient) as a running sum per
+    lane (the parts k, k + lanes, ...), the sum of part k made in part k (``part`` updated),
+    so that one partial gradient per weight is live at a time in a lane; the lanes' sums
+    added last, under the sum's name (one lane: its last running sum). TensorFlow's ``AddN``
+    adds its inputs in order, so with one lane the value is the same."""
     changed: dict[str, Op] = {}
     made: list[Op] = []
     for op in dp:
-        if op.type != "AddN" or part[op.name] is not None or len(op.inputs) != m or \
-                [part[r.op] for r in op.inputs] != list(range(m)):
+        if op.type != "AddN" or part[op.name] is not None or len(op.inputs) != n or \
+                [part[r.op] for r in op.inputs] != list(range(n)):
             continue
-        total = op.inputs[0]
-        for k in range(1, m):
-            name = op.name if k == m - 1 else f"{op.name}/fastt_sum{k}"
-            summed = op.with_(name=name, inputs=(total, op.inputs[k]), node_def=None,
-                              control_inputs=op.control_inputs if k == m - 1 else (),
-                              meta=OpMeta(origin=op.meta.origin or op.name,
-                                          fraction=1 / (m - 1), replica=k))
-            part[name] = k
-            if k == m - 1:
-                changed[op.name] = summed
-            else:
-                made.append(summed)
-            total = TensorRef(name, 0)
+        totals = []
+        for lane in range(lanes):
+            ks = list(range(lane, n, lanes))
+            total = op.inputs[ks[0]]
+            for k in ks[1:]:
+                last = lanes == 1 and k == ks[-1]
+                name = op.name if last else f"{op.name}/fastt_sum{k}"
+                summed = op.with_(name=name, inputs=(total, op.inputs[k]), node_def=None,
+                                  control_inputs=op.control_inputs if last else (),
+                                  meta=OpMeta(origin=op.meta.origin or op.name,
+                                              fraction=lanes / (n - lanes), replica=k))
+                part[name] = k
+                if last:
+                    changed[op.name] = summed
+                else:
+                    made.append(summed)
+                total = TensorRef(name, 0)
+            totals.append(total)
+        if lanes > 1:
+            changed[op.name] = op.with_(inputs=tuple(totals), node_def=None)
     if not changed:
         return dp
     return Graph([changed.get(op.name, op) for op in dp] + made, name=dp.name, meta=dp.meta)

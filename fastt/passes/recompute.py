@@ -25,6 +25,7 @@ from fastt.ir import Graph, Op, OpMeta, TensorRef
 from fastt.op_types import BATCH_SOURCES, FREE, VARIABLE_TYPES
 
 COPY = "fastt_recompute/"  # the prefix of a recomputed op's name
+SMALL_BYTES = 64 * 2 ** 10  # an output kept rather than recomputed (``small_ops``)
 SEEDED = frozenset({"RandomStandardNormal", "RandomUniform", "RandomUniformInt",
                     "TruncatedNormal"})
 
@@ -74,6 +75,35 @@ def activations(graph: Graph) -> list[str]:
     keeps for the backward pass), in topological order: the candidate checkpoints."""
     read = {i.op for n in graph.names if gradient_of(n) is not None for i in graph[n].inputs}
     return [n for n in forward_ops(graph) if n in read and recomputable(graph[n])]
+
+
+def cut_points(graph: Graph, small_bytes: int = SMALL_BYTES) -> list[str]:
+    """The activations every path of the forward pass crosses, in topological order: no
+    forward op before one is read after it, so recomputing from it never reaches further
+    back (the bottlenecks of Bulatov's memory-saving gradients; Chen et al. 2016 checkpoint
+    the layers of a chain). Edges out of what is kept anyway (variables, constants, the
+    batch, ``small_ops``) jump over freely. O(ops + edges)."""
+    forward = forward_ops(graph)
+    pos = {n: i for i, n in enumerate(forward)}
+    kept = set(small_ops(graph, small_bytes))
+    acts = set(activations(graph))
+    out: list[str] = []
+    furthest = -1  # the furthest forward op read from before the current one
+    for i, n in enumerate(forward):
+        if furthest <= i and n in acts:
+            out.append(n)
+        if n not in kept and recomputable(graph[n]):
+            furthest = max([furthest] + [pos.get(s, -1) for s in graph.successors(n)])
+    return out
+
+
+def small_ops(graph: Graph, small_bytes: int = SMALL_BYTES) -> list[str]:
+    """The recomputable forward ops whose outputs hold at most ``small_bytes`` together
+    (shapes, scalars, masks of a few rows): kept rather than computed again, at no
+    noticeable memory."""
+    return [n for n in forward_ops(graph) if recomputable(graph[n]) and
+            sum(small_bytes + 1 if t.nbytes is None else t.nbytes
+                for t in graph[n].outputs) <= small_bytes]
 
 
 def recompute(graph: Graph, checkpoints: Collection[str]) -> Graph:

@@ -50,6 +50,7 @@ from fastt.sched.sim.schedule import Schedule
 from fastt.sched.sim.simulate import SimResult, simulate, simulate_fifo
 from fastt.passes.splitting import Split
 from fastt.sched.search.planning import SPLIT_SHARE, Planning, feasible
+from fastt.sched.search.step_fitting import micro_batches_of, recomputed_ops
 from fastt.sched.search.starts import (MICRO_BATCHED, Start, graph_weights, micro_batched,
                                 micro_batched_plans, starts)
 from fastt.sched.placers.transfer_order import Prioritized
@@ -80,6 +81,10 @@ class Strategy:
     transfer_priorities: dict[str, Any] | None = None
     # the weights of a data-parallel plan that run unreplicated (``fastt.passes.hybrid``)
     kept_whole: list[str] = field(default_factory=list)
+    # so that the plan fits its devices: forward ops computed again in the backward pass,
+    # and the micro-batches each replica runs in turn, gradients summed (1: none)
+    recomputed: int = 0
+    micro_batches: int = 1
 
     def key(self) -> str:
         """What makes two strategies one plan (``plan_key``)."""
@@ -101,7 +106,8 @@ class Strategy:
                 "split_details": [s.details() for s in self.splits], "fetches": self.fetches,
                 "placement": self.placement, "order": self.order, "ordered": self.ordered,
                 "transfer_priorities": self.transfer_priorities, "kept_whole": self.kept_whole,
-                "note": self.note}
+                "recomputed_ops": self.recomputed,
+                "micro_batches": self.micro_batches, "note": self.note}
 
 
 def plan_key(placement: dict[str, str], splits: Sequence[Split], replicas: int) -> str:
@@ -167,7 +173,8 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
                  note=best.schedule.note, ordered=fin.ordered,
                  transfer_priorities=fin.weights.summary() if fin.weights else None,
                  kept_whole=kept_whole(shared.graph, best.graph, graph_weights(shared))
-                 if replicas > 1 else [])
+                 if replicas > 1 else [], recomputed=recomputed_ops(fin.graph),
+                 micro_batches=micro_batches_of(fin.graph, replicas))
     extra = _overhead(shared.costs, fin.placement, s.splits, replicas)
     s.predicted_step_time_s, s.simulated_step_time_s = (t + extra for t in fin.times)
     return s

@@ -165,15 +165,28 @@ def data_parallel_fitting(graph: Graph, devices: Sequence[Device], ring: bool = 
     with its share of the batch; with ``ring``, mirrored variables and ring all-reduce, else
     gradients summed on device 0; ``bucket_bytes``: the all-reduce's fusion buckets), else
     None. ``replicas``: ``data_parallel(graph, len(devices))`` when the caller has it. Memory
-    is the simulated peak of the replicas' placement, ops in topological order, a unit of
-    time each; ``compile_graph``: the caller's compiler (``osdpos.compiler``), whose problem
-    is replayed in those units instead of compiling the graph again."""
+    is ``data_parallel_peaks``'; ``compile_graph``: the caller's compiler
+    (``osdpos.compiler``), whose problem is replayed in those units instead of compiling the
+    graph again."""
+    dp, peaks = data_parallel_peaks(graph, devices, ring, bucket_bytes, replicas,
+                                    compile_graph)
+    return dp if all(m <= d.memory for m, d in zip(peaks, devices)) else None
+
+
+def data_parallel_peaks(graph: Graph, devices: Sequence[Device], ring: bool = True,
+                        bucket_bytes: float = BUCKET_BYTES, replicas: Graph | None = None,
+                        compile_graph: Callable[[Graph], Problem] | None = None
+                        ) -> tuple[Graph, list[float]]:
+    """The data-parallel graph over ``devices`` (see ``data_parallel_fitting``) and its peak
+    of live bytes on each device: the simulated peak of the replicas' placement, ops in
+    topological order, a unit of time each (zeros, not simulated, where every device is
+    unbounded)."""
     D = len(devices)
     dp = replicas if replicas is not None else data_parallel(graph, D)
     if ring:
         dp = all_reduce(dp, D, bucket_bytes, collective=nccl(devices))
     if all(d.memory == math.inf for d in devices):
-        return dp
+        return dp, [0.0] * D
     if compile_graph is not None:
         p = unit_costs(compile_graph(dp))
     else:
@@ -183,8 +196,7 @@ def data_parallel_fitting(graph: Graph, devices: Sequence[Device], ring: bool = 
     orders: list[list[int]] = [[] for _ in range(D)]
     for i in p.topo:  # each device in topological order
         orders[device[i]].append(i)
-    peaks = simulate(p, device, orders).peak_memory
-    return dp if all(m <= d.memory for m, d in zip(peaks, devices)) else None
+    return dp, simulate(p, device, orders).peak_memory
 
 
 #: The micro-batch counts gradient accumulation is tried with, fewest first

@@ -1,4 +1,5 @@
-"""Where a strategy starts (``starts``): the model graph, the two data-parallel layouts, the
+"""Where a strategy starts (``starts``): the model graph, the two data-parallel layouts (fitted
+into the devices' memory where their replicas do not fit, ``fitted_layouts``), the
 hybrid plans (weights kept whole), the micro-batched graphs of the pipelines; each built once
 in the strategies' ``Planning``.
 """
@@ -9,12 +10,13 @@ import logging
 from fastt.errors import Declined, DoesNotFit, FasttError, NoBatch
 from fastt.ir import Graph
 from fastt.passes.data_parallel import data_parallel
-from fastt.sched.search.memory_fit import data_parallel_fitting
+from fastt.sched.search.memory_fit import data_parallel_fitting, data_parallel_peaks
 from fastt.passes.hybrid import BUDGET_S as hybrid_budget_s
 from fastt.passes.hybrid import Weight, keep_whole, promising, weights
 from fastt.sched.search.osdpos import Plan, clock
 from fastt.sched.placers.pipedream import micro_batch
 from fastt.sched.search.planning import Planning
+from fastt.sched.search.fitted_layouts import fitted_layout, over
 from fastt.sched.registry import KINDS, StrategyKind
 from fastt.passes.splitting import Split, apply_splits
 
@@ -71,10 +73,10 @@ def layout(shared: Planning, name: str) -> Start:
     replicas = shared.replicas()
 
     def build() -> Start:
-        dp = _fitting(shared, name, replicas)
-        if dp is None:
-            raise DoesNotFit("data parallelism needs every replica (the model with its "
-                             f"share of the batch) to fit one device ({D} devices given)")
+        dp, peaks = data_parallel_peaks(shared.graph, shared.devices, name == "data-parallel",
+                                        shared.bucket_bytes, replicas, shared.compile)
+        if over(peaks, shared.devices) > 0:  # accumulated or recomputed, where that fits
+            dp = fitted_layout(shared, name, peaks)
         return (dp, D, name)
     return shared.cached(("layout", name), build)
 

@@ -10,15 +10,18 @@ No cost model is read: the choice is the memory model's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator, Sequence
 
 from fastt.errors import Declined, DoesNotFit, FasttError
 from fastt.ir import Graph
-from fastt.passes.recompute import COPY, activations, recompute
+from fastt.passes.accumulate import GATE
+from fastt.passes.recompute import COPY, cut_points, recompute, small_ops
 from fastt.sched.search.memory_fit import accumulation_fitting, peak_memory_one_device
 
-#: checkpoint every k-th activation the backward pass reads, fewest copies (smallest k) first;
-#: 0: none kept, every activation computed again from the batch and the variables
-SPACINGS = (2, 3, 4, 6, 8, 12, 16, 0)
+#: checkpoint every k-th cut point of the forward pass (``cut_points``), fewest copies
+#: (smallest k) first; 0: none kept, every activation computed again from the batch and the
+#: variables
+SPACINGS = (1, 2, 3, 4, 6, 8, 12, 16, 0)
 
 
 @dataclass
@@ -43,17 +46,12 @@ class Fitted:
 
 
 def recomputation_fitting(graph: Graph, limit: float, gpu: bool = False) -> Fitted:
-    """The fewest recomputed ops (checkpoints every k-th activation, ``SPACINGS``) whose
+    """The fewest recomputed ops (checkpoints every k-th cut point, ``SPACINGS``) whose
     graph holds at most ``limit`` bytes on one device; ``DoesNotFit`` saying the least found
     when none does, ``Declined`` when nothing can be recomputed. O(|SPACINGS| x graph)."""
-    acts = activations(graph)
     best: Fitted | None = None
-    for k in SPACINGS:
-        if k > len(acts):
-            continue
-        g = recompute(graph, acts[k - 1::k] if k else [])
-        tried = Fitted(g, 1, sum(1 for n in g.names if n.startswith(COPY)),
-                       peak_memory_one_device(g, gpu))
+    for g in recomputed(graph):
+        tried = Fitted(g, 1, recomputed_ops(g), peak_memory_one_device(g, gpu))
         if tried.peak <= limit:
             return tried
         best = tried if best is None or tried.peak < best.peak else best
@@ -62,6 +60,38 @@ def recomputation_fitting(graph: Graph, limit: float, gpu: bool = False) -> Fitt
     raise DoesNotFit(f"no recomputation fits {limit / 2 ** 20:.1f} MiB; the least, "
                      f"{best.peak / 2 ** 20:.1f} MiB, is {(best.peak - limit) / 2 ** 20:.1f} "
                      "MiB over")
+
+
+def recomputed(graph: Graph) -> Iterator[Graph]:
+    """``graph`` recomputed from every k-th cut point of its forward pass (``recomputed_at``),
+    for each k of ``SPACINGS`` that recomputes something, fewest copies first."""
+    cuts, small = cut_points(graph), small_ops(graph)
+    for k in SPACINGS:
+        try:
+            yield recomputed_at(graph, k, cuts, small)
+        except Declined:
+            pass
+
+
+def recomputed_at(graph: Graph, k: int, cuts: Sequence[str], small: Sequence[str]) -> Graph:
+    """``graph`` recomputed from every k-th of its cut points ``cuts`` (0: none), its
+    ``small`` ops kept (``small_ops``); ``Declined`` when there are fewer than k cut points
+    or nothing is recomputed."""
+    if k > max(len(cuts), 1):
+        raise Declined(f"fewer than {k} cut points")
+    return recompute(graph, list(cuts[k - 1::k] if k else []) + list(small))
+
+
+def recomputed_ops(graph: Graph) -> int:
+    """The forward ops ``graph`` computes again in its backward pass (``recompute``), each
+    counted once however many replicas run it."""
+    return len({n.rsplit("/part", 1)[0] for n in graph.names if n.startswith(COPY)})
+
+
+def micro_batches_of(graph: Graph, replicas: int = 1) -> int:
+    """The micro-batches each of ``replicas`` runs in turn in ``graph`` (``accumulate``; 1:
+    its share at once)."""
+    return 1 + sum(1 for n in graph.names if n.startswith(GATE)) // max(replicas, 1)
 
 
 def fit_step(graph: Graph, limit: float, gpu: bool = False) -> Fitted:
