@@ -15,6 +15,7 @@ step time. Writes memory_plans.json and memory_plans.md.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -90,14 +91,20 @@ def plan(model: str, batch: int, spec: str) -> dict[str, Any]:
     """fastt's plans of ``model`` at ``batch`` on ``spec`` (OS-DPOS, data parallelism both
     ways): each one's step time, throughput, what it recomputed and its replicas."""
     from fastt import plan_cmd
+    from fastt.errors import FasttError
     from fastt.sched.search.osdpos import clock
     from fastt.sched.strategy import Strategy
     g = build(model, batch)
     t0 = clock()
     setup = plan_cmd.prepare(g, spec, deadline=t0 + 60.0)
-    chosen, others = plan_cmd.plan_all(setup, "os-dpos", ["data-parallel", "data-parallel-ps"])
+    try:
+        chosen, others = plan_cmd.plan_all(setup, "os-dpos", ["data-parallel",
+                                                              "data-parallel-ps"])
+        plans: list[tuple[str, Strategy | str]] = [("os-dpos", chosen)] + list(others.items())
+    except FasttError as e:  # nothing fits: each says why
+        plans = [(name, str(e)) for name in ("os-dpos", "data-parallel", "data-parallel-ps")]
     out: dict[str, Any] = {"batch": batch, "ops": len(g), "plan_s": clock() - t0}
-    for name, s in [("os-dpos", chosen)] + list(others.items()):
+    for name, s in plans:
         if isinstance(s, Strategy):
             out[name] = {"step_s": s.predicted_step_time_s,
                          "samples_per_s": batch / s.predicted_step_time_s,
@@ -158,10 +165,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     args = ap.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    rows = [run_model(m, args.devices) for m in args.models]
-    doc = {"machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "devices": args.devices, "growth": GROWTH, "rows": rows}
-    write_results(args.out, "memory_plans", doc, markdown(doc))
+    path = os.path.join(args.out, "memory_plans.json")
+    kept: list[dict] = []  # a run of some models keeps the others' rows
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            old = json.load(f)
+        if old.get("devices") == args.devices:
+            kept = [r for r in old["rows"] if r["model"] not in args.models]
+    rows = kept
+    for m in args.models:  # written after each model: a long run keeps what it finished
+        rows = [r for r in rows if r["model"] != m] + [run_model(m, args.devices)]
+        rows.sort(key=lambda r: list(MODELS).index(r["model"]))
+        doc = {"machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                           time.gmtime()),
+               "devices": args.devices, "growth": GROWTH, "rows": rows}
+        write_results(args.out, "memory_plans", doc, markdown(doc))
     return 0
 
 

@@ -3,8 +3,8 @@
     python benchmarks/report.py [--out benchmarks/results]
 
 Reads simulated.json, real.json, optimality.json, pipeline.json, transfer_priorities.json,
-plan_time.json and memory_fidelity.json (whichever exist) and writes REPORT.md with tables and
-plots: speedup over data parallelism per model and GPU count (simulated, strong and weak
+plan_time.json, memory_fidelity.json and memory_plans.json (whichever exist) and writes
+REPORT.md with tables and plots: speedup over data parallelism per model and GPU count (simulated, strong and weak
 scaling), each row's distance to a lower bound, strategy times, the ordering and splitting
 ablations, ops per device, the split table, samples/second on the real 2-worker testbed, the
 simulator's predicted step time against the measured one, each placer's distance to the exact
@@ -412,6 +412,10 @@ def main(argv: list[str] | None = None) -> int:
     if memory is not None:
         from benchmarks.memory_fidelity import markdown as memory_markdown
         lines += memory_markdown(memory, "##").splitlines() + [""]
+    memory_plans = _load(args.out, "memory_plans.json")
+    if memory_plans is not None:
+        from benchmarks.memory_plans import markdown as memory_plans_markdown
+        lines += memory_plans_markdown(memory_plans, "##").splitlines() + [""]
     lines += kept_section(args.out, CALIBRATION_RULES)
     grounding = _load(args.out, "grounding.json")
     if grounding is not None:

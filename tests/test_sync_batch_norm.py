@@ -132,3 +132,18 @@ def test_a_batch_norm_it_cannot_reproduce_runs_whole(kw):
     g = data_parallel(bn_graph(**kw), 2)
     assert g["bn"].type == "FusedBatchNormV3" and "bn/part0" not in g
     assert g["dbn"].type == "FusedBatchNormGradV3"
+
+
+def test_what_a_batch_norm_waited_for_its_replicas_wait_for():
+    # a recomputed batch norm waits for the backward pass to reach it (control inputs): its
+    # replicas' first ops must wait alike, or the copy runs in the forward pass
+    g0 = bn_graph()
+    g0 = g0.replace_ops({"bn": g0["bn"].with_(control_inputs=("dy",)),
+                         "dy": g0["dy"].with_(inputs=(TensorRef("x", 0), TensorRef("x", 0)))})
+    g = data_parallel(g0, 2)
+    made = [o for o in g if o.meta.origin == "bn" or o.name.startswith("bn/")]
+    roots = [o for o in made if not any(r.op in {m.name for m in made} for r in o.inputs)]
+    assert roots and all(any(c.startswith("dy") for c in o.control_inputs) for o in roots)
+    for o in made:  # every op made waits for it, through its inputs or its own edges
+        assert "dy" in o.control_inputs or any(c.startswith("dy/") for c in o.control_inputs) \
+            or any(r.op in {m.name for m in made} for r in o.inputs)

@@ -192,6 +192,11 @@ class _Builder:
         expand = sync_batch_norm.expand_forward if op.type in sync_batch_norm.FORWARD \
             else sync_batch_norm.expand_gradient
         ops, renamed = expand(op, self.graph, parts, rows)
+        if op.control_inputs:  # what the op waited for, its first ops wait for
+            made = {o.name for o in ops}
+            ops = [o if any(r.op in made for r in o.inputs) else o.with_(
+                control_inputs=tuple(dict.fromkeys(o.control_inputs + op.control_inputs)))
+                for o in ops]
         self.renamed.update(renamed)
         join = ops[-1]
         self.joins[op.name] = cast(dict[str, Any], join.meta.join)
