@@ -4,13 +4,13 @@
 
 Reads simulated.json, real.json, optimality.json, pipeline.json, transfer_priorities.json,
 plan_time.json, memory_fidelity.json and memory_plans.json (whichever exist) and writes
-REPORT.md with tables and plots: speedup over data parallelism per model and GPU count (simulated, strong and weak
-scaling), each row's distance to a lower bound, strategy times, the ordering and splitting
-ablations, ops per device, the split table, samples/second on the real 2-worker testbed, the
-simulator's predicted step time against the measured one, each placer's distance to the exact
-optimum on small graphs, pipelines against the other plans, what ordering the weight transfers
-by need gives, and `fastt plan`'s wall time end to end; and the memory model against
-TensorFlow's allocator.
+REPORT.md with tables and plots: speedup over data parallelism per model and GPU count
+(simulated, strong and weak scaling), each row's distance to a lower bound, strategy times,
+the ordering and splitting ablations, ops per device, the split table, samples/second on the
+real 2-worker testbed, the simulator's predicted step time against the measured one, each
+placer's distance to the exact optimum on small graphs, pipelines against the other plans, what
+ordering the weight transfers by need gives, and `fastt plan`'s wall time end to end; the
+memory model against TensorFlow's allocator, and batches no data-parallel replica holds.
 """
 from __future__ import annotations
 

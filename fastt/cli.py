@@ -6,6 +6,7 @@ import gc
 import logging
 import os
 import sys
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from fastt import __version__
@@ -35,6 +36,9 @@ def _plan(args: argparse.Namespace) -> int:
     from fastt.sched.search.osdpos import clock
     began = clock()
     # every input and output checked before the graph is loaded and planned
+    if getattr(args, "fit", False) and not args.model:
+        raise FasttError("--fit plans the model at other batch sizes: give --model NAME (a "
+                         "graph file has its own batch)")
     plan_cmd.check_graph(args.graph, args.model, args.batch_size)
     device_set = parse_devices(args.devices)
     models = plan_cmd.read_costs(args.costs)
@@ -45,6 +49,11 @@ def _plan(args: argparse.Namespace) -> int:
     # A command that ends when the plan is out: what it frees goes by reference counting.
     # The cyclic collector's passes over the graphs' millions of objects took seconds
     # (ResNet-200: 2.8 s while loading, 1.5 s for the first pass after planning).
+    if args.device_memory_mb is not None:
+        device_set.devices = [replace(d, memory=args.device_memory_mb * 2 ** 20)
+                              for d in device_set.devices]
+    if getattr(args, "fit", False):
+        return _fit(args, device_set, models, began)
     gc.disable()
     n = len(device_set.devices)
     print(f"loading {args.model or args.graph} and its costs over {n} "
@@ -70,6 +79,31 @@ def _plan(args: argparse.Namespace) -> int:
         with writing(args.dump, "--dump directory"):
             paths = plan_cmd.write_dumps(args.dump, setup, planned, _progress("dumping"))
         print("dumps: " + ", ".join(paths))
+    return 0
+
+
+def _fit(args: argparse.Namespace, device_set: Any, models: Any, began: float) -> int:
+    """``fastt plan --fit``: each strategy's largest batch that fits (``fastt.fit_cmd``)."""
+    from fastt import fit_cmd, plan_cmd
+    from fastt.passes.data_parallel import batch_size
+    from fastt.sched.registry import names
+    from fastt.sched.search.osdpos import clock
+    costs = args.costs if models is None else models
+
+    def setup_at(b: int) -> Any:
+        print(f"planning at a batch of {b}...", file=sys.stderr, flush=True)
+        return plan_cmd.prepare(plan_cmd.load(None, args.model, b), args.devices, costs,
+                                args.fetch or (), args.bucket_mb, args.transfer_priorities,
+                                clock() + args.budget, device_set)
+    batch = args.batch_size or batch_size(plan_cmd.load(None, args.model, None))
+    order = [args.strategy] + [n for n in names() if n != args.strategy]
+    fits = fit_cmd.largest_batches(setup_at, order, batch, len(device_set.devices))
+    memory = device_set.devices[0].memory
+    held = "unbounded memory" if memory == float("inf") else \
+        f"{memory / 2 ** 30:.1f} GiB" if memory >= 2 ** 30 else f"{memory / 2 ** 20:.1f} MiB"
+    print(f"{args.model} on {args.devices} ({len(device_set.devices)} devices, {held} "
+          f"each), searched from a batch of {batch} in {clock() - began:.0f} s\n")
+    print(fit_cmd.table(fits))
     return 0
 
 
@@ -200,6 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "docs/dumps-and-inspection.md)")
     p.add_argument("--dump", metavar="DIR", help="write the strategy's dump (strategy-<k>/: "
                                                  "document, predicted trace, graph, report)")
+    p.add_argument("--fit", action="store_true",
+                   help="with --model: per strategy, the largest batch whose plan fits the "
+                        "devices' memory and its step time (plans the model at each batch "
+                        "tried, --budget each)")
     p.set_defaults(func=_plan)
 
     p = sub.add_parser("compare", help="compute every strategy for a training graph and show "
@@ -278,6 +316,9 @@ def _graph_arguments(p: argparse.ArgumentParser) -> None:
                    help="send the weights a step reads from another device in the order "
                         "their consumers need them: where the simulator predicts it faster "
                         "(auto, the default), always, or never")
+    p.add_argument("--device-memory-mb", type=_megabytes, metavar="MB",
+                   help="the memory of every device (default: the device kind's, a V100's "
+                        "16 GiB; a JSON device file's own)")
     p.add_argument("--budget", type=_seconds, default=60.0, metavar="SECONDS",
                    help="the time planning should take, graph loading included (default 60): "
                         "the searches for hybrid plans and splits take shares of what is "

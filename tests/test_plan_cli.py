@@ -2,6 +2,7 @@
 on simulated V100s."""
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -140,3 +141,29 @@ def test_os_dpos_is_no_slower_than_any_strategy_on_real_graphs(name, spec):
             assert n == "exact" and len(g) > 300
     assert len(got) >= len(names()) - 1
     assert all(got["os-dpos"] <= t + 1e-12 for t in got.values()), got
+
+
+def test_fit_finds_each_strategys_largest_batch_that_fits(capsys):
+    from fastt import fit_cmd, plan_cmd
+    from fastt.sched.sim.device_spec import parse
+    ds = parse("2xV100")
+    ds.devices = [replace(d, memory=40 * 2 ** 20) for d in ds.devices]
+
+    def setup_at(b):
+        return plan_cmd.prepare(plan_cmd.load(None, "mlp", b), "2xV100", "analytical",
+                                device_set=ds)
+    fits = {f.name: f for f in fit_cmd.largest_batches(
+        setup_at, ["data-parallel", "single", "data-parallel-ps"], 512, 2)}
+    single, dp, ps = fits["single"], fits["data-parallel"], fits["data-parallel-ps"]
+    assert single.batch and dp.batch and ps.batch and all(
+        f.batch % 2 == 0 for f in fits.values())
+    # data parallelism holds half the batch per device, and more where it recomputes or
+    # accumulates; the batch above each largest one does not fit
+    assert dp.batch > single.batch and ps.batch > single.batch
+    assert all("does not fit" in f.why or "MiB more" in f.why or "memory" in f.why
+               for f in fits.values())
+    text = fit_cmd.table(list(fits.values()))
+    assert f"{dp.batch:>14}" in text and "the next batch tried does not fit" in text
+    capsys.readouterr()
+    assert main(["plan", "graph.pb", "--devices", "2xV100", "--fit"]) == 2
+    assert "--fit plans the model at other batch sizes" in capsys.readouterr().err

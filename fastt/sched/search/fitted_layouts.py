@@ -71,7 +71,7 @@ def accumulated_layout(shared: Planning, peaks: Sequence[float]) -> Graph:
             break  # no longer falling: the variables and their gradients dominate
         least = over(got, devices)
     raise DoesNotFit(f"with its gradients accumulated the fullest still needs "
-                     f"{least / MiB:.0f} MiB more")
+                     f"{least / MiB:.1f} MiB more")
 
 
 def recomputed_layout(shared: Planning, name: str, peaks: Sequence[float]) -> Graph:
@@ -92,7 +92,7 @@ def recomputed_layout(shared: Planning, name: str, peaks: Sequence[float]) -> Gr
     need = (f"data parallelism needs every replica (the model with its share of the batch) "
             f"to fit one device ({D} devices given)")
     if not cands:
-        raise DoesNotFit(f"{need}; the fullest needs {over(peaks, devices) / MiB:.0f} MiB "
+        raise DoesNotFit(f"{need}; the fullest needs {over(peaks, devices) / MiB:.1f} MiB "
                          "more, and no forward activation the backward pass reads can be "
                          "recomputed")
     likely = [c for c in cands if c[0] <= 0] or [min(cands, key=lambda c: c[0])]
@@ -108,7 +108,7 @@ def recomputed_layout(shared: Planning, name: str, peaks: Sequence[float]) -> Gr
             least = (over(got, devices), recomputed_ops(g))
     assert least is not None
     raise DoesNotFit(f"{need}; with {least[1]} forward ops recomputed the fullest still "
-                     f"needs {least[0] / MiB:.0f} MiB more")
+                     f"needs {least[0] / MiB:.1f} MiB more")
 
 
 def _recomputed(shared: Planning, k: int) -> Graph:
