@@ -9,6 +9,7 @@ from fastt.adapters.rewrite import rewrite
 from fastt.adapters.tf_import import from_tf_graph
 from fastt.errors import Declined, DoesNotFit
 from fastt.passes.accumulate import GATE, accumulate
+from fastt.passes.allreduce import all_reduce
 from fastt.passes.replicas import replica_of
 from fastt.sched.search.memory_fit import accumulation_fitting, peak_memory_one_device
 from fastt.sched.strategy import Strategy
@@ -18,8 +19,10 @@ from tests.equivalence import _reference, _run_with_values
 CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
 
 
-def _accumulated(ir, m, k, lanes=1):
+def _accumulated(ir, m, k, lanes=1, ring=False):
     acc = accumulate(ir, k, lanes)
+    if ring:  # mirrored weights, the lanes' sums added along a ring
+        acc = all_reduce(acc, lanes)
     s = Strategy("accumulation", [CPU], acc, {o.name: CPU for o in acc}, [], 0.0, 0.0, 0.0,
                  replicas=k * lanes, fetches=[m.train_op.name, m.loss.name])
     return rewrite(ir, s, enforce_order=False)
@@ -34,8 +37,10 @@ def test_accumulated_steps_train_like_the_whole_batch(name, kwargs, tol):
     m = zoo.build(name, **kwargs)
     ir = from_tf_graph(m.graph)
     want = _reference(m, ir, 1)
-    for k, lanes in ((2, 1), (4, 1), (2, 2)):  # (2, 2): two replicas accumulating two each
-        got = _run_with_values(_accumulated(ir, m, k, lanes), m, ir, 1)
+    # (2, 2): two replicas accumulating two micro-batches each, summed on one device or
+    # along a ring
+    for k, lanes, ring in ((2, 1, False), (4, 1, False), (2, 2, False), (2, 2, True)):
+        got = _run_with_values(_accumulated(ir, m, k, lanes, ring), m, ir, 1)
         if tol == 0.0 and k * lanes == 2:  # two partial gradients: nothing to reassociate
             np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_allclose(got[0], want[0], rtol=max(tol, 1e-6), atol=1e-7,
@@ -75,14 +80,18 @@ def test_batch_norm_in_training_is_declined_with_the_op_named():
 def test_lanes_run_their_micro_batches_in_turn_and_sum_their_own():
     m = zoo.build("mlp", batch_size=64)
     step = from_tf_graph(m.graph).fan_in([m.train_op.name, m.loss.name])
-    acc = accumulate(step, 3, lanes=2)  # parts 0..5, lane k % 2
+    acc = accumulate(step, 3, lanes=2)  # parts 0..5, lane k % 2: the replica
+    waited = 0
     for op in acc:
-        k = replica_of(op)
+        tail = op.name.rsplit("/part", 1)
         gates = [c for c in op.control_inputs if c.startswith(GATE)]
-        if k is not None and gates:  # part k waits for the part before it in its lane
-            assert gates == [f"{GATE}{k - 2}"]
+        if len(tail) == 2 and tail[1].isdigit() and gates:  # part k waits for k - 2
+            k = int(tail[1])
+            assert gates == [f"{GATE}{k - 2}"] and replica_of(op) == k % 2
+            waited += 1
+    assert waited
     sums = [op for op in acc if "/fastt_sum" in op.name]
-    assert sums and all(replica_of(acc[r.op]) % 2 == replica_of(op) % 2
+    assert sums and all(replica_of(acc[r.op]) == replica_of(op)
                         for op in sums for r in op.inputs)
     joins = [op for op in acc if op.type == "AddN" and replica_of(op) is None and
              all("/fastt_sum" in r.op for r in op.inputs)]

@@ -156,22 +156,28 @@ def _memory_devices(k, memory):
     return ds
 
 
-def test_data_parallelism_recomputes_where_its_replicas_do_not_fit():
+def test_data_parallelism_accumulates_or_recomputes_where_its_replicas_do_not_fit():
     m = zoo.build("mlp", batch_size=4096, hidden=(1024,) * 4)
     step = from_tf_graph(m.graph).fan_in([m.train_op.name])
     roomy = _memory_devices(2, float("inf"))
     costs = StaticCosts({o.name: 1e-4 for o in step}, roomy)
-    assert plan(step, roomy.devices, costs, "data-parallel").recomputed == 0
+    assert plan(step, roomy.devices, costs, "data-parallel").micro_batches == 1
     plain = max(data_parallel_peaks(step, _memory_devices(2, 1e15).devices)[1])
     tight = _memory_devices(2, 0.9 * plain)
-    s = plan(step, tight.devices, costs, "data-parallel")
-    assert s.recomputed > 0 and s.replicas == 2 and s.micro_batches == 1
-    assert "recomputed_ops" in s.to_dict()
-    # gradients summed on one device: each replica's share in micro-batches, nothing recomputed
-    ps = plan(step, tight.devices, costs, "data-parallel-ps")
-    assert ps.micro_batches > 1 and ps.recomputed == 0 and ps.to_dict()["micro_batches"] > 1
-    held = data_parallel_peaks(step, tight.devices, replicas=None)[1]
-    assert max(held) > tight.devices[0].memory  # without recomputation it would not fit
-    with pytest.raises(FasttError, match=r"forward ops recomputed the fullest still needs "
-                                         r"\d+ MiB more"):
+    held = data_parallel_peaks(step, tight.devices)[1]
+    assert max(held) > tight.devices[0].memory  # as it is, it would not fit
+    for layout in ("data-parallel", "data-parallel-ps"):  # micro-batches, nothing recomputed
+        s = plan(step, tight.devices, costs, layout)
+        assert s.micro_batches > 1 and s.recomputed == 0 and s.replicas == 2
+        assert s.to_dict()["micro_batches"] == s.micro_batches
+    with pytest.raises(FasttError, match=r"with its gradients accumulated the fullest still "
+                                         r"needs [\d.]+ MiB more"):
         plan(step, _memory_devices(2, 0.3 * plain).devices, costs, "data-parallel")
+    # batch norm in training: micro-batches cannot run in turn, activations are recomputed
+    cnn = zoo.build("small_cnn", batch_size=256, batch_norm=True)
+    step = from_tf_graph(cnn.graph).fan_in([cnn.train_op.name])
+    plain = max(data_parallel_peaks(step, _memory_devices(2, 1e15).devices)[1])
+    tight = _memory_devices(2, 0.95 * plain)
+    s = plan(step, tight.devices, StaticCosts({o.name: 1e-4 for o in step}, roomy),
+             "data-parallel")
+    assert s.recomputed > 0 and s.micro_batches == 1 and "recomputed_ops" in s.to_dict()

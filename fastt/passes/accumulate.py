@@ -25,6 +25,8 @@ so such a graph is declined (``Declined``, naming the op).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastt.errors import Declined, GraphStructureError
 from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec, writes_variable
 from fastt.passes.data_parallel import data_parallel
@@ -43,7 +45,9 @@ def accumulate(graph: Graph, m: int, lanes: int = 1) -> Graph:
     in lane ``k % lanes`` (the data-parallel replica ``k % lanes``, which
     ``baselines.replica_devices`` puts on its own device): each lane runs its m in turn and
     sums its gradients, and the lanes' sums are added once (data parallelism with
-    accumulation, the sums on one device). O(m * lanes + ops + edges)."""
+    accumulation): each op's replica is its lane, so that ``all_reduce(g, lanes)`` mirrors
+    the weights and sums the lanes' sums along a ring as for ``data_parallel``'s replicas.
+    O(m * lanes + ops + edges)."""
     if m < 2:
         return graph if lanes < 2 else data_parallel(graph, lanes)
     trained = [op.name for op in graph if op.type in FORWARD and training(op)]
@@ -79,6 +83,9 @@ def accumulate(graph: Graph, m: int, lanes: int = 1) -> Graph:
         if held and writes_variable(op) and latest[op.name] >= 0:  # the step's updates
             op = op.with_(control_inputs=op.control_inputs + (HELD,))
         ops.append(op)
+    if lanes > 1:  # replica = lane: the graph is ``data_parallel(graph, lanes)``'s shape
+        ops = [op if (k := part.get(op.name)) is None else
+               op.with_(meta=replace(op.meta, replica=k % lanes)) for op in ops]
     out = Graph(ops + made, name=graph.name, meta=graph.meta)
     try:
         order = out.topological_order()

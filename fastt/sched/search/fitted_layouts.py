@@ -1,13 +1,13 @@
 """Data parallelism where a replica does not fit its device (``fitted_layout``): each replica's
-share run as micro-batches in turn, gradients summed per device and then once
-(``accumulate(graph, m, lanes=devices)``; the sums on device 0, so the layout with the
-gradients summed there), else the model graph recomputed from its cut points
+share run as micro-batches in turn, gradients summed per device and then once across the
+devices (``accumulate(graph, m, lanes=devices)``: summed on device 0, or mirrored and
+all-reduced along the ring), else the model graph recomputed from its cut points
 (``fastt.passes.recompute``) and replicated again. Recomputation is a rewrite of the model
 graph alone, so it composes with every layout, placer and split that follows.
 
-Each candidate costs a data-parallel graph and its simulated peaks to check; a cheap estimate
-comes first: what the recomputed model graph saves on one device at the whole batch
-(``peak_memory_one_device``), a share of it per replica.
+Each candidate costs a data-parallel graph and its simulated peaks to check; for
+recomputation a cheap estimate comes first: what the recomputed model graph saves on one
+device at the whole batch (``peak_memory_one_device``), a share of it per replica.
 """
 from __future__ import annotations
 
@@ -36,26 +36,26 @@ def over(peaks: Sequence[float], devices: Sequence[Device]) -> float:
 
 def fitted_layout(shared: Planning, name: str, peaks: Sequence[float]) -> Graph:
     """Layout ``name`` of the graph fitted into its devices, its plain replicas holding
-    ``peaks``: accumulated with the fewest micro-batches that fit (the layout that sums
-    gradients on device 0, where the batch norms allow), else recomputed
-    (``recomputed_layout``); ``DoesNotFit`` saying by how much the least is over."""
+    ``peaks``: accumulated with the fewest micro-batches that fit (where the batch norms
+    allow: it adds no work), else recomputed (``recomputed_layout``); ``DoesNotFit`` saying
+    by how much the least is over."""
     why = ""
-    if name == "data-parallel-ps":
-        try:
-            return accumulated_layout(shared, peaks)
-        except (Declined, DoesNotFit, NoBatch) as e:
-            why = f"; {e}"
+    try:
+        return accumulated_layout(shared, name, peaks)
+    except (Declined, DoesNotFit, NoBatch) as e:
+        why = f"; {e}"
     try:
         return recomputed_layout(shared, name, peaks)
     except DoesNotFit as e:
         raise DoesNotFit(f"{e}{why}") from None
 
 
-def accumulated_layout(shared: Planning, peaks: Sequence[float]) -> Graph:
-    """Data parallelism with each device's share of the batch run as m micro-batches in turn
-    (``MICRO_BATCH_COUNTS``, fewest first, at most ``ACCUMULATED_OPS`` ops), gradients summed
-    on device 0: the first m whose replicas fit; ``DoesNotFit`` (the least over) when none
-    does, ``Declined`` where micro-batches cannot run in turn (batch norm in training)."""
+def accumulated_layout(shared: Planning, name: str, peaks: Sequence[float]) -> Graph:
+    """Layout ``name`` with each device's share of the batch run as m micro-batches in turn
+    (``MICRO_BATCH_COUNTS``, fewest first, at most ``ACCUMULATED_OPS`` ops), each device's
+    gradients summed as they come: the first m whose replicas fit; ``DoesNotFit`` (the least
+    over) when none does, ``Declined`` where micro-batches cannot run in turn (batch norm in
+    training)."""
     devices, D = shared.devices, len(shared.devices)
     B = batch_size(shared.graph)
     least = over(peaks, devices)
@@ -63,8 +63,8 @@ def accumulated_layout(shared: Planning, peaks: Sequence[float]) -> Graph:
         if m * D > B or m * D * len(shared.graph) > ACCUMULATED_OPS:
             break
         g = shared.cached(("accumulated", m), functools.partial(accumulate, shared.graph, m, D))
-        dp, got = data_parallel_peaks(shared.graph, devices, False, shared.bucket_bytes, g,
-                                      shared.compile)
+        dp, got = data_parallel_peaks(shared.graph, devices, name == "data-parallel",
+                                      shared.bucket_bytes, g, shared.compile)
         if over(got, devices) <= 0:
             return dp
         if over(got, devices) > 0.98 * least:
@@ -77,8 +77,9 @@ def accumulated_layout(shared: Planning, peaks: Sequence[float]) -> Graph:
 def recomputed_layout(shared: Planning, name: str, peaks: Sequence[float]) -> Graph:
     """Layout ``name`` of the model graph recomputed from every k-th cut point (``SPACINGS``:
     the fewest copies first) that every device holds, its plain replicas holding ``peaks``;
-    ``DoesNotFit`` saying the least over when none does. Candidates whose estimate is over
-    are checked last, the likeliest first."""
+    ``DoesNotFit`` saying the least over when none does. Those estimated to fit are checked
+    first, fewest copies first, then the others, likeliest first; past the deadline no more
+    than one."""
     devices, D = shared.devices, len(shared.devices)
     whole = shared.cached(("peak one", ), lambda: _gpu_peak(shared.graph, devices))
     cands: list[tuple[float, int, Graph]] = []  # (estimated bytes over, k, graph)
@@ -95,9 +96,13 @@ def recomputed_layout(shared: Planning, name: str, peaks: Sequence[float]) -> Gr
         raise DoesNotFit(f"{need}; the fullest needs {over(peaks, devices) / MiB:.1f} MiB "
                          "more, and no forward activation the backward pass reads can be "
                          "recomputed")
-    likely = [c for c in cands if c[0] <= 0] or [min(cands, key=lambda c: c[0])]
     least: tuple[float, int] | None = None
-    for _, k, g in likely:
+    # those estimated to fit in SPACINGS' order (fewest copies first), then the likeliest
+    ranked = [c for c in cands if c[0] <= 0] + sorted((c for c in cands if c[0] > 0),
+                                                      key=lambda c: c[0])
+    for _, k, g in ranked:
+        if least is not None and shared.late():
+            break
         replicas = shared.cached(("recomputed replicas", k),
                                  functools.partial(data_parallel, g, D))
         dp, got = data_parallel_peaks(g, devices, name == "data-parallel",
