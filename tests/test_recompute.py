@@ -14,7 +14,8 @@ from fastt.errors import FasttError
 from fastt.passes.recompute import (COPY, activations, cut_points, forward_ops, gradient_of,
                                     recompute)
 from fastt.sched.search.memory_fit import data_parallel_peaks, peak_memory_one_device
-from fastt.sched.search.step_fitting import fit_step, recomputation_fitting
+from fastt.sched.search.step_fitting import (fit_step, recomputation_fitting, recomputed,
+                                             recomputed_ops)
 from fastt.sched.sim.device_spec import parse
 from fastt.sched.sim.problem import Device
 from fastt.sched.strategy import Strategy, plan
@@ -181,3 +182,5 @@ def test_data_parallelism_accumulates_or_recomputes_where_its_replicas_do_not_fi
     s = plan(step, tight.devices, StaticCosts({o.name: 1e-4 for o in step}, roomy),
              "data-parallel")
     assert s.recomputed > 0 and s.micro_batches == 1 and "recomputed_ops" in s.to_dict()
+    # counted as the model graph's ops, not as the replicas' parts and batch norms' helpers
+    assert s.recomputed in {recomputed_ops(g) for g in recomputed(step)}

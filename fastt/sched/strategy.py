@@ -173,7 +173,7 @@ def _plan(shared: Planning, k: StrategyKind, workers: int, forced: list[Split],
                  note=best.schedule.note, ordered=fin.ordered,
                  transfer_priorities=fin.weights.summary() if fin.weights else None,
                  kept_whole=kept_whole(shared.graph, best.graph, graph_weights(shared))
-                 if replicas > 1 else [], recomputed=recomputed_ops(fin.graph),
+                 if replicas > 1 else [], recomputed=recomputed_ops(fin.graph, shared.graph),
                  micro_batches=micro_batches_of(fin.graph, replicas))
     extra = _overhead(shared.costs, fin.placement, s.splits, replicas)
     s.predicted_step_time_s, s.simulated_step_time_s = (t + extra for t in fin.times)

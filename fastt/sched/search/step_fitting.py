@@ -82,10 +82,19 @@ def recomputed_at(graph: Graph, k: int, cuts: Sequence[str], small: Sequence[str
     return recompute(graph, list(cuts[k - 1::k] if k else []) + list(small))
 
 
-def recomputed_ops(graph: Graph) -> int:
+def recomputed_ops(graph: Graph, original: Graph | None = None) -> int:
     """The forward ops ``graph`` computes again in its backward pass (``recompute``), each
-    counted once however many replicas run it."""
-    return len({n.rsplit("/part", 1)[0] for n in graph.names if n.startswith(COPY)})
+    counted once however many replicas or parts run it: with ``original`` (the model graph
+    ``graph`` was made from), the ops of ``original`` that have a copy."""
+    copies = [n[len(COPY):] for n in graph.names if n.startswith(COPY)]
+    if original is None:
+        return len({n.rsplit("/part", 1)[0] for n in copies})
+    found = set()
+    for n in copies:  # a copy's parts and helpers are named under it: "<copy>/part1" ...
+        while n and n not in original:
+            n = n.rpartition("/")[0]
+        found.add(n)
+    return len(found - {""})
 
 
 def micro_batches_of(graph: Graph, replicas: int = 1) -> int:
