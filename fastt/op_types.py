@@ -37,15 +37,17 @@ MATMUL_TYPES = frozenset({"BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "MatM
 COPY_TYPES = frozenset({"AddN", "ConcatV2", "SplitV"})
 #: Element-wise ops of one input (split along any axis).
 UNARY = frozenset({
-    "Abs", "Cast", "Elu", "Exp", "Identity", "LeakyRelu", "Log", "LogSoftmax", "Neg",
-    "OnesLike", "Reciprocal", "Relu", "Relu6", "Rsqrt", "Selu", "Sigmoid", "Softmax",
-    "Softplus", "Sqrt", "Square", "StopGradient", "Tanh", "ZerosLike"})
+    "Abs", "Cast", "Ceil", "Cos", "Elu", "Erf", "Erfc", "Exp", "Expm1", "Floor", "Identity",
+    "LeakyRelu", "Log", "Log1p", "LogSoftmax", "Neg", "OnesLike", "Reciprocal", "Relu",
+    "Relu6", "Rint", "Round", "Rsqrt", "Selu", "Sigmoid", "Sign", "Sin", "Softmax",
+    "Softplus", "Softsign", "Sqrt", "Square", "StopGradient", "Tanh", "ZerosLike"})
 #: Element-wise ops of two or more inputs, broadcasting (split along any axis).
 BINARY = frozenset({
     "Add", "AddN", "AddV2", "BiasAdd", "DivNoNan", "EluGrad", "Equal", "Greater",
     "GreaterEqual", "LeakyReluGrad", "Less", "LessEqual", "Maximum", "Minimum", "Mul",
     "NotEqual", "Pow", "RealDiv", "Relu6Grad", "ReluGrad", "RsqrtGrad", "Select", "SelectV2",
-    "SigmoidGrad", "SoftplusGrad", "SqrtGrad", "SquaredDifference", "Sub", "TanhGrad"})
+    "SeluGrad", "SigmoidGrad", "SoftplusGrad", "SoftsignGrad", "SqrtGrad", "SquaredDifference",
+    "Sub", "TanhGrad"})
 #: Reductions.
 REDUCE = frozenset({"Max", "Mean", "Min", "Prod", "Sum"})
 #: Pooling.

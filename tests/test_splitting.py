@@ -82,3 +82,22 @@ def test_a_reshape_fastt_made_with_its_shape_as_an_attribute_has_no_split_rule()
     g = Graph([op("flat", "Placeholder", out=((48,),)),
                op("w", "Reshape", ["flat"], out=((8, 6),), attrs={"shape": [8, 6]})])
     assert rules(g["w"], g) == []
+
+
+def test_gelu_and_a_batched_gather_split_on_the_batch():
+    B, S, P, D = 8, 16, 3, 4
+    g = Graph([
+        op("x", "Placeholder", out=((B, S, D),)),
+        op("positions", "Placeholder", out=((B, P),), dtype="int32"),
+        op("axis", "Const", out=((),), dtype="int32", attrs={"value": 1}),
+        op("picked", "GatherV2", ["x", "positions", "axis"], out=((B, P, D),),
+           attrs={"batch_dims": 1}),
+        op("erfc", "Erfc", ["picked"], out=((B, P, D),)),
+        op("zero", "Const", out=((),), dtype="int32", attrs={"value": 0}),
+        op("rows", "GatherV2", ["x", "positions", "zero"], out=((B, P, S, D),),
+           attrs={"batch_dims": 1}),  # axis below batch_dims: not a per-example pick
+    ])
+    picked = [r for r in rules(g["picked"], g) if r.dim == "batch"]
+    assert picked and [p.kind for p in picked[0].inputs][:2] == ["split", "split"]
+    assert any(r.dim == "batch" for r in rules(g["erfc"], g))
+    assert not rules(g["rows"], g)

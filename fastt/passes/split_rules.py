@@ -176,9 +176,15 @@ def _pack(op: Op, graph: Graph) -> list[SplitRule]:
 
 
 def _gather(op: Op, graph: Graph) -> list[SplitRule]:
-    """Rows of an embedding lookup."""
-    if len(op.inputs) == 3 and _const(graph, op, 2) == 0 and not op.attrs.get("batch_dims"):
+    """Rows of an embedding lookup; or, where the gather is batched (``batch_dims`` >= 1:
+    each example picks from its own rows), the examples of both inputs."""
+    if len(op.inputs) != 3:
+        return []
+    batch_dims, axis = op.attrs.get("batch_dims") or 0, _const(graph, op, 2)
+    if axis == 0 and not batch_dims:
         return [SplitRule("batch", (Part(FULL), Part(SPLIT, 0), Part(FULL)), "concat", 0)]
+    if batch_dims >= 1 and isinstance(axis, int) and axis >= batch_dims:
+        return [SplitRule("batch", (Part(SPLIT, 0), Part(SPLIT, 0), Part(FULL)), "concat", 0)]
     return []
 
 
