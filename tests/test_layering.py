@@ -34,7 +34,7 @@ LAYERS = (
     ("fastt.zoo", "fastt.cluster"),
     ("fastt.adapters",),
     ("fastt.plugin",),
-    ("fastt.demo", "fastt.plan_cmd", "fastt.verify_cmd"),
+    ("fastt.demo", "fastt.fit_cmd", "fastt.plan_cmd", "fastt.verify_cmd"),
     ("fastt.cli", "fastt.startup"),
 )
 
