@@ -66,9 +66,10 @@ def test_a_pipeline_trains_the_same_with_fastt(tmp_path):
 
 def test_device_memory_decides_what_fastt_tries(tmp_path):
     """``FASTT_DEVICE_MEMORY_MB``: with 16 MB a data-parallel replica of the script's model
-    fits, by fastt's memory model, and fastt tries it; with 12 MB neither a replica nor any
-    other plan fits (every placer's plan is checked, the pipelines' by their simulated peak),
-    so fastt says which device would overflow and by how much, and the unchanged script
+    fits, by fastt's memory model, and fastt tries it; with 12 MB a replica as it is does not,
+    and fastt plans one fitted (micro-batches in turn or recomputed activations) and says so;
+    with 4 MB nothing fits (every placer's plan is checked, the pipelines' by their simulated
+    peak), so fastt says which device would overflow and by how much, and the unchanged script
     trains on the original graph to the same loss."""
     plain_loss, _, _ = run("session_feed_dict.py", tmp_path, fastt=False)
     loss, _, err = run("session_feed_dict.py", tmp_path / "16", fastt=True, fastt_env={
@@ -79,7 +80,12 @@ def test_device_memory_decides_what_fastt_tries(tmp_path):
         "FASTT_DEVICES": "cpu:2", "FASTT_DEVICE_MEMORY_MB": "12"})
     assert loss == pytest.approx(plain_loss, rel=1e-3)
     assert "a data-parallel replica does not fit the devices' memory" in err, err[-3000:]
-    assert re.search(r"DoesNotFit: .*(would hold [\d.]+ MiB, more than its 12\.0 MiB|fits in no "
+    assert re.search(r"planned os-dpos .*(micro-batches in turn|forward ops recomputed).* \(to "
+                     r"fit the devices' memory\)", err), err[-3000:]
+    loss, _, err = run("session_feed_dict.py", tmp_path / "4", fastt=True, fastt_env={
+        "FASTT_DEVICES": "cpu:2", "FASTT_DEVICE_MEMORY_MB": "4"})
+    assert loss == pytest.approx(plain_loss, rel=1e-3)
+    assert re.search(r"DoesNotFit: .*(would hold [\d.]+ MiB, more than its 4\.0 MiB|fits in no "
                      r"device's remaining memory); training continues on the original graph",
                      err), err[-3000:]
-    assert not (tmp_path / "12" / "dump" / "strategy-1").exists()
+    assert not (tmp_path / "4" / "dump" / "strategy-1").exists()

@@ -141,8 +141,14 @@ class PluginBackend:
         s = self.engine.plan(name, split=self.settings.split,
                              bucket_bytes=self.settings.bucket_mb * 2 ** 20,
                              transfer_priorities=self.settings.transfer_priorities)
-        log.info("fastt: planned %s in %.2f s: predicted %.2f ms/step, %d splits", name,
-                 s.plan_time_s, 1e3 * s.predicted_step_time_s, len(s.splits))
+        fitted = "".join(
+            [f", each replica's share as {s.micro_batches} micro-batches in turn"] *
+            (s.micro_batches > 1) +
+            [f", {s.recomputed} forward ops recomputed in the backward pass"] *
+            (s.recomputed > 0))
+        log.info("fastt: planned %s in %.2f s: predicted %.2f ms/step, %d splits%s", name,
+                 s.plan_time_s, 1e3 * s.predicted_step_time_s, len(s.splits),
+                 fitted and fitted + " (to fit the devices' memory)")
         return s
 
     def predict(self, strategy: Strategy, fifo: bool = False) -> float:
