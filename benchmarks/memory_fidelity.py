@@ -57,7 +57,7 @@ CASES: dict[str, tuple[str, dict, tuple[int, ...]]] = {
 
 
 # The step as fastt runs it where memory rules: name -> (a case above, how its step is
-# rewritten: "accumulate" into k micro-batches, "recompute" from every k-th activation,
+# rewritten: "accumulate" into k micro-batches, "recompute" from every k-th cut point,
 # "data-parallel" over k logical CPU devices, which share the process's one allocator; batches)
 REWRITTEN: dict[str, tuple[str, tuple[str, int], tuple[int, ...]]] = {
     "bert_small+accumulate4": ("bert_small", ("accumulate", 4), (32,)),
@@ -71,30 +71,30 @@ REWRITTEN: dict[str, tuple[str, tuple[str, int], tuple[int, ...]]] = {
 }
 
 
-def rewritten(ir: Any, step: Any, how: tuple[str, int], fetches: list[str]
-              ) -> tuple[Any, Any, int]:
-    """``step`` of ``ir`` rewritten ``how`` (``REWRITTEN``): the GraphDef to run, the step's
-    graph to predict, and the CPU devices it runs on."""
-    from fastt.adapters.rewrite import rewrite
+def rewritten(ir: Any, step: Any, how: tuple[str, int], fetches: list[str]) -> Any:
+    """``step`` of ``ir`` rewritten ``how`` (``REWRITTEN``; recomputation from every k-th cut
+    point, as the planner recomputes) as a strategy on CPU devices."""
     from fastt.passes.accumulate import accumulate
     from fastt.passes.data_parallel import data_parallel
-    from fastt.passes.recompute import activations, recompute
+    from fastt.passes.recompute import cut_points, small_ops
     from fastt.passes.replicas import replica_of
+    from fastt.sched.search.step_fitting import recomputed_at, recomputed_ops
     from fastt.sched.strategy import Strategy
     kind, k = how
     cpu = "/job:localhost/replica:0/task:0/device:CPU:{}"
     if kind == "accumulate":
         g, devices = accumulate(step, k), 1
     elif kind == "recompute":
-        g, devices = recompute(step, activations(step)[k - 1::k]), 1
+        g, devices = recomputed_at(step, k, cut_points(step), small_ops(step)), 1
     elif kind == "data-parallel":
         g, devices = data_parallel(step, k), k
     else:
         raise SystemExit(f"unknown rewrite {kind!r}")
     placement = {op.name: cpu.format((replica_of(op) or 0) if devices > 1 else 0) for op in g}
-    s = Strategy(kind, [cpu.format(d) for d in range(devices)], g, placement, [], 0.0, 0.0,
-                 0.0, replicas=k if kind != "recompute" else 1, fetches=fetches)
-    return rewrite(ir, s, enforce_order=False), g, devices
+    return Strategy(kind, [cpu.format(d) for d in range(devices)], g, placement, [], 0.0, 0.0,
+                    0.0, replicas=k if kind == "data-parallel" else 1, fetches=fetches,
+                    recomputed=recomputed_ops(g, step),
+                    micro_batches=k if kind == "accumulate" else 1)
 
 
 def measure(zoo_name: str, kwargs: dict, batch: int, grappler: bool = True,
@@ -106,6 +106,7 @@ def measure(zoo_name: str, kwargs: dict, batch: int, grappler: bool = True,
 
     from fastt import zoo
     from fastt.adapters import tf_import
+    from fastt.adapters.rewrite import keep_fit, rewrite
     from fastt.adapters.runner import traced_run
     from fastt.sched.search.memory_fit import peak_memory_one_device
     tf.compat.v1.disable_eager_execution()
@@ -114,8 +115,10 @@ def measure(zoo_name: str, kwargs: dict, batch: int, grappler: bool = True,
     step = ir.fan_in([built.train_op.name])
     graph, train, init, feed, devices = built.graph, built.train_op.name, built.init.name, \
         built.feed_dict(), 1
+    strategy = None
     if how is not None:
-        gd, step, devices = rewritten(ir, step, how, [train])
+        strategy = rewritten(ir, step, how, [train])
+        gd, step, devices = rewrite(ir, strategy), strategy.graph, len(strategy.devices)
         graph = tf.Graph()
         with graph.as_default():
             tf.compat.v1.import_graph_def(gd, name="")
@@ -125,6 +128,7 @@ def measure(zoo_name: str, kwargs: dict, batch: int, grappler: bool = True,
                                       intra_op_parallelism_threads=os.cpu_count() or 1,
                                       device_count={"CPU": devices})
     config.graph_options.rewrite_options.disable_meta_optimizer = not grappler
+    keep_fit(config, strategy)  # as the plugin runs a fitted step
     with tf.compat.v1.Session(graph=graph, config=config) as sess:
         sess.run(init)
         for _ in range(2):
@@ -241,7 +245,8 @@ def markdown(doc: dict, heading: str = "#") -> str:
                       f"{100 * max(errors):.0f}% over {len(rows)} rows of {models} models"
                   + (f"; the {len(rewritten)} rows of steps as fastt rewrites them where memory "
                      "rules (`+accumulate<k>`: k micro-batches in turn; `+recompute<k>`: every "
-                     "k-th activation kept, the rest recomputed; `+data-parallel<k>`: k replicas "
+                     "k-th cut point kept, the rest recomputed; both run without grappler, as "
+                     "the plugin runs a step fitted to memory; `+data-parallel<k>`: k replicas "
                      "on logical CPU devices sharing the allocator): median "
                      f"{100 * statistics.median(rewritten):.0f}%, worst "
                      f"{100 * max(rewritten):.0f}%" if rewritten else "") + "."]

@@ -235,3 +235,19 @@ def test_planned_graphs_run_at_any_batch_size(mode):
                              {h.get_tensor_by_name("x:0"): bx, h.get_tensor_by_name("y:0"): by})[0]
                     for bx, by in batches]
     np.testing.assert_allclose(run(rewrite(ir, s)), run(g.as_graph_def()), rtol=1e-5)
+
+
+def test_a_step_fitted_to_memory_runs_without_grappler():
+    """Grappler reorders the ops of the graph it rewrites, which can hold far more at once than
+    the order a plan was fitted to memory in: a plan with micro-batches or recomputation runs
+    the graph as written; any other plan keeps the session's grappler settings."""
+    from dataclasses import replace
+
+    from fastt.adapters.rewrite import keep_fit
+    m, ir = build("mlp", "sgd")
+    s = strategy(ir, m, 2, "dpos")
+    for fitted, want in ((s, False), (replace(s, micro_batches=2), True),
+                         (replace(s, recomputed=3), True), (None, False)):
+        config = tf1.ConfigProto()
+        assert keep_fit(config, fitted) is want
+        assert config.graph_options.rewrite_options.disable_meta_optimizer is want

@@ -12,6 +12,7 @@ else drags in nothing of the training step beyond what precedes it.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from tensorflow.core.framework import graph_pb2
 
@@ -145,6 +146,18 @@ def check(original: Graph, strategy: Strategy) -> None:
                s.op.split("/part")[0] not in original]
     if missing:
         raise FasttError(f"the split list names ops that are not in the graph: {missing[:3]}")
+
+
+def keep_fit(config: Any, strategy: Strategy | None) -> bool:
+    """Turn grappler off in the session ``config`` (a ``ConfigProto``) when ``strategy`` fits
+    the step to the devices' memory (micro-batches, recomputation); whether it does. The
+    graph grappler returns runs its ops in another order, which can hold far more at once
+    than the order the plan was fitted in (an LSTM's micro-batches: 1.7x), while the graph as
+    written runs as the memory model predicts."""
+    if strategy is None or (strategy.micro_batches <= 1 and not strategy.recomputed):
+        return False
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    return True
 
 
 def priorities(strategy: Strategy) -> dict[str, int]:

@@ -70,11 +70,13 @@ def recomputable(op: Op) -> bool:
     return not op.stateful
 
 
-def activations(graph: Graph) -> list[str]:
+def activations(graph: Graph, forward: list[str] | None = None) -> list[str]:
     """The recomputable forward ops whose outputs a gradient op reads (what a forward pass
-    keeps for the backward pass), in topological order: the candidate checkpoints."""
+    keeps for the backward pass), in topological order: the candidate checkpoints.
+    ``forward`` is ``forward_ops(graph)`` when the caller has it."""
     read = {i.op for n in graph.names if gradient_of(n) is not None for i in graph[n].inputs}
-    return [n for n in forward_ops(graph) if n in read and recomputable(graph[n])]
+    return [n for n in (forward_ops(graph) if forward is None else forward)
+            if n in read and recomputable(graph[n])]
 
 
 def cut_points(graph: Graph, small_bytes: int = SMALL_BYTES) -> list[str]:
@@ -85,8 +87,8 @@ def cut_points(graph: Graph, small_bytes: int = SMALL_BYTES) -> list[str]:
     batch, ``small_ops``) jump over freely. O(ops + edges)."""
     forward = forward_ops(graph)
     pos = {n: i for i, n in enumerate(forward)}
-    kept = set(small_ops(graph, small_bytes))
-    acts = set(activations(graph))
+    kept = set(small_ops(graph, small_bytes, forward))
+    acts = set(activations(graph, forward))
     out: list[str] = []
     furthest = -1  # the furthest forward op read from before the current one
     for i, n in enumerate(forward):
@@ -97,11 +99,13 @@ def cut_points(graph: Graph, small_bytes: int = SMALL_BYTES) -> list[str]:
     return out
 
 
-def small_ops(graph: Graph, small_bytes: int = SMALL_BYTES) -> list[str]:
+def small_ops(graph: Graph, small_bytes: int = SMALL_BYTES,
+              forward: list[str] | None = None) -> list[str]:
     """The recomputable forward ops whose outputs hold at most ``small_bytes`` together
     (shapes, scalars, masks of a few rows): kept rather than computed again, at no
-    noticeable memory."""
-    return [n for n in forward_ops(graph) if recomputable(graph[n]) and
+    noticeable memory. ``forward`` is ``forward_ops(graph)`` when the caller has it."""
+    return [n for n in (forward_ops(graph) if forward is None else forward)
+            if recomputable(graph[n]) and
             sum(small_bytes + 1 if t.nbytes is None else t.nbytes
                 for t in graph[n].outputs) <= small_bytes]
 

@@ -12,6 +12,7 @@ import tensorflow as tf
 from fastt._version import __version__
 from fastt.adapters.engine import Engine
 from fastt.adapters.fingerprint import graph_digest
+from fastt.adapters.rewrite import keep_fit
 from fastt.errors import WorkerLostError
 from fastt.plugin import activation, budget, cache, remote, session_dumps
 from fastt.plugin import messages as say
@@ -141,14 +142,15 @@ class PluginBackend:
         s = self.engine.plan(name, split=self.settings.split,
                              bucket_bytes=self.settings.bucket_mb * 2 ** 20,
                              transfer_priorities=self.settings.transfer_priorities)
-        fitted = "".join(
-            [f", each replica's share as {s.micro_batches} micro-batches in turn"] *
-            (s.micro_batches > 1) +
-            [f", {s.recomputed} forward ops recomputed in the backward pass"] *
-            (s.recomputed > 0))
+        fitted = ""
+        if s.micro_batches > 1:
+            fitted += f", each replica's share as {s.micro_batches} micro-batches in turn"
+        if s.recomputed > 0:
+            fitted += f", {s.recomputed} forward ops recomputed in the backward pass"
+        if fitted:
+            fitted += " (to fit the devices' memory)"
         log.info("fastt: planned %s in %.2f s: predicted %.2f ms/step, %d splits%s", name,
-                 s.plan_time_s, 1e3 * s.predicted_step_time_s, len(s.splits),
-                 fitted and fitted + " (to fit the devices' memory)")
+                 s.plan_time_s, 1e3 * s.predicted_step_time_s, len(s.splits), fitted)
         return s
 
     def predict(self, strategy: Strategy, fifo: bool = False) -> float:
@@ -199,6 +201,8 @@ class PluginBackend:
         config = p.inner_config()
         mechanism = self.order_mechanism() if ordered and strategy is not None else "none"
         gd, graph = self.engine.rewrite(strategy, mechanism)
+        if keep_fit(config, strategy):
+            log.debug("fastt: the plan fitted to memory runs without grappler")
         if mechanism == "priority-executor" and not config.experimental.executor_type:
             config.experimental.executor_type = priority_executor.EXECUTOR_TYPE
         if p.current is p.user:  # iterators that cannot move stay in the user's session

@@ -1,9 +1,10 @@
 """Data parallelism where a replica does not fit its device (``fitted_layout``): each replica's
 share run as micro-batches in turn, gradients summed per device and then once across the
 devices (``accumulate(graph, m, lanes=devices)``: summed on device 0, or mirrored and
-all-reduced along the ring), else the model graph recomputed from its cut points
-(``fastt.passes.recompute``) and replicated again. Recomputation is a rewrite of the model
-graph alone, so it composes with every layout, placer and split that follows.
+all-reduced along the ring), or the model graph recomputed from its cut points
+(``fastt.passes.recompute``) and replicated again: of the two that fit, the faster.
+Recomputation is a rewrite of the model graph alone, so it composes with every layout, placer
+and split that follows.
 
 Each candidate costs a data-parallel graph and its simulated peaks to check; for
 recomputation a cheap estimate comes first: what the recomputed model graph saves on one
@@ -21,6 +22,7 @@ from fastt.passes.data_parallel import batch_size, data_parallel
 from fastt.passes.recompute import cut_points, small_ops
 from fastt.sched.search.memory_fit import (ACCUMULATED_OPS, MICRO_BATCH_COUNTS,
                                            data_parallel_peaks, peak_memory_one_device)
+from fastt.sched.registry import KINDS
 from fastt.sched.search.planning import Planning
 from fastt.sched.search.step_fitting import SPACINGS, recomputed_at, recomputed_ops
 from fastt.sched.sim.problem import Device
@@ -37,17 +39,32 @@ def over(peaks: Sequence[float], devices: Sequence[Device]) -> float:
 def fitted_layout(shared: Planning, name: str, peaks: Sequence[float]) -> Graph:
     """Layout ``name`` of the graph fitted into its devices, its plain replicas holding
     ``peaks``: accumulated with the fewest micro-batches that fit (where the batch norms
-    allow: it adds no work), else recomputed (``recomputed_layout``); ``DoesNotFit`` saying
-    by how much the least is over."""
+    allow), or recomputed (``recomputed_layout``), whichever of the two that fit runs the
+    shorter simulated step (recomputation is not tried past the deadline once accumulation
+    fits); ``DoesNotFit`` saying by how much the least is over."""
     why = ""
+    fits: list[Graph] = []
     try:
-        return accumulated_layout(shared, name, peaks)
+        fits.append(accumulated_layout(shared, name, peaks))
     except (Declined, DoesNotFit, NoBatch) as e:
         why = f"; {e}"
+    if fits and shared.late():
+        return fits[0]
     try:
-        return recomputed_layout(shared, name, peaks)
+        fits.append(recomputed_layout(shared, name, peaks))
     except DoesNotFit as e:
-        raise DoesNotFit(f"{e}{why}") from None
+        if not fits:
+            raise DoesNotFit(f"{e}{why}") from None
+    return min(fits, key=lambda g: _step_time(shared, name, g))
+
+
+def _step_time(shared: Planning, name: str, g: Graph) -> float:
+    """The simulated step of layout ``name``'s graph ``g`` (its own placer's schedule;
+    infinite where that does not fit)."""
+    try:
+        return shared.replay(shared.compile(g), shared.place(KINDS[name], g))[1]
+    except DoesNotFit:
+        return float("inf")
 
 
 def accumulated_layout(shared: Planning, name: str, peaks: Sequence[float]) -> Graph:
