@@ -131,7 +131,11 @@ def test_a_step_twice_over_the_cpu_allocators_limit_trains_fitted(tmp_path):
 def test_a_batch_norm_step_over_the_limit_trains_recomputed_bit_for_bit(tmp_path):
     free = run(tmp_path, script=BN_SCRIPT)
     assert free.returncode == 0, free.stderr[-3000:]
-    assert peak(free.stdout) > 1.4 * BN_LIMIT_MB * 2 ** 20
+    # a third over the limit (the allocator's peak varies with the CPU's kernels): without
+    # fastt, TensorFlow's out-of-memory error
+    assert peak(free.stdout) > 1.3 * BN_LIMIT_MB * 2 ** 20
+    plain = run(tmp_path, BN_LIMIT_MB, script=BN_SCRIPT)
+    assert plain.returncode != 0 and "OOM when allocating" in plain.stderr
     fitted = run(tmp_path, BN_LIMIT_MB, fastt=True, script=BN_SCRIPT)
     assert fitted.returncode == 0, fitted.stderr[-3000:]
     assert re.search(r"it runs with \d+ forward ops recomputed in the backward pass",

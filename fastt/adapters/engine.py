@@ -277,8 +277,9 @@ class Engine:
         fit = fit_step(self.step, limit)
         d, g = self.devices[0].name, fit.graph
         return Strategy(FITTED, [d], g, {n: d for n in g.names}, g.names, math.nan,
-                        math.nan, time.perf_counter() - began, replicas=fit.micro_batches,
-                        fetches=self.fetches, note=fit.note)
+                        math.nan, time.perf_counter() - began, fetches=self.fetches,
+                        note=fit.note, recomputed=fit.recomputed,
+                        micro_batches=fit.micro_batches)
 
     def plan(self, name: str, devices: Sequence[Device] | None = None, **options: Any
              ) -> Strategy:

@@ -152,8 +152,8 @@ def keep_fit(config: Any, strategy: Strategy | None) -> bool:
     """Turn grappler off in the session ``config`` (a ``ConfigProto``) when ``strategy`` fits
     the step to the devices' memory (micro-batches, recomputation); whether it does. The
     graph grappler returns runs its ops in another order, which can hold far more at once
-    than the order the plan was fitted in (an LSTM's micro-batches: 1.7x), while the graph as
-    written runs as the memory model predicts."""
+    than the order the plan was fitted in, while the graph as written runs as the memory model
+    predicts."""
     if strategy is None or (strategy.micro_batches <= 1 and not strategy.recomputed):
         return False
     config.graph_options.rewrite_options.disable_meta_optimizer = True
