@@ -23,6 +23,7 @@ from fastt.passes.recompute import cut_points, small_ops
 from fastt.sched.search.memory_fit import (ACCUMULATED_OPS, MICRO_BATCH_COUNTS,
                                            data_parallel_peaks, peak_memory_one_device)
 from fastt.sched.registry import KINDS
+from fastt.sched.search.osdpos import clock
 from fastt.sched.search.planning import Planning
 from fastt.sched.search.step_fitting import SPACINGS, recomputed_at, recomputed_ops
 from fastt.sched.sim.problem import Device
@@ -40,15 +41,17 @@ def fitted_layout(shared: Planning, name: str, peaks: Sequence[float]) -> Graph:
     """Layout ``name`` of the graph fitted into its devices, its plain replicas holding
     ``peaks``: accumulated with the fewest micro-batches that fit (where the batch norms
     allow), or recomputed (``recomputed_layout``), whichever of the two that fit runs the
-    shorter simulated step (recomputation is not tried past the deadline once accumulation
-    fits); ``DoesNotFit`` saying by how much the least is over."""
+    shorter simulated step (once accumulation fits, recomputation is tried only where as
+    long again ends before the deadline); ``DoesNotFit`` saying by how much the least is
+    over."""
     why = ""
     fits: list[Graph] = []
+    began = clock()
     try:
         fits.append(accumulated_layout(shared, name, peaks))
     except (Declined, DoesNotFit, NoBatch) as e:
         why = f"; {e}"
-    if fits and shared.late():
+    if fits and shared.late(clock() - began):  # recomputing costs about what that took
         return fits[0]
     try:
         fits.append(recomputed_layout(shared, name, peaks))
