@@ -167,10 +167,11 @@ def test_data_parallelism_accumulates_or_recomputes_where_its_replicas_do_not_fi
     tight = _memory_devices(2, 0.9 * plain)
     held = data_parallel_peaks(step, tight.devices)[1]
     assert max(held) > tight.devices[0].memory  # as it is, it would not fit
-    for layout in ("data-parallel", "data-parallel-ps"):  # micro-batches, nothing recomputed
+    for layout in ("data-parallel", "data-parallel-ps"):  # one of the two, the faster
         s = plan(step, tight.devices, costs, layout)
-        assert s.micro_batches > 1 and s.recomputed == 0 and s.replicas == 2
+        assert (s.micro_batches > 1) != (s.recomputed > 0) and s.replicas == 2
         assert s.to_dict()["micro_batches"] == s.micro_batches
+        assert s.to_dict()["recomputed_ops"] == s.recomputed
     with pytest.raises(FasttError, match=r"with its gradients accumulated the fullest still "
                                          r"needs [\d.]+ MiB more"):
         plan(step, _memory_devices(2, 0.3 * plain).devices, costs, "data-parallel")
