@@ -13,9 +13,13 @@ from fastt.costs.source import StaticCosts
 from fastt.errors import FasttError
 from fastt.passes.recompute import (COPY, activations, cut_points, forward_ops, gradient_of,
                                     recompute)
+from fastt.sched.search.fitted_layouts import (accumulated_layout, fitted_layout,
+                                               layout_step_time,
+                                               recomputed_layout)
 from fastt.sched.search.memory_fit import data_parallel_peaks, peak_memory_one_device
+from fastt.sched.search.planning import Planning
 from fastt.sched.search.step_fitting import (fit_step, recomputation_fitting, recomputed,
-                                             recomputed_ops)
+                                             micro_batches_of, recomputed_ops)
 from fastt.sched.sim.device_spec import parse
 from fastt.sched.sim.problem import Device
 from fastt.sched.strategy import Strategy, plan
@@ -167,9 +171,22 @@ def test_data_parallelism_accumulates_or_recomputes_where_its_replicas_do_not_fi
     tight = _memory_devices(2, 0.9 * plain)
     held = data_parallel_peaks(step, tight.devices)[1]
     assert max(held) > tight.devices[0].memory  # as it is, it would not fit
-    for layout in ("data-parallel", "data-parallel-ps"):  # one of the two, the faster
+    for layout in ("data-parallel", "data-parallel-ps"):
+        # both fit: micro-batches (nothing recomputed) and recomputation (one batch); the
+        # layout keeps the one with the shorter simulated step, and the plan runs it
+        shared = Planning(step, tight.devices, costs)
+        peaks = data_parallel_peaks(step, tight.devices, layout == "data-parallel")[1]
+        acc = accumulated_layout(shared, layout, peaks)
+        rec = recomputed_layout(shared, layout, peaks)
+        assert micro_batches_of(acc, 2) > 1 and recomputed_ops(acc) == 0
+        assert micro_batches_of(rec, 2) == 1 and recomputed_ops(rec) > 0
+        faster = min((acc, rec), key=lambda g: layout_step_time(shared, layout, g))
+        chosen = fitted_layout(shared, layout, peaks)
+        assert (micro_batches_of(chosen, 2), recomputed_ops(chosen)) == \
+            (micro_batches_of(faster, 2), recomputed_ops(faster))
         s = plan(step, tight.devices, costs, layout)
-        assert (s.micro_batches > 1) != (s.recomputed > 0) and s.replicas == 2
+        assert s.replicas == 2 and s.micro_batches == micro_batches_of(faster, 2)
+        assert s.recomputed == recomputed_ops(faster, step)
         assert s.to_dict()["micro_batches"] == s.micro_batches
         assert s.to_dict()["recomputed_ops"] == s.recomputed
     with pytest.raises(FasttError, match=r"with its gradients accumulated the fullest still "

@@ -58,10 +58,10 @@ def fitted_layout(shared: Planning, name: str, peaks: Sequence[float]) -> Graph:
     except DoesNotFit as e:
         if not fits:
             raise DoesNotFit(f"{e}{why}") from None
-    return min(fits, key=lambda g: _step_time(shared, name, g))
+    return min(fits, key=lambda g: layout_step_time(shared, name, g))
 
 
-def _step_time(shared: Planning, name: str, g: Graph) -> float:
+def layout_step_time(shared: Planning, name: str, g: Graph) -> float:
     """The simulated step of layout ``name``'s graph ``g`` (its own placer's schedule;
     infinite where that does not fit)."""
     try:
