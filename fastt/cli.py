@@ -186,6 +186,13 @@ def _cluster(args: argparse.Namespace) -> int:
         print(f"cluster up on 127.0.0.1, serving this user's connections only; state in "
               f"{path}; point training at it with:", file=sys.stderr)
         print(f"FASTT_CLUSTER={spec}")
+    elif args.action == "kill":
+        if args.worker is None:
+            raise FasttError("fastt cluster kill needs the worker's index, e.g. "
+                             "'fastt cluster kill 1'")
+        w = launcher.kill(args.worker, args.signal.upper().removeprefix("SIG"), path)
+        print(f"sent SIG{args.signal.upper().removeprefix('SIG')} to worker {w.index} "
+              f"{w.address} pid {w.pid}")
     elif args.action == "down":
         stopped = launcher.down(path)
         print(f"stopped {len(stopped)} worker(s)" + "".join(
@@ -268,7 +275,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("cluster", help="a local TensorFlow cluster: worker processes on "
                                        "127.0.0.1, each pinned to its own cores")
-    p.add_argument("action", choices=("up", "down", "status"))
+    p.add_argument("action", choices=("up", "down", "status", "kill"))
+    p.add_argument("worker", nargs="?", type=int,
+                   help="kill: the index of the worker to signal")
+    p.add_argument("--signal", default="KILL",
+                   help="kill: KILL (default: the worker is lost), STOP (it stops answering), "
+                        "CONT (it resumes) or TERM")
     p.add_argument("--workers", type=_positive, default=2, help="workers to start (default 2)")
     p.add_argument("--cores-per-worker", type=_positive, default=1,
                    help="cores each worker is pinned to, and its intra-op threads (default 1)")

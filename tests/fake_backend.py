@@ -107,6 +107,9 @@ class FakeBackend:
         self.on_graph = 0
         self.activations.append(None if strategy is None else strategy.name)
 
+    def step_ended(self):
+        return 0.0
+
     def lost(self, error):
         pass
 

@@ -72,9 +72,28 @@ def test_cluster_up_status_down_leaves_no_process(tmp_path):
         busy = fastt_cli("up", "--workers", "1", "--port", str(busy_port),
                          state=tmp_path / "other.json")
         assert busy.returncode == 2 and f"[{busy_port}]" in busy.stderr and "busy" in busy.stderr
+        # 'fastt cluster kill': a worker that stops answering, resumes, then is lost
+        stopped = fastt_cli("kill", "1", "--signal", "STOP", state=state)
+        assert stopped.returncode == 0 and f"SIGSTOP to worker 1 {addresses[1].address}" in \
+            stopped.stdout, stopped.stderr
+        status = fastt_cli("status", state=state)
+        assert status.returncode == 1 and "running, not answering" in status.stdout
+        assert fastt_cli("kill", "1", "--signal", "CONT", state=state).returncode == 0
+        assert fastt_cli("status", state=state).returncode == 0
+        assert fastt_cli("kill", "1", state=state).returncode == 0
+        deadline = time.monotonic() + 30
+        while running(pids[1]):  # a hang guard, not a timing
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        status = fastt_cli("status", state=state)
+        assert status.returncode == 1 and "not running" in status.stdout, status.stdout
+        for bad, says in ((["7"], "no worker 7"), (["1"], "is not running"), ([], "index"),
+                          (["0", "--signal", "HUP"], "expected one of KILL")):
+            out = fastt_cli("kill", *bad, state=state)
+            assert out.returncode == 2 and says in out.stderr, (bad, out.stderr)
     finally:
         down = fastt_cli("down", state=state)
-    assert down.returncode == 0 and "stopped 2 worker(s)" in down.stdout, down.stderr
+    assert down.returncode == 0 and "stopped 1 worker(s)" in down.stdout, down.stderr
     assert pids and not any(running(p) for p in pids)
     assert not state.exists()
     assert fastt_cli("status", state=state).returncode == 1
@@ -146,13 +165,15 @@ def test_example_trains_on_a_two_worker_cluster(tmp_path):
 
 
 def test_a_killed_master_is_named_within_seconds_and_the_script_ends_cleanly(tmp_path):
-    """Worker 0 hosts the session's master: once it is killed, the step hangs until its
+    """Without recovery (``FASTT_ELASTIC=0``), worker 0 hosts the session's master: once it
+    is killed, the step hangs until its
     deadline (TensorFlow retries the master), but the loss is said within seconds, even
     while the step blocks; the script then ends with the error naming it, leaving its
     ``with`` block without a minute of ``CloseSession`` retries, and without an abort."""
     with LocalCluster(workers=2) as cluster:
         args, env = example_command("monitored_tf_data.py", tmp_path, fastt=True,
-                                    fastt_env={"FASTT_CLUSTER": cluster.spec},
+                                    fastt_env={"FASTT_CLUSTER": cluster.spec,
+                                               "FASTT_ELASTIC": "0"},
                                     extra=["--steps", "10000000"])
         log_path = tmp_path / "stderr.log"
         with open(log_path, "w") as log:
@@ -196,16 +217,23 @@ def test_sessions_of_a_cluster_that_lost_a_server_close_without_calling_it(monke
     from tf_patches import session_hook as hook
     tf1 = pytest.importorskip("tensorflow").compat.v1
     calls = []
-    monkeypatch.setattr(hook, "_forsaken", set())
+    monkeypatch.setattr(hook, "_forsaken", {})
     monkeypatch.setitem(hook._original, "close", lambda s: calls.append(s))
     sess = tf1.Session(graph=tf1.Graph())
+    sess._fastt_created = next(hook._created)
     hook.forsake(sess.sess_str)
     hook._close(sess)
     assert calls == [] and sess._closed
+    # a session opened after (on the servers left) closes as usual
+    later = tf1.Session(graph=tf1.Graph())
+    later._fastt_created = next(hook._created)
+    hook._close(later)
+    assert calls == [later]
     other = tf1.Session(graph=tf1.Graph(), target="")
-    monkeypatch.setattr(hook, "_forsaken", {b"grpc://127.0.0.1:1"})
+    other._fastt_created = next(hook._created)
+    monkeypatch.setattr(hook, "_forsaken", {b"grpc://127.0.0.1:1": next(hook._created)})
     hook._close(other)
-    assert calls == [other]
+    assert calls == [later, other]
 
 
 CLIENT = """

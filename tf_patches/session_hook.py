@@ -11,6 +11,7 @@ inner sessions) get neither. ``uninstall()`` puts TensorFlow's methods back.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -27,7 +28,9 @@ _original: dict[str, Callable[..., Any]] = {}
 _factory: Callable[..., Any] | None = None
 _retarget: Callable[[str, Any], tuple[str, Any]] | None = None
 _local = threading.local()
-_forsaken: set[bytes] = set()  # targets of clusters that lost a server
+# targets of clusters that lost a server, each with the count of sessions created before
+_forsaken: dict[bytes, int] = {}
+_created = itertools.count()  # sessions created so far, numbering each
 
 
 def installed() -> bool:
@@ -79,6 +82,7 @@ def _init(self: Any, target: str = "", graph: Any = None, config: Any = None) ->
     if _retarget is not None and not plain:
         target, config = _retarget(target, config)
     _original["__init__"](self, target, graph, config)
+    self._fastt_created = next(_created)
     if _factory is not None and not plain:
         self._fastt = _factory(self, target, config)
 
@@ -132,18 +136,20 @@ def _close(self: Any) -> None:
     p = plugin_of(self)
     if p is not None:
         p.close()
-    if getattr(self, "_target", None) in _forsaken:
+    if getattr(self, "_fastt_created", -1) < _forsaken.get(getattr(self, "_target", b""),
+                                                          -1):
         self._closed = True  # deleted when collected, with no CloseSession call
         return
     _original["close"](self)
 
 
 def forsake(target: str) -> None:
-    """Sessions on ``target``, a cluster that lost a server, close without TensorFlow's
-    ``CloseSession`` call, which retries a lost master for a minute (and a live master's
-    cleanup on the lost worker as long): each is marked closed and its C++ session deleted
-    when it is collected, which calls no server."""
-    _forsaken.add(target.encode() if isinstance(target, str) else target)
+    """Sessions open now on ``target``, a cluster that lost a server, close without
+    TensorFlow's ``CloseSession`` call, which retries a lost master for a minute (and a live
+    master's cleanup on the lost worker as long): each is marked closed and its C++ session
+    deleted when it is collected, which calls no server. Sessions opened later (on the
+    servers left) close as usual."""
+    _forsaken[target.encode() if isinstance(target, str) else target] = next(_created)
 
 
 # -- what the plugin uses ----------------------------------------------------------------------

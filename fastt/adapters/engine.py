@@ -71,6 +71,12 @@ class Engine:
         # next traced step of the same profile replaces its record rather than adding one
         self._sampled: tuple[str, float] | None = None
 
+    def keep_devices(self, devices: Sequence[Device]) -> None:
+        """Plan over ``devices`` from now on (after others were lost): the cost models stay,
+        what was derived from the old device set goes."""
+        self.devices = list(devices)
+        self._original = self._as_run = self._peak = None
+
     # -- the graph -------------------------------------------------------------------------
     @property
     def ir(self) -> Graph:

@@ -53,16 +53,45 @@ class Watch:
     def __init__(self, spec: ClusterSpec, interval: float = 5.0, timeout: float = 10.0) -> None:
         self.spec, self.interval, self.timeout = spec, interval, timeout
         self._last = -float("inf")
+        self.gone: set[Task] = set()  # tasks training went on without (``forget``)
+
+    @property
+    def tasks(self) -> list[Task]:
+        """The tasks training runs on: the cluster's, less those forgotten."""
+        return [t for t in self.spec.tasks if t not in self.gone]
+
+    @property
+    def master(self) -> Task:
+        """The task whose master the sessions talk to: the cluster's, else the first left."""
+        m = self.spec.master
+        return m if m not in self.gone else self.tasks[0]
+
+    @property
+    def target(self) -> str:
+        return f"grpc://{self.master.address}"
+
+    def due(self) -> bool:
+        """Whether ``interval`` has passed since the servers were last asked."""
+        return time.monotonic() - self._last >= self.interval
+
+    def forget(self, tasks: Sequence[Task]) -> None:
+        """Training goes on without ``tasks`` (lost): they are no longer checked."""
+        self.gone.update(tasks)
 
     def lost(self) -> str:
         """Every task that does not answer now, named with why ("" when all answer)."""
-        found = unanswered(self.spec.tasks, self.timeout)
+        found = unanswered(self.tasks, self.timeout)
         self._last = time.monotonic()
         return "; ".join(f"{t} does not answer ({why})" for t, why in found)
 
+    def lost_tasks(self) -> list[Task]:
+        """The tasks that do not answer now."""
+        found = [t for t, _ in unanswered(self.tasks, self.timeout)]
+        self._last = time.monotonic()
+        return found
+
     def check(self, force: bool = False, cause: BaseException | None = None) -> None:
-        now = time.monotonic()
-        if not force and now - self._last < self.interval:
+        if not force and not self.due():
             return
         names = self.lost()
         if not names:
@@ -79,12 +108,15 @@ class StepWatch:
     """While a step runs on the cluster for longer than ``watch.interval``, its servers are
     checked every interval from a thread of its own: a lost one is said at once, naming it
     (TensorFlow retries a lost server until the step's deadline, a minute or more), and
-    ``on_lost``, if given, is called once."""
+    ``on_lost``, if given, is called, once per step (``gives_up``: fastt gives the step up
+    then, rather than wait for TensorFlow's error)."""
 
-    def __init__(self, watch: Watch, on_lost: Callable[[str], None] | None = None) -> None:
-        self.watch, self.on_lost = watch, on_lost
+    def __init__(self, watch: Watch, on_lost: Callable[[str], None] | None = None,
+                 gives_up: bool = False) -> None:
+        self.watch, self.on_lost, self.gives_up = watch, on_lost, gives_up
         self._since: float | None = None  # when the step running started
-        self.said = ""  # the loss said, once
+        self.said = ""  # the loss said, once per step
+        self._said_for: float | None = None  # the step it was said for
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
 
@@ -96,22 +128,25 @@ class StepWatch:
             atexit.register(self.stop)  # no gRPC call while the interpreter shuts down
 
     def stop(self) -> None:
-        """The thread ends within an interval (at exit; after a loss it ends by itself)."""
+        """The thread ends within an interval (at exit)."""
         self._stopped.set()
 
     def ended(self) -> None:
         self._since = None
 
     def _loop(self) -> None:
-        while not self.said and not self._stopped.wait(self.watch.interval):
+        while not self._stopped.wait(self.watch.interval):
             since = self._since
-            if since is None or time.monotonic() - since < self.watch.interval:
+            if since is None or since == self._said_for or \
+                    time.monotonic() - since < self.watch.interval:
                 continue
             names = self.watch.lost()
-            if names and self._since is not None:
-                self.said = names
-                log.warning("fastt: cluster %s: %s while a step runs; TensorFlow ends the "
-                            "step with an error at its deadline", self.watch.spec.value, names)
+            if names and self._since == since:
+                self.said, self._said_for = names, since
+                then = "fastt gives the step up" if self.gives_up else \
+                    "TensorFlow ends the step with an error at its deadline"
+                log.warning("fastt: cluster %s: %s while a step runs; %s",
+                            self.watch.spec.value, names, then)
                 if self.on_lost is not None:
                     self.on_lost(names)
 

@@ -171,3 +171,25 @@ def status(path: Path | None = None, timeout: float = 5.0) -> list[tuple[WorkerS
         except Exception as e:  # noqa: BLE001 - grpc.RpcError and friends
             out.append((w, f"running, not answering ({type(e).__name__})"))
     return out
+
+
+SIGNALS = {"KILL": signal.SIGKILL, "STOP": signal.SIGSTOP, "CONT": signal.SIGCONT,
+           "TERM": signal.SIGTERM}
+
+
+def kill(index: int, sig: str = "KILL", path: Path | None = None) -> WorkerState:
+    """Send ``sig`` (``SIGNALS``: KILL, a worker lost; STOP, one that stops answering; CONT,
+    one that resumes; TERM) to recorded worker ``index``, to test how training survives it;
+    the worker. Its entry stays in the state file, so ``down`` still stops the others."""
+    path = path or state_path()
+    if sig not in SIGNALS:
+        raise ClusterError(f"signal {sig!r}: expected one of {', '.join(SIGNALS)}")
+    workers = {w.index: w for w in load(path)}
+    if index not in workers:
+        raise ClusterError(f"no worker {index} in cluster state file {str(path)!r} (workers: "
+                           f"{', '.join(map(str, sorted(workers))) or 'none'})")
+    w = workers[index]
+    if not w.running():
+        raise ClusterError(f"worker {index} ({w.address}, pid {w.pid}) is not running")
+    signal_group(w.pid, SIGNALS[sig])
+    return w

@@ -61,6 +61,16 @@ class Running:
         """TensorFlow's own run on this session (never the plugin's)."""
         return hook.original("run")(self.sess, fetches, feed_dict)
 
+    def serve(self, fetches: list[str], targets: list[str], feeds: dict[str, Any],
+              options: Any = None, run_metadata: Any = None) -> list[Any]:
+        """One run of the user's, by names of this graph's elements (the mirrored copies'
+        ``followers`` run with it); the fetched values."""
+        found = [self.element(n) for n in fetches + targets]
+        syncs = self.followers(fetches, targets, feeds)
+        return hook.run_elements(
+            self.sess, found[:len(fetches)], found[len(fetches):] + syncs,
+            {self.element(n): v for n, v in feeds.items()}, options, run_metadata)
+
     def capture(self) -> State:
         state = self.state.capture(self.run)
         if self.streams is not None:
@@ -119,11 +129,12 @@ def open_session(target: str, graph: tf.Graph, config: Any) -> Any:
 def start(graph_def: graph_pb2.GraphDef, strategy: Any, profile_graph: Graph,
           target: str, config: Any, current: Running, variables: list[str],
           iterators: list[str], initializers: list[str], counters: Sequence[str] = (),
-          iterator_inits: dict[str, tuple[str, dict[str, Any]]] | None = None) -> Running:
-    """An inner session on ``graph_def`` holding ``current``'s state (variables, iterator
-    positions, after the initializer each last ran, ``iterator_inits``; the ``counters`` of
-    random streams, from 0 where ``current`` has none; ``initializers``, e.g. lookup tables,
-    re-run)."""
+          iterator_inits: dict[str, tuple[str, dict[str, Any]]] | None = None,
+          state: State | None = None) -> Running:
+    """An inner session on ``graph_def`` holding ``current``'s state, or ``state`` where
+    given (variables, iterator positions, after the initializer each last ran,
+    ``iterator_inits``; the ``counters`` of random streams, from 0 where the state has none;
+    ``initializers``, e.g. lookup tables, re-run)."""
     g = tf.Graph()
     with g.as_default():
         _tf1.import_graph_def(graph_def, name="")
@@ -131,7 +142,8 @@ def start(graph_def: graph_pb2.GraphDef, strategy: Any, profile_graph: Graph,
     new = Running(strategy, g, sess, StateOps(g, variables + list(counters), iterators),
                   profile_graph, True)
     try:
-        state = current.snapshot if current.snapshot is not None else current.capture()
+        if state is None:
+            state = current.snapshot if current.snapshot is not None else current.capture()
         fresh = {c: np.int64(0) for c in counters if c not in state.values}
         new.state.restore(new.run, State({**state.values, **fresh}, state.iterators),
                           iterator_inits)

@@ -13,6 +13,7 @@ from fastt._version import __version__
 from fastt.adapters.engine import Engine
 from fastt.adapters.fingerprint import graph_digest
 from fastt.adapters.rewrite import keep_fit
+from fastt.cluster.health import Watch
 from fastt.errors import WorkerLostError
 from fastt.plugin import activation, budget, cache, remote, session_dumps
 from fastt.plugin import messages as say
@@ -22,9 +23,11 @@ from fastt.plugin.entry import Entry
 from fastt.plugin.guard import Guard
 from fastt.plugin.input_stage import InputStage
 from fastt.plugin.settings import Settings
-from fastt.plugin.state import IteratorInits, StateOps, unsaved, unserializable
+from fastt.plugin.elastic import Snapshots
+from fastt.plugin.state import IteratorInits, State, StateOps, unsaved, unserializable
 from fastt.plugin.streams import continue_streams, skipped_note
 from fastt.sched import serial
+from fastt.sched.sim.problem import Device
 from fastt.sched.strategy import Strategy
 from tf_patches import priority_executor
 from tf_patches import session_hook as hook
@@ -64,12 +67,16 @@ class Host(Protocol):
     user: Running  # the user's own session
     current: Running  # the graph that serves the user's runs
     feed_shapes: dict[str, tuple[int, ...]]
+    snapshots: Snapshots | None  # kept for recovery from a lost device
+    watch: Watch | None  # the cluster's servers (None: not on fastt's cluster)
+    user_lost: str  # why the script's own session can no longer run ("": it can)
 
     @property
     def controller(self) -> Controller | None: ...
     def user_state(self) -> StateOps: ...
     def inner_config(self) -> Any: ...
-    def switch(self, new: Running) -> None: ...
+    def switch(self, new: Running, recovered: bool = False) -> None: ...
+    def lose_servers(self, loss: Any) -> None: ...
 
 
 class PluginBackend:
@@ -82,6 +89,7 @@ class PluginBackend:
         self._cache = cache.PlanCache(self.settings.cache_dir) if self.settings.cache_dir \
             else None
         engine.enforce = self.order_mechanism()  # its predictions replay what will run
+        self._gone: list[Device] = []  # devices lost, which earlier strategies' dumps name
 
     def starting_strategy(self) -> str:
         name, why_not = self.engine.starting_strategy(self.settings.strategy)
@@ -183,6 +191,8 @@ class PluginBackend:
         now on (its seeded random ops go on from where they were when fastt first
         activated); ``why`` is said (unless ``say`` is off: said already)."""
         p = self.plugin
+        if p.user_lost:
+            raise WorkerLostError(f"{why or 'fastt stepped aside'}, and {p.user_lost}")
         cur = p.current
         state = cur.snapshot if cur.snapshot is not None else cur.capture()
         p.user_state().restore(p.user.run, state, p.iterator_inits.last)
@@ -191,12 +201,34 @@ class PluginBackend:
                         "session", why)
         p.switch(p.user)
 
+    def step_ended(self) -> float:
+        """A training step ended: a snapshot for recovery when one is due
+        (``fastt.plugin.elastic``); the seconds it took."""
+        p = self.plugin
+        snaps = p.snapshots
+        if snaps is None:
+            return 0.0
+        snaps.step_ended()
+        if not p.current.inner or not snaps.due():
+            return 0.0
+        snaps.take(p.current.capture)
+        return snaps.capture_s or 0.0
+
+    def forget_devices(self, lost: list[str]) -> None:
+        """Plan over the devices left after ``lost`` (the dumps of strategies planned over
+        them still name them)."""
+        e = self.engine
+        self._gone += [d for d in e.devices if d.name in lost]
+        e.keep_devices([d for d in e.devices if d.name not in lost])
+        e.target, e.config = self.plugin.target, self.plugin.inner_config()
+
     def _start(self, strategy: Strategy | None, ordered: bool) -> None:
         self.plugin.switch(self.build(strategy, ordered))
 
-    def build(self, strategy: Strategy | None, ordered: bool = True) -> Running:
+    def build(self, strategy: Strategy | None, ordered: bool = True,
+              state: State | None = None) -> Running:
         """A new inner session running ``strategy`` (None: the original graph), holding the
-        running graph's state; the running graph is left as it is."""
+        running graph's state (or ``state``); the running graph is left as it is."""
         p = self.plugin
         config = p.inner_config()
         mechanism = self.order_mechanism() if ordered and strategy is not None else "none"
@@ -214,10 +246,10 @@ class PluginBackend:
             log.warning("fastt: %s", skipped_note(left))
         inits = [op.name for op in p.graph.get_collection(_tf1.GraphKeys.TABLE_INITIALIZERS)]
         p.guard.check(force=True)  # TensorFlow waits for ever on a lost server here
-        state = p.user_state()
+        ops = p.user_state()
         new = activation.start(gd, strategy, graph, p.target, config, p.current,
-                               state.variables, state.iterators, inits, counters,
-                               p.iterator_inits.last)
+                               ops.variables, ops.iterators, inits, counters,
+                               p.iterator_inits.last, state)
         new.fifo = mechanism == "none"
         return new
 
@@ -317,8 +349,12 @@ class PluginBackend:
             doc["decided_at_step"] = entry.decided_at
             if entry.error:
                 doc["error"] = entry.error
+            known = {d.name: d for d in self.engine.devices + self._gone}
+            planned = getattr(entry.strategy, "devices", None) or []
+            devices = [known[n] for n in planned] if all(n in known for n in planned) and \
+                planned else self.engine.devices
             return session_dumps.write(self.settings.dump_dir, entry, doc, self.engine.models,
-                              self.engine.devices, self.engine.step, self.settings.strict)
+                                       devices, self.engine.step, self.settings.strict)
         except Exception as e:  # noqa: BLE001 - a dump never stops training
             if self.settings.strict:
                 raise

@@ -12,6 +12,7 @@ from tensorflow.core.protobuf import config_pb2
 
 from fastt.plugin.activation import Running
 from fastt.plugin.controller import Controller
+from fastt.plugin.elastic import Snapshots
 from fastt.plugin.guard import Guard
 from fastt.plugin.settings import Settings
 from fastt.plugin.step_finder import StepDetector
@@ -33,10 +34,12 @@ class Host(Protocol):
     streams: StreamCounter
     user: Running  # the user's own session
     current: Running  # the graph that serves the user's runs
+    snapshots: Snapshots | None  # kept for recovery from a lost device
 
     def step_controller(self, signature: Any, names: list[str]) -> Controller | None: ...
     def step_fed(self, names: Iterable[str], values: Iterable[Any]) -> None: ...
-    def resolve(self, names: list[str]) -> tuple[Running, list[Any]]: ...
+    def resolve(self, names: list[str]) -> Running: ...
+    def survived(self, cur: Running | None, error: Exception | None) -> bool | None: ...
     def recovered(self, cur: Running, error: Exception) -> bool: ...
     def verify(self, cur: Running, fetches: list[str], targets: list[str],
                feeds: dict[str, Any], values: list[Any]) -> None: ...
@@ -91,16 +94,18 @@ def _call(p: Host, c: StepCallable, args: tuple[Any, ...], run_metadata: Any,
         meta = _tf1.RunMetadata() if trace else run_metadata
         retry = False
         try:
-            with profiler_chatter_dropped() if trace else contextlib.nullcontext(), \
-                    p.guard.running():
-                out = fn(*args, run_metadata=meta)
+            with profiler_chatter_dropped() if trace else contextlib.nullcontext():
+                out = p.guard.run(lambda: fn(*args, run_metadata=meta))
             if cur.snapshot is not None and cur.strategy is not None and p.settings.verify:
                 with p.lock:
                     p.verify(cur, list(c.options.fetch), list(c.options.target),
                              dict(zip(c.options.feed, args)), list(out))
+            if p.snapshots is not None and cur.inner:
+                p.snapshots.ran(list(c.options.fetch), list(c.options.target),
+                                dict(zip(c.options.feed, args)))
         except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once
             with p.lock:
-                if not p.recovered(cur, e):
+                if not (p.survived(cur, e) or p.recovered(cur, e)):
                     raise
             retry = True
     if retry:  # the failed step was not fastt's to time
@@ -122,7 +127,7 @@ def _make(p: Host, c: StepCallable, cur: Any, trace: bool, extra: list[Any]
     """The session that will run ``c`` (after a re-activation on a grown graph) and ``c``'s
     TensorFlow callable on it."""
     if cur is not p.user:
-        cur, _ = p.resolve(c.names + list(c.options.feed))
+        cur = p.resolve(c.names + list(c.options.feed))
     opts = config_pb2.CallableOptions()
     opts.CopyFrom(c.options)
     if trace:

@@ -37,6 +37,7 @@ from fastt.plugin.budget import Budget
 from fastt.plugin.charges import Charges, Gate
 from fastt.plugin.entry import Entry, Sample, session_id
 from fastt.plugin.fitting import Fitting
+from fastt.plugin.recovery import Recovering
 from fastt.sched.search.memory_fit import FITTED
 from fastt.plugin.protocols import Backend, Done, Pending
 from fastt.plugin.trials import Trials
@@ -49,7 +50,7 @@ log = logging.getLogger("fastt")
 REPROFILE_SHARE = 0.01  # of the steady steps' time a periodic re-profile may take, at most
 
 
-class Controller(Trials, Fitting):
+class Controller(Trials, Fitting, Recovering):
     def __init__(self, settings: Settings, backend: Backend, session: str = "",
                  clock: Callable[[], float] = time.perf_counter,
                  run_plan: Callable[[Callable[[], Any]], Pending] = Done) -> None:
@@ -144,10 +145,13 @@ class Controller(Trials, Fitting):
             # in a known state (the script may go on to save its work)
             self.fail(e)
             raise
+        # a snapshot for recovery (``fastt.plugin.elastic``): out of the step's time, and a
+        # cost of its own, not of fastt's trials
+        kept = self.backend.step_ended()
         self._win.clean = run_metadata is None and \
             self.phase == phase in ("warmup", "measure", "recheck")
         self._win.own = self._clock() - began
-        self.budget.charge("own", self._win.own)
+        self.budget.charge("own", self._win.own - kept)
 
     def fail(self, error: BaseException) -> None:
         """Something inside fastt failed: back to the original graph, stop planning (a server

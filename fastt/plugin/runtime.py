@@ -24,11 +24,12 @@ from fastt.adapters.engine import Engine
 from fastt.cluster.health import Watch
 from fastt.ir import Graph
 from fastt.op_types import USER_CODE
-from fastt.plugin import remote, session_dumps
+from fastt.plugin import remote, session_dumps, survive
 from fastt.plugin.activation import Running
 from fastt.plugin.backend import PluginBackend, held
 from fastt.plugin.callables import StepCallable
 from fastt.plugin.controller import Controller
+from fastt.plugin.elastic import Snapshots
 from fastt.plugin.entry import session_id
 from fastt.plugin.guard import Guard, with_fields
 from fastt.plugin.input_stage import InputStage, fed_name
@@ -77,7 +78,11 @@ class SessionPlugin:
         self.config, self.settings = config, settings
         cluster = settings.cluster
         self.watch = Watch(cluster) if cluster and target == cluster.target else None
-        self.guard = Guard(self.watch, self.original_s)
+        on = settings.elastic == "on" or settings.elastic == "auto" and self.watch is not None
+        self.snapshots = Snapshots(settings.replay_mb * 2 ** 20) if on else None
+        self.user_lost = ""  # why the script's own session can no longer run
+        self.guard = Guard(self.watch, self.original_s,
+                           self._survive if on and self.watch is not None else None)
         # the pipeline on the user's graph (fastt's own state reads left out); its devices
         # and training step are set once the step is found
         self.engine = Engine(self.graph, [], [], exclude=SCOPE)
@@ -186,27 +191,25 @@ class SessionPlugin:
             return out
         if reads:  # from the queues in the user's session; a retry reuses them
             req.feeds.update(zip([fed_name(t.name) for t in reads], self.user.run(reads)))
-        nf, nt = len(req.fetch_names), len(req.target_names)
         with contextlib.ExitStack() as running:
             with self.lock:
-                cur, found = self.resolve(req.fetch_names + req.target_names + list(req.feeds))
+                cur = self.resolve(req.fetch_names + req.target_names + list(req.feeds))
                 running.enter_context(cur.in_use())
             first = cur.snapshot is not None
             try:
-                syncs = cur.followers(req.fetch_names, req.target_names, req.feeds)
-                with self.guard.running():
-                    values = hook.run_elements(
-                        cur.sess, found[:nf], found[nf:nf + nt] + syncs,
-                        dict(zip(found[nf + nt:], req.feeds.values())),
-                        self.guard.options(options, first), meta)
+                values = self.guard.run(lambda: cur.serve(
+                    req.fetch_names, req.target_names, req.feeds,
+                    self.guard.options(options, first), meta))
                 if first and self.settings.verify and cur.strategy is not None:
                     with self.lock:
                         self.verify(cur, req.fetch_names, req.target_names, req.feeds, values)
                 if first:
                     cur.snapshot = None
+                if self.snapshots is not None:
+                    self.snapshots.ran(req.fetch_names, req.target_names, req.feeds)
             except Exception as e:  # noqa: BLE001 - back to the original graph, then retry
                 with self.lock:
-                    if not self.recovered(cur, e):
+                    if not (self.survived(cur, e) or self.recovered(cur, e)):
                         raise
                 retry = True
             else:
@@ -253,11 +256,17 @@ class SessionPlugin:
             self.backend.back_to_user("", say=False)
         return self.current is not cur
 
-    def switch(self, new: Running) -> None:
+    def switch(self, new: Running, recovered: bool = False) -> None:
         """``new`` serves the user's runs from now on; the graph that did closes (once the
-        runs in progress on it end)."""
+        runs in progress on it end). The snapshot kept for recovery becomes the state ``new``
+        started from, unless it was ``recovered`` from that snapshot and the runs since."""
         old, self.current = self.current, new
         old.close()
+        if self.snapshots is not None and not recovered:
+            if new.inner and new.snapshot is not None:
+                self.snapshots.restart(new.snapshot)
+            else:  # the user's own session: fastt holds none of its runs
+                self.snapshots.last = None
 
     def step_fed(self, names: Iterable[str], values: Iterable[Any]) -> None:
         """A run (of the training step, or one that may be) fed ``values`` to ``names``: their
@@ -274,19 +283,78 @@ class SessionPlugin:
         """The original graph's median step time, once measured."""
         return self.controller.original_median_s if self.controller else None
 
-    def resolve(self, names: list[str]) -> tuple[Running, list[Any]]:
-        """The running graph and its elements named ``names``; when the user added ops after
-        the activation, fastt first re-activates on the grown graph, so that every element
-        comes from the session that will run them."""
+    def resolve(self, names: list[str]) -> Running:
+        """The running graph, which has every element named ``names``: when the user added
+        ops after the activation, fastt first re-activates on the grown graph, so that every
+        element comes from the session that will run them."""
         cur = self.current
         missing = [n for n in names if not cur.has(n)]
         if not missing:
-            return cur, [cur.element(n) for n in names]
+            return cur
         log.info("fastt: the graph grew (%s); re-activating on it", missing[0])
         assert self.backend is not None  # a graph other than the user's runs
         self.backend.activate(cur.strategy)
-        cur = self.current
-        return cur, [cur.element(n) for n in names]
+        return self.current
+
+    def _survive(self) -> bool | None:
+        with self.lock:
+            return self.survived(None, None)
+
+    def survived(self, cur: Running | None, error: Exception | None) -> bool | None:
+        """After ``error`` on fastt's graph ``cur`` (or between runs: both None): when
+        devices or servers are lost (``find_loss``) and a snapshot was kept, training goes
+        on without them (``fastt.plugin.survive``); whether it does (a failed call then
+        runs again), None when nothing is lost. Under ``lock``."""
+        snaps, backend = self.snapshots, self.backend
+        if snaps is None:
+            return False
+        if error is not None and (cur is not self.current or cur is None or not cur.inner or
+                                  not isinstance(error, remote.STEP_ERRORS)):
+            return False
+        names = [d.name for d in self.engine.devices]
+        loss = self.find_loss(names)
+        if not loss:
+            return None
+        if backend is None:  # no training step found yet: only the script's session runs
+            if loss.master:
+                return False
+            assert self.watch is not None
+            self.watch.forget(loss.tasks)
+            self.lose_servers(loss)
+            log.warning("fastt: %s lost; fastt plans without it", loss.named())
+            return True
+        if self.current.inner and snaps.last is not None and \
+                (loss.master or set(loss.devices) & self._running_devices()):
+            survive.recover(backend, loss, error)
+            return True
+        if loss.master or error is not None:
+            return False  # the script's own session was on it, or nothing fastt holds was
+        assert self.watch is not None
+        self.watch.forget(loss.tasks)  # servers the running graph does not use
+        self.lose_servers(loss)
+        backend.forget_devices(loss.devices)
+        log.warning("fastt: %s lost; training goes on, and fastt plans without it",
+                    loss.named())
+        return True
+
+    def _running_devices(self) -> set[str]:
+        s = self.current.strategy
+        return set(s.placement.values()) if s is not None else \
+            {d.name for d in self.engine.devices[:1]}
+
+    def find_loss(self, devices: list[str]) -> survive.Loss:
+        """Of ``devices``, those of a server that does not answer, and the servers (on
+        fastt's cluster; none of this process's devices can be lost)."""
+        return survive.find_loss(self.watch, devices)
+
+    def lose_servers(self, loss: survive.Loss) -> None:
+        """Training goes on without the servers of ``loss`` (``Watch.forget`` done): the
+        sessions open now close without calling them; a new master when it was one."""
+        hook.forsake(self.target)
+        if loss.master:
+            assert self.watch is not None
+            self.target = f"grpc://{self.watch.master.address}"
+            self.user_lost = f"the script's own session ran on the lost master ({loss.named()})"
 
     def user_state(self) -> StateOps:
         """The state of the user's graph as it is now: variables and iterators the script made
@@ -373,6 +441,9 @@ class SessionPlugin:
         devices = remote.devices(self.sess, self.settings.devices,
                                  self.settings.device_memory_mb * 2 ** 20,
                                  self.settings.cpu_allocator_mb * 2 ** 20)
+        if self.watch is not None and self.watch.gone:  # servers training went on without
+            devices = [d for d in devices if not any(
+                d.name.startswith(t.device_prefix + "/") for t in self.watch.gone)]
         unfit = self.enforced < math.inf
         if len(devices) < 2 and not unfit:
             self.detector.decline("fewer than 2 devices (set FASTT_DEVICES, e.g. cpu:2)")
@@ -399,4 +470,9 @@ class SessionPlugin:
             cfg.CopyFrom(self.config)
         if self.settings.logical_cpus > cfg.device_count.get("CPU", 1):
             cfg.device_count["CPU"] = self.settings.logical_cpus
-        return remote.on_cluster(cfg) if self.watch is not None else cfg
+        if self.watch is None:
+            return cfg
+        cfg = remote.on_cluster(cfg)
+        if self.watch.gone:  # the master contacts only the servers left
+            cfg.device_filters[:] = [t.device_prefix for t in self.watch.tasks]
+        return cfg

@@ -6,9 +6,10 @@
 
 - ``source`` (``session``), ``session`` (``<pid>-<k>``), ``n`` (its number in the session),
   ``dump`` (its directory name);
-- ``status``: ``measuring``, ``active``, ``superseded``, ``rolled_back``, ``failed`` or
+- ``status``: ``measuring``, ``active``, ``superseded``, ``rolled_back``, ``failed``,
   ``unfinished`` (the session closed while it was measured, or before the graph it was found
-  faster than was measured again);
+  faster than was measured again) or ``lost`` (a device it ran on was lost: the strategy
+  re-planned over the devices left follows it, ``fastt.plugin.survive``);
 - ``reason``: why it was rolled back, failed or left unfinished (empty otherwise);
 - ``measured_step_times_s`` / ``measured_step_time_s``: its step times after its warm-up
   (from one training step's start to the next's; median);

@@ -133,6 +133,10 @@ class Settings:
     strict: bool = False
     verify: bool = False  # each strategy's first step checked against the original graph's
     verify_report: str = ""  # a file each check is appended to (FASTT_VERIFY_REPORT)
+    # snapshots and replay to survive a lost device (FASTT_ELASTIC): auto (on a cluster),
+    # on, off; the feeds kept for the replay, at most (FASTT_REPLAY_MB)
+    elastic: str = "auto"
+    replay_mb: float = 256.0
     overhead_fraction: float = 0.03  # fastt's own cost: this share of the run so far ...
     overhead_s: float = 2.0  # ... plus these seconds (both infinite: no limit)
     cache_dir: str = ""  # the plan cache (FASTT_CACHE_DIR; "": off)
@@ -223,4 +227,6 @@ def from_env(env: Mapping[str, str] | None = None) -> Settings:
         strict=_flag(env, "FASTT_STRICT", False),
         verify=_flag(env, "FASTT_VERIFY", False) or bool(report),
         verify_report=report,
+        elastic=_auto_flag(env, "FASTT_ELASTIC"),
+        replay_mb=_real(env, "FASTT_REPLAY_MB", 256.0, float("inf"), "megabytes >= 0"),
         log_level=level, cluster=cluster)
