@@ -136,6 +136,39 @@ def test_a_lost_device_costs_the_steps_since_the_snapshot_not_the_run(
 
 
 @pytest.mark.slow
+def test_the_scripts_own_session_lost_in_warm_up_goes_on_from_its_snapshot(
+        plugin, monkeypatch, tmp_path, caplog):
+    """Before fastt runs a graph of its own, the script's session is snapshotted too: losing
+    the device it runs on (the master's, on a cluster) moves training to another device."""
+    _, ref, ref_seen = train(build(with_data=True), fetch_idx=True)
+    first = "/job:localhost/replica:0/task:0/device:CPU:0"
+    user_run, seen = runtime.SessionPlugin._user_run, {"steps": 0, "failed": False}
+
+    def failing(self, *a, survivable=False, **kw):
+        out = user_run(self, *a, survivable=survivable, **kw)
+        if survivable and self.controller is not None and not seen["failed"]:
+            seen["steps"] += 1
+            if seen["steps"] == 3:  # the third step after the training step was found
+                seen["failed"] = True
+                raise tf.errors.UnavailableError(None, None, "Socket closed (simulated)")
+        return out
+    monkeypatch.setattr(runtime.SessionPlugin, "_user_run", failing)
+    monkeypatch.setattr(runtime.SessionPlugin, "find_loss", lambda self, devices: survive.Loss(
+        [d for d in devices if d == first] if seen["failed"] else [], []))
+    plugin(elastic="on", warmup_steps=5)
+    caplog.set_level(logging.INFO, logger="fastt")
+    sess, losses, order = train(build(with_data=True), fetch_idx=True)
+    p = session_hook.plugin_of(sess)
+    assert seen["failed"]
+    np.testing.assert_allclose(losses, ref, rtol=1e-6)
+    assert order == ref_seen
+    said = [r.getMessage() for r in caplog.records if "lost at step" in r.getMessage()]
+    assert len(said) == 1 and first in said[0], said
+    assert p.current is not p.user and set(p.current.strategy.placement.values()) == \
+        {"/job:localhost/replica:0/task:0/device:CPU:1"}
+
+
+@pytest.mark.slow
 def test_no_device_left_is_one_error_naming_a_checkpoint_the_saver_restores(
         plugin, monkeypatch, tmp_path):
     devices = [f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(3)]

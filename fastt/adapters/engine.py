@@ -25,7 +25,7 @@ from fastt.adapters.rewrite import merged_graph, order_edges, rewrite
 from fastt.adapters.runner import traced_run
 from fastt.adapters.tf_import import from_tf_graph, inferred_shapes
 from fastt.costs import CostModels, MemoryModel
-from fastt.costs.source import ModelCosts
+from fastt.costs.source import ModelCosts, StaticCosts
 from fastt.errors import FasttError, NoBatch
 from fastt.ir import Graph, TensorRef
 from fastt.passes.batch_shapes import batch_filled
@@ -168,6 +168,17 @@ class Engine:
             self._original = (step, plan(self.ir, self.devices[:1], self.costs(), "single",
                                          fetches=self.fetches))
         return self._original[1]
+
+    def on_first_device(self) -> Strategy:
+        """The original graph as a plan on the first device: ``original_plan`` once a
+        profile was observed; before, every op of the step there, its step time not
+        predicted (0, and its note says so)."""
+        if self.models is not None:
+            return self.original_plan()
+        s = plan(self.ir, self.devices[:1], StaticCosts({}, _NoLinks()), "single",
+                 fetches=self.fetches)
+        return dataclasses.replace(s, note="placed before any profile: its step time was not "
+                                           "predicted")
 
     def _beyond_replay(self, strategy: Strategy, untraced_s: float, fifo: bool) -> float:
         """What an untraced step of ``strategy`` (``fifo``: run in TensorFlow's own order)
@@ -350,3 +361,7 @@ class Engine:
             raise FasttError("no profile observed yet: the cost models are empty")
         return self.models
 
+
+class _NoLinks:
+    def link(self, src: str, dst: str) -> tuple[float, float]:
+        return 0.0, 0.0

@@ -200,6 +200,8 @@ class PluginBackend:
             log.warning("fastt: %s; the training state went back into the script's own "
                         "session", why)
         p.switch(p.user)
+        if p.snapshots is not None:
+            p.snapshots.restart(state)
 
     def step_ended(self) -> float:
         """A training step ended: a snapshot for recovery when one is due
@@ -209,8 +211,10 @@ class PluginBackend:
         if snaps is None:
             return 0.0
         snaps.step_ended()
-        if not p.current.inner or not snaps.due():
+        if not snaps.due():
             return 0.0
+        if p.current is p.user:
+            p.user_state()  # variables and iterators made since count
         snaps.take(p.current.capture)
         return snaps.capture_s or 0.0
 
@@ -237,7 +241,8 @@ class PluginBackend:
             log.debug("fastt: the plan fitted to memory runs without grappler")
         if mechanism == "priority-executor" and not config.experimental.executor_type:
             config.experimental.executor_type = priority_executor.EXECUTOR_TYPE
-        if p.current is p.user:  # iterators that cannot move stay in the user's session
+        if p.current is p.user and state is None:  # iterators that cannot move stay in the
+            # user's session (a recovery from it has none: ``survive.recover``)
             p.inputs.stage(unserializable(p.user_state(), p.user.run))
         kept = unsaved(p.graph)[1] if p.inputs.staged else set()
         gd, counters, left = continue_streams(p.inputs.placeholders(gd), p.graph, kept)

@@ -100,7 +100,7 @@ def _call(p: Host, c: StepCallable, args: tuple[Any, ...], run_metadata: Any,
                 with p.lock:
                     p.verify(cur, list(c.options.fetch), list(c.options.target),
                              dict(zip(c.options.feed, args)), list(out))
-            if p.snapshots is not None and cur.inner:
+            if p.snapshots is not None:
                 p.snapshots.ran(list(c.options.fetch), list(c.options.target),
                                 dict(zip(c.options.feed, args)))
         except Exception as e:  # noqa: BLE001 - back to the original graph, then retry once

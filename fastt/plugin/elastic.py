@@ -90,7 +90,7 @@ class Snapshots:
         self.last = Snapshot(state, self.step)
 
     def ran(self, fetches: list[str], targets: list[str], feeds: dict[str, Any]) -> None:
-        """A run succeeded on the graph the snapshot is of."""
+        """A run succeeded on the graph the snapshot is of (none before the first)."""
         if self.last is None:
             return
         r = Replay(list(fetches), list(targets), kept_feeds(feeds))
@@ -108,8 +108,8 @@ class Snapshots:
     def due(self) -> bool:
         """Whether a snapshot is taken at this step boundary."""
         last = self.last
-        if last is None:
-            return False
+        if last is None:  # the first step boundary of a graph whose start fastt did not hold
+            return True
         return self.step - last.step >= self.interval or last.nbytes > self.replay_bytes
 
     def take(self, capture: Callable[[], State]) -> Snapshot:

@@ -72,7 +72,7 @@ def _close_at_exit() -> None:
             plugin.close()
 
 
-class SessionPlugin:
+class SessionPlugin(survive.Surviving):
     def __init__(self, sess: Any, target: str, config: Any, settings: Settings) -> None:
         self.sess, self.graph, self.target = sess, sess.graph, target
         self.config, self.settings = config, settings
@@ -182,12 +182,22 @@ class SessionPlugin:
             else:
                 reads = self.inputs.reads(req.fetch_names, req.target_names, list(req.feeds))
         if on_user:
-            if not shapes:
-                out = self._user_run(fetches, feed_dict, options, meta)
-            else:  # the shapes its random ops drew, fetched with it
-                out, drawn = self._user_run([fetches, shapes], feed_dict, options, meta)
+            try:
+                if not shapes:
+                    out = self._user_run(fetches, feed_dict, options, meta, survivable=True)
+                else:  # the shapes its random ops drew, fetched with it
+                    out, drawn = self._user_run([fetches, shapes], feed_dict, options, meta,
+                                                survivable=True)
+            except remote.STEP_ERRORS as e:
+                with self.lock:
+                    if not self.survived(self.user, e):
+                        self.guard.failed(e)
+                        raise
+                return self._dispatch(req, fetches, feed_dict, options, meta)
             with self.lock:
                 self.streams.count(key, drawn if shapes else [])
+                if self.snapshots is not None:
+                    self.snapshots.ran(req.fetch_names, req.target_names, req.feeds)
             return out
         if reads:  # from the queues in the user's session; a retry reuses them
             req.feeds.update(zip([fed_name(t.name) for t in reads], self.user.run(reads)))
@@ -227,15 +237,24 @@ class SessionPlugin:
         self.checks.check(cur, lambda: backend.build(None), self.controller, fetches, targets,
                           feeds, values)
 
-    def _user_run(self, fetches: Any, feed_dict: Any, options: Any, meta: Any) -> Any:
-        """TensorFlow's own run on the user's session (bounded and watched on a cluster)."""
+    def _user_run(self, fetches: Any, feed_dict: Any, options: Any, meta: Any,
+                  survivable: bool = False) -> Any:
+        """TensorFlow's own run on the user's session (bounded and watched on a cluster;
+        ``survivable``: the caller goes on without a lost server where it can, so its error
+        is left as TensorFlow raised it)."""
+        def run() -> Any:
+            return hook.original("run")(self.sess, fetches, feed_dict,
+                                        self.guard.options(options, False), meta)
         try:
-            with self.guard.running():
-                return hook.original("run")(self.sess, fetches, feed_dict,
-                                            self.guard.options(options, False), meta)
+            return self.guard.run(run) if survivable else self._watched(run)
         except remote.STEP_ERRORS as e:
-            self.guard.failed(e)
+            if not survivable or self.snapshots is None:
+                self.guard.failed(e)
             raise
+
+    def _watched(self, run: Any) -> Any:
+        with self.guard.running():
+            return run()
 
     def recovered(self, cur: Running, error: Exception) -> bool:
         """After ``error`` on one of fastt's graphs, back to the original graph (state from
@@ -295,66 +314,6 @@ class SessionPlugin:
         assert self.backend is not None  # a graph other than the user's runs
         self.backend.activate(cur.strategy)
         return self.current
-
-    def _survive(self) -> bool | None:
-        with self.lock:
-            return self.survived(None, None)
-
-    def survived(self, cur: Running | None, error: Exception | None) -> bool | None:
-        """After ``error`` on fastt's graph ``cur`` (or between runs: both None): when
-        devices or servers are lost (``find_loss``) and a snapshot was kept, training goes
-        on without them (``fastt.plugin.survive``); whether it does (a failed call then
-        runs again), None when nothing is lost. Under ``lock``."""
-        snaps, backend = self.snapshots, self.backend
-        if snaps is None:
-            return False
-        if error is not None and (cur is not self.current or cur is None or not cur.inner or
-                                  not isinstance(error, remote.STEP_ERRORS)):
-            return False
-        names = [d.name for d in self.engine.devices]
-        loss = self.find_loss(names)
-        if not loss:
-            return None
-        if backend is None:  # no training step found yet: only the script's session runs
-            if loss.master:
-                return False
-            assert self.watch is not None
-            self.watch.forget(loss.tasks)
-            self.lose_servers(loss)
-            log.warning("fastt: %s lost; fastt plans without it", loss.named())
-            return True
-        if self.current.inner and snaps.last is not None and \
-                (loss.master or set(loss.devices) & self._running_devices()):
-            survive.recover(backend, loss, error)
-            return True
-        if loss.master or error is not None:
-            return False  # the script's own session was on it, or nothing fastt holds was
-        assert self.watch is not None
-        self.watch.forget(loss.tasks)  # servers the running graph does not use
-        self.lose_servers(loss)
-        backend.forget_devices(loss.devices)
-        log.warning("fastt: %s lost; training goes on, and fastt plans without it",
-                    loss.named())
-        return True
-
-    def _running_devices(self) -> set[str]:
-        s = self.current.strategy
-        return set(s.placement.values()) if s is not None else \
-            {d.name for d in self.engine.devices[:1]}
-
-    def find_loss(self, devices: list[str]) -> survive.Loss:
-        """Of ``devices``, those of a server that does not answer, and the servers (on
-        fastt's cluster; none of this process's devices can be lost)."""
-        return survive.find_loss(self.watch, devices)
-
-    def lose_servers(self, loss: survive.Loss) -> None:
-        """Training goes on without the servers of ``loss`` (``Watch.forget`` done): the
-        sessions open now close without calling them; a new master when it was one."""
-        hook.forsake(self.target)
-        if loss.master:
-            assert self.watch is not None
-            self.target = f"grpc://{self.watch.master.address}"
-            self.user_lost = f"the script's own session ran on the lost master ({loss.named()})"
 
     def user_state(self) -> StateOps:
         """The state of the user's graph as it is now: variables and iterators the script made

@@ -10,16 +10,22 @@ import logging
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+import threading
+from typing import TYPE_CHECKING, Any, Sequence
 
 from fastt.cluster.health import Watch
 from fastt.cluster.spec import Task
 from fastt.errors import WorkerLostError
-from fastt.plugin import elastic
+from fastt.plugin import elastic, remote
 from fastt.plugin import messages as say
+from fastt.plugin.state import unsaved
 from fastt.sched import registry
 
+from tf_patches import session_hook as hook
+
 if TYPE_CHECKING:
+    from fastt.adapters.engine import Engine
+    from fastt.plugin.activation import Running
     from fastt.plugin.backend import PluginBackend
 
 log = logging.getLogger("fastt")
@@ -61,10 +67,13 @@ def recover(backend: "PluginBackend", loss: Loss, error: BaseException | None) -
     snap, began = snaps.last, time.perf_counter()
     left = [d for d in e.devices if d.name not in loss.devices]
     why = f"{type(error).__name__}" if error is not None else "found between steps"
-    if not left or (loss.master and p.inputs.staged):
+    # an input pipeline that cannot move runs in the script's own session (``InputStage``)
+    unmovable = bool(p.graph.get_collection("queue_runners") or unsaved(p.graph)[0]) \
+        if cur is p.user else bool(p.inputs.staged) and loss.master
+    if not left or unmovable:
         path = elastic.write_checkpoint(snap.state, tempfile.mkdtemp(prefix="fastt-"))
         what = "every device fastt planned over is lost" if not left else \
-            "the script's input pipeline ran in its own session on the lost master"
+            "the script's input pipeline runs in its own session, which was lost"
         raise WorkerLostError(
             f"{loss.named()} lost ({why}): {what}"
             f"{'' if not left else ' (left: ' + ', '.join(d.name for d in left) + ')'}; "
@@ -76,7 +85,7 @@ def recover(backend: "PluginBackend", loss: Loss, error: BaseException | None) -
     backend.forget_devices(loss.devices)
     running = cur.strategy
     if running is None or len(left) < 2 or running.name not in registry.names():
-        strategy = e.original_plan()  # the step on the first device left
+        strategy = e.on_first_device()  # the step on the first device left
     else:
         strategy = backend.plan(running.name)
     new = backend.build(strategy, state=snap.state)
@@ -94,3 +103,66 @@ def recover(backend: "PluginBackend", loss: Loss, error: BaseException | None) -
             f"{len(snap.runs)} runs since replayed in {took:.1f} s")
     entry = ctl.recovered(strategy, what)
     log.warning("fastt: %s; %s runs from the failed step on", what, say.label(entry))
+
+
+class Surviving:
+    """The session plugin's side of a loss (``SessionPlugin``, whose state it shares)."""
+    lock: threading.RLock
+    snapshots: elastic.Snapshots | None
+    backend: "PluginBackend | None"
+    engine: "Engine"
+    watch: Watch | None
+    current: "Running"
+    target: str
+    user_lost: str
+
+    def _survive(self) -> bool | None:
+        with self.lock:
+            return self.survived(None, None)
+
+    def survived(self, cur: Any, error: Exception | None) -> bool | None:
+        """After ``error`` on the graph ``cur`` runs (or between runs: both None): when
+        devices or servers are lost (``find_loss``), training goes on without them where it
+        can (``recover``; a lost server the running graph does not use is dropped from
+        later plans); whether it does (a failed call then runs again), None when nothing
+        is lost. Under ``lock``."""
+        snaps, backend = self.snapshots, self.backend
+        if snaps is None or error is not None and (
+                cur is not self.current or not isinstance(error, remote.STEP_ERRORS)):
+            return False
+        loss = self.find_loss([d.name for d in self.engine.devices])
+        if not loss:
+            return None
+        if backend is not None and snaps.last is not None and \
+                (loss.master or set(loss.devices) & self._running_devices()):
+            recover(backend, loss, error)
+            return True
+        if loss.master or error is not None:
+            return False  # the script's own session was on it, or nothing fastt holds was
+        assert self.watch is not None
+        self.watch.forget(loss.tasks)
+        self.lose_servers(loss)
+        if backend is not None:
+            backend.forget_devices(loss.devices)
+        log.warning("fastt: %s lost; training goes on, and fastt plans without it",
+                    loss.named())
+        return True
+
+    def _running_devices(self) -> set[str]:
+        s = self.current.strategy
+        return set(s.placement.values()) if s is not None else \
+            {d.name for d in self.engine.devices[:1]}
+
+    def find_loss(self, devices: list[str]) -> Loss:
+        """Of ``devices``, those of a server that does not answer, and the servers (on
+        fastt's cluster; none of this process's devices can be lost)."""
+        return find_loss(self.watch, devices)
+
+    def lose_servers(self, loss: Loss) -> None:
+        """Training goes on without the servers of ``loss`` (``Watch.forget`` done): the
+        sessions open now close without calling them; a new master when it was one."""
+        hook.forsake(self.target)
+        if loss.master:
+            assert self.watch is not None
+            self.target = self.watch.target
+            self.user_lost = f"the script's own session ran on the lost master ({loss.named()})"
