@@ -242,3 +242,25 @@ def test_a_killed_master_costs_seconds_and_the_unchanged_script_runs_to_its_end(
     kept = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path / "ref")))
     np.testing.assert_allclose(reader.get_tensor("hidden0/kernel"),
                                kept.get_tensor("hidden0/kernel"), rtol=1e-5, atol=1e-7)
+
+
+def test_a_server_a_run_was_given_up_for_stays_lost_though_it_answers_again(monkeypatch):
+    """A SIGSTOPped worker resumed after its run was given up still counts as lost: the run
+    left on it may yet write the old session's state, so training goes on from the snapshot
+    without it."""
+    from fastt.cluster import health
+    from fastt.cluster.spec import parse_cluster_spec
+    spec = parse_cluster_spec("127.0.0.1:1,127.0.0.1:2,127.0.0.1:3")
+    asked = []
+    monkeypatch.setattr(health, "unanswered",
+                        lambda tasks, timeout: asked.extend(tasks) or [])  # all answer
+    watch = health.Watch(spec)
+    devices = [f"{t.device_prefix}/device:CPU:0" for t in spec.tasks]
+    assert not survive.find_loss(watch, devices)
+    asked.clear()
+    stopped = spec.tasks[1]
+    loss = survive.find_loss(watch, devices, given_up=[stopped])
+    assert loss.devices == [devices[1]] and loss.tasks == [stopped] and not loss.master
+    assert stopped not in asked  # not asked again (a stopped one answers at its timeout)
+    watch.forget([stopped])
+    assert not survive.find_loss(watch, devices, given_up=[stopped])

@@ -54,6 +54,7 @@ class Watch:
         self.spec, self.interval, self.timeout = spec, interval, timeout
         self._last = -float("inf")
         self.gone: set[Task] = set()  # tasks training went on without (``forget``)
+        self.found: list[Task] = []  # those the last check found lost
 
     @property
     def tasks(self) -> list[Task]:
@@ -81,14 +82,16 @@ class Watch:
     def lost(self) -> str:
         """Every task that does not answer now, named with why ("" when all answer)."""
         found = unanswered(self.tasks, self.timeout)
-        self._last = time.monotonic()
+        self._last, self.found = time.monotonic(), [t for t, _ in found]
         return "; ".join(f"{t} does not answer ({why})" for t, why in found)
 
-    def lost_tasks(self) -> list[Task]:
-        """The tasks that do not answer now."""
-        found = [t for t, _ in unanswered(self.tasks, self.timeout)]
+    def lost_tasks(self, known: Sequence[Task] = ()) -> list[Task]:
+        """The tasks that do not answer now, ``known`` lost among them without asking."""
+        asked = [t for t in self.tasks if t not in known]
         self._last = time.monotonic()
-        return found
+        self.found = [t for t in self.tasks if t in known] + \
+            [t for t, _ in unanswered(asked, self.timeout)]
+        return self.found
 
     def check(self, force: bool = False, cause: BaseException | None = None) -> None:
         if not force and not self.due():
@@ -108,12 +111,11 @@ class StepWatch:
     """While a step runs on the cluster for longer than ``watch.interval``, its servers are
     checked every interval from a thread of its own: a lost one is said at once, naming it
     (TensorFlow retries a lost server until the step's deadline, a minute or more), and
-    ``on_lost``, if given, is called, once per step (``gives_up``: fastt gives the step up
+    ``on_lost``, if given, is called, once per step (the session plugin gives the step up
     then, rather than wait for TensorFlow's error)."""
 
-    def __init__(self, watch: Watch, on_lost: Callable[[str], None] | None = None,
-                 gives_up: bool = False) -> None:
-        self.watch, self.on_lost, self.gives_up = watch, on_lost, gives_up
+    def __init__(self, watch: Watch, on_lost: Callable[[str], None] | None = None) -> None:
+        self.watch, self.on_lost = watch, on_lost
         self._since: float | None = None  # when the step running started
         self.said = ""  # the loss said, once per step
         self._said_for: float | None = None  # the step it was said for
@@ -143,10 +145,8 @@ class StepWatch:
             names = self.watch.lost()
             if names and self._since == since:
                 self.said, self._said_for = names, since
-                then = "fastt gives the step up" if self.gives_up else \
-                    "TensorFlow ends the step with an error at its deadline"
-                log.warning("fastt: cluster %s: %s while a step runs; %s",
-                            self.watch.spec.value, names, then)
+                log.warning("fastt: cluster %s: %s while a step runs; fastt gives the "
+                            "step up", self.watch.spec.value, names)
                 if self.on_lost is not None:
                     self.on_lost(names)
 

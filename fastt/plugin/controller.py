@@ -147,6 +147,8 @@ class Controller(Trials, Fitting, Recovering):
             raise
         # a snapshot for recovery (``fastt.plugin.elastic``): out of the step's time, and a
         # cost of its own, not of fastt's trials
+        if self.phase != phase:
+            log.debug("fastt: %s phase from step %d", self.phase, self.step + 1)
         kept = self.backend.step_ended()
         self._win.clean = run_metadata is None and \
             self.phase == phase in ("warmup", "measure", "recheck")

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator
 import tensorflow as tf
 
 from fastt.cluster.health import StepWatch, Watch
+from fastt.cluster.spec import Task
 from fastt.errors import WorkerLostError
 from fastt.plugin import remote
 from tf_patches import session_hook as hook
@@ -32,23 +33,24 @@ class Guard:
     def __init__(self, watch: Watch | None, original_s: Callable[[], float | None],
                  survive: Callable[[], bool | None] | None = None) -> None:
         self.watch, self.original_s, self.survive = watch, original_s, survive
-        self.steps = StepWatch(watch, self._step_lost, gives_up=survive is not None) \
-            if watch is not None else None
+        self.steps = StepWatch(watch, self._step_lost) if watch is not None else None
         self._runner: _Runner | None = None  # runs steps when they can be given up
         self._waiting: tuple[threading.Event, list[str]] | None = None  # the run waited for
+        # the servers a run was given up for: lost, even should they answer again (a run
+        # left on them may still write the old session's state)
+        self.given_up: list[Task] = []
 
     def running(self) -> contextlib.AbstractContextManager[None]:
         """Around a run on the cluster: a server lost while it runs is named within seconds
-        (``StepWatch``), though TensorFlow ends the run only at its deadline (off a cluster:
-        nothing, at no cost)."""
+        (``StepWatch``; ``run`` gives it up then) (off a cluster: nothing, at no cost)."""
         return _NOTHING if self.steps is None else self._watched()
 
     def run(self, fn: Callable[[], Any]) -> Any:
-        """``fn()``, a run on the session: with recovery on a cluster, on a thread of its
-        own, given up (``UnavailableError``) once a server is found lost while it runs, as
-        TensorFlow would wait for the run's deadline; as it is otherwise."""
+        """``fn()``, a run on the session: on a cluster, on a thread of its own, given up
+        (``UnavailableError``) once a server is found lost while it runs, as TensorFlow
+        would wait for the run's deadline (a minute or more); as it is otherwise."""
         with self.running():
-            if self.steps is None or self.survive is None:
+            if self.steps is None:
                 return fn()
             if self._runner is None:
                 self._runner = _Runner()
@@ -65,13 +67,14 @@ class Guard:
             raise tf.errors.UnavailableError(None, None, f"{lost[0]} while the run waited")
 
     def _step_lost(self, names: str) -> None:
-        """A server is lost while a step runs: with recovery on, the step is given up;
-        otherwise the cluster's sessions close without calling it."""
+        """A server is lost while a step runs: the step is given up; without recovery, the
+        cluster's sessions close without calling it."""
         if self.survive is None:
             self._forsake(names)
-            return
         waiting = self._waiting
         if waiting is not None:
+            assert self.watch is not None
+            self.given_up += [t for t in self.watch.found if t not in self.given_up]
             waiting[1].append(names)
             waiting[0].set()
 

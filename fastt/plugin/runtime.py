@@ -246,15 +246,11 @@ class SessionPlugin(survive.Surviving):
             return hook.original("run")(self.sess, fetches, feed_dict,
                                         self.guard.options(options, False), meta)
         try:
-            return self.guard.run(run) if survivable else self._watched(run)
+            return self.guard.run(run)
         except remote.STEP_ERRORS as e:
             if not survivable or self.snapshots is None:
                 self.guard.failed(e)
             raise
-
-    def _watched(self, run: Any) -> Any:
-        with self.guard.running():
-            return run()
 
     def recovered(self, cur: Running, error: Exception) -> bool:
         """After ``error`` on one of fastt's graphs, back to the original graph (state from

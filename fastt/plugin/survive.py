@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from fastt.adapters.engine import Engine
     from fastt.plugin.activation import Running
     from fastt.plugin.backend import PluginBackend
+    from fastt.plugin.guard import Guard
 
 log = logging.getLogger("fastt")
 
@@ -46,12 +47,14 @@ class Loss:
         return ", ".join(str(t) for t in self.tasks) if self.tasks else ", ".join(self.devices)
 
 
-def find_loss(watch: Watch | None, devices: Sequence[str]) -> Loss:
-    """Of ``devices``, those of a server of ``watch``'s cluster that does not answer now
-    (none of this process's devices can be lost: no cluster, no loss)."""
+def find_loss(watch: Watch | None, devices: Sequence[str], given_up: Sequence[Task] = ()
+              ) -> Loss:
+    """Of ``devices``, those of a server of ``watch``'s cluster that does not answer now, or
+    that a run was ``given_up`` for (none of this process's devices can be lost: no
+    cluster, no loss)."""
     if watch is None:
         return Loss([], [])
-    tasks = watch.lost_tasks()
+    tasks = watch.lost_tasks(given_up)
     lost = [d for d in devices if any(d.startswith(t.device_prefix + "/") for t in tasks)]
     return Loss(lost, tasks, watch.master in tasks)
 
@@ -84,9 +87,9 @@ def recover(backend: "PluginBackend", loss: Loss, error: BaseException | None) -
         p.lose_servers(loss)
     backend.forget_devices(loss.devices)
     running = cur.strategy
-    if running is None or len(left) < 2 or running.name not in registry.names():
-        strategy = e.on_first_device()  # the step on the first device left
-    else:
+    strategy = e.on_first_device()  # the step on the first device left, unless re-planned
+    if running is not None and len(left) > 1 and running.name in registry.names() and \
+            e.models is not None:  # a cached plan's run has none: it did not profile
         strategy = backend.plan(running.name)
     new = backend.build(strategy, state=snap.state)
     try:
@@ -112,6 +115,7 @@ class Surviving:
     backend: "PluginBackend | None"
     engine: "Engine"
     watch: Watch | None
+    guard: "Guard"
     current: "Running"
     target: str
     user_lost: str
@@ -156,7 +160,7 @@ class Surviving:
     def find_loss(self, devices: list[str]) -> Loss:
         """Of ``devices``, those of a server that does not answer, and the servers (on
         fastt's cluster; none of this process's devices can be lost)."""
-        return find_loss(self.watch, devices)
+        return find_loss(self.watch, devices, self.guard.given_up)
 
     def lose_servers(self, loss: Loss) -> None:
         """Training goes on without the servers of ``loss`` (``Watch.forget`` done): the
