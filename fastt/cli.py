@@ -193,6 +193,12 @@ def _cluster(args: argparse.Namespace) -> int:
         w = launcher.kill(args.worker, args.signal.upper().removeprefix("SIG"), path)
         print(f"sent SIG{args.signal.upper().removeprefix('SIG')} to worker {w.index} "
               f"{w.address} pid {w.pid}")
+    elif args.action == "restart":
+        if args.worker is None:
+            raise FasttError("fastt cluster restart needs the worker's index, e.g. "
+                             "'fastt cluster restart 1'")
+        w = launcher.restart(args.worker, path)
+        print(f"restarted worker {w.index} {w.address} pid {w.pid}")
     elif args.action == "down":
         stopped = launcher.down(path)
         print(f"stopped {len(stopped)} worker(s)" + "".join(
@@ -275,7 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("cluster", help="a local TensorFlow cluster: worker processes on "
                                        "127.0.0.1, each pinned to its own cores")
-    p.add_argument("action", choices=("up", "down", "status", "kill"))
+    p.add_argument("action", choices=("up", "down", "status", "kill", "restart"))
     p.add_argument("worker", nargs="?", type=int,
                    help="kill: the index of the worker to signal")
     p.add_argument("--signal", default="KILL",

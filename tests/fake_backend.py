@@ -45,6 +45,7 @@ class FakeBackend:
         self.hit = None  # what the plan cache holds: (strategy, costs) or None
         self.stored = []  # (kept strategy's name or None, costs) per store
         self.fits = []  # the limits ``fitted`` was asked for
+        self.back = False  # devices lost before answer again (``returned``, once)
 
     def starting_strategy(self):
         return "data-parallel"
@@ -109,6 +110,10 @@ class FakeBackend:
 
     def step_ended(self):
         return 0.0
+
+    def returned(self):
+        back, self.back = self.back, False
+        return back
 
     def lost(self, error):
         pass

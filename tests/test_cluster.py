@@ -91,9 +91,22 @@ def test_cluster_up_status_down_leaves_no_process(tmp_path):
                           (["0", "--signal", "HUP"], "expected one of KILL")):
             out = fastt_cli("kill", *bad, state=state)
             assert out.returncode == 2 and says in out.stderr, (bad, out.stderr)
+        # 'fastt cluster restart': the dead worker again at its address, recorded
+        for bad, says in ((["0"], "still running"), (["7"], "no worker 7"), ([], "index")):
+            out = fastt_cli("restart", *bad, state=state)
+            assert out.returncode == 2 and says in out.stderr, (bad, out.stderr)
+        back = fastt_cli("restart", "1", state=state)
+        assert back.returncode == 0 and f"worker 1 {addresses[1].address}" in back.stdout, \
+            back.stderr
+        pids.append(json.loads(state.read_text())["workers"][1]["pid"])
+        assert pids[2] != pids[1] and running(pids[2])
+        port = int(addresses[1].address.rsplit(":", 1)[1])
+        assert listening_addresses(port) and set(listening_addresses(port)) <= LOOPBACK
+        status = fastt_cli("status", state=state)
+        assert status.returncode == 0 and status.stdout.count("answering (") == 2, status.stdout
     finally:
         down = fastt_cli("down", state=state)
-    assert down.returncode == 0 and "stopped 1 worker(s)" in down.stdout, down.stderr
+    assert down.returncode == 0 and "stopped 2 worker(s)" in down.stdout, down.stderr
     assert pids and not any(running(p) for p in pids)
     assert not state.exists()
     assert fastt_cli("status", state=state).returncode == 1

@@ -285,6 +285,23 @@ def test_stable_cost_models_end_planning_then_periodic_reprofiling():
     assert b.plans[-1] == "os-dpos" and len(b.plans) == 3
 
 
+def test_devices_back_are_profiled_and_planned_over_at_the_next_steady_step():
+    b = FakeBackend({None: 0.010, "data-parallel": 0.008, "os-dpos": 0.006},
+                    predicted={"data-parallel": 0.008, "os-dpos": 0.006}, change=0.01)
+    ctl = controller_of(SETTINGS, b)
+    until(ctl, b, decided(ctl, 2))
+    drive(ctl, b, 2)
+    assert ctl.phase == "steady"
+    plans = list(b.plans)
+    drive(ctl, b, 3)
+    assert ctl.phase == "steady"  # before the periodic re-profile is due
+    b.back = True
+    drive(ctl, b, 1)
+    assert ctl.phase == "profile"
+    drive(ctl, b, 2)  # the cost models are stable, yet the devices back are planned over
+    assert b.plans == plans + ["os-dpos"]
+
+
 @pytest.mark.parametrize("where", ["plan", "activate"])
 def test_a_failure_returns_to_the_original_graph_with_one_warning(where, caplog):
     b = FakeBackend({None: 0.010, "data-parallel": 0.008}, fail_on=where)

@@ -5,7 +5,8 @@ import socket
 import threading
 import time
 
-from fastt.cluster.health import StepWatch, Watch
+from fastt.cluster import health
+from fastt.cluster.health import Returns, StepWatch, Watch
 from fastt.cluster.spec import parse_cluster_spec
 
 
@@ -40,3 +41,25 @@ def test_short_steps_are_not_checked():
         watch.ended()
         time.sleep(0.05)
     assert called == []
+
+
+def test_servers_gone_that_answer_again_are_handed_over_once(monkeypatch):
+    spec = parse_cluster_spec("127.0.0.1:1,127.0.0.1:2,127.0.0.1:3")
+    answering = set()
+    monkeypatch.setattr(health, "unanswered", lambda tasks, timeout: [
+        (t, "UNAVAILABLE") for t in tasks if t not in answering])
+    watch = Watch(spec, interval=0.05)
+    returns = Returns(watch)
+    assert returns.take() == []  # none gone: no thread
+    watch.forget(spec.tasks[1:])
+    assert returns.take() == []
+    answering.add(spec.tasks[2])
+    deadline = time.monotonic() + 10
+    back = []
+    while not back and time.monotonic() < deadline:
+        time.sleep(0.05)
+        back = returns.take()
+    assert back == [spec.tasks[2]]
+    assert watch.tasks == [spec.tasks[0], spec.tasks[2]] and watch.gone == {spec.tasks[1]}
+    time.sleep(0.2)
+    assert returns.take() == []  # handed over once

@@ -107,6 +107,44 @@ class Watch:
             "from the last one.") from cause
 
 
+class Returns:
+    """The servers training went on without (``Watch.gone``), asked from a thread of its own
+    every ``watch.interval`` whether they answer again (restarted, or resumed), so that no
+    step waits for one still stopped; ``take`` hands over those that do."""
+
+    def __init__(self, watch: Watch, timeout: float = 1.0) -> None:
+        self.watch, self.timeout = watch, timeout
+        self._back: set[Task] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+
+    def take(self) -> list[Task]:
+        """The servers gone that answered since last asked, in the cluster's order: back in
+        ``watch.tasks`` from now on (the thread starts at the first call with some gone)."""
+        if not self.watch.gone:
+            return []
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="fastt-returns",
+                                            daemon=True)
+            self._thread.start()
+            atexit.register(self._stopped.set)
+        with self._lock:
+            back = [t for t in self.watch.spec.tasks if t in self._back and t in self.watch.gone]
+            self._back.clear()
+        self.watch.gone.difference_update(back)
+        return back
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self.watch.interval):
+            gone = list(self.watch.gone)
+            if not gone:
+                continue
+            lost = {t for t, _ in unanswered(gone, self.timeout)}
+            with self._lock:
+                self._back.update(t for t in gone if t not in lost)
+
+
 class StepWatch:
     """While a step runs on the cluster for longer than ``watch.interval``, its servers are
     checked every interval from a thread of its own: a lost one is said at once, naming it

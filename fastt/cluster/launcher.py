@@ -1,4 +1,5 @@
-"""``fastt cluster up | down | status``: a local cluster that outlives the command.
+"""``fastt cluster up | down | status | kill | restart``: a local cluster that outlives the
+command.
 
 ``up`` starts detached workers and records them in a state file (JSON: address, pid, process
 start time, cores, log of each); ``down`` stops exactly the processes recorded there (a pid
@@ -126,10 +127,7 @@ def up(workers: int, cores_per_worker: int = 1, port: int | None = None,
     doc = {"schema": SCHEMA, "version": 1, "cluster": cluster.spec,
            "cores_per_worker": cores_per_worker, "workers": [w.__dict__ for w in states]}
     try:
-        with writing(path, "cluster state file", ClusterError):
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-            os.replace(tmp, path)
+        _write(path, doc)
     except ClusterError:
         cluster.stop()  # unrecorded, no 'fastt cluster down' could stop them
         raise
@@ -193,3 +191,36 @@ def kill(index: int, sig: str = "KILL", path: Path | None = None) -> WorkerState
         raise ClusterError(f"worker {index} ({w.address}, pid {w.pid}) is not running")
     signal_group(w.pid, SIGNALS[sig])
     return w
+
+
+def restart(index: int, path: Path | None = None, timeout: float = 60.0) -> WorkerState:
+    """Start recorded worker ``index`` again at its address, after it was killed (a worker
+    that comes back); its new process recorded in the state file."""
+    path = path or state_path()
+    workers = load(path)
+    by_index = {w.index: w for w in workers}
+    if index not in by_index:
+        raise ClusterError(f"no worker {index} in cluster state file {str(path)!r} (workers: "
+                           f"{', '.join(map(str, sorted(by_index))) or 'none'})")
+    w = by_index[index]
+    if w.running():
+        raise ClusterError(f"worker {index} ({w.address}, pid {w.pid}) is still running; "
+                           f"'fastt cluster kill {index}' first")
+    doc = read_json(path, "cluster state file", ClusterError, expect=dict)
+    ordered = sorted(workers, key=lambda x: x.index)
+    cluster = LocalCluster(len(ordered), len(w.cores), detached=True)
+    cluster.addresses = [x.address for x in ordered]
+    cluster.cores, cluster.logs = [x.cores for x in ordered], [x.log for x in ordered]
+    proc = cluster.restart(ordered.index(w), timeout)
+    w.pid, w.started = proc.pid, _start_time(proc.pid) or -1
+    doc["workers"] = [x.__dict__ for x in ordered]
+    _write(path, doc)
+    return w
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    """The state file, replaced whole."""
+    with writing(path, "cluster state file", ClusterError):
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)

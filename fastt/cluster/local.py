@@ -82,6 +82,7 @@ class LocalCluster:
         self.cores: list[list[int]] = []
         self.logs: list[str] = []
         self.procs: list[subprocess.Popen[bytes]] = []
+        self._env: dict[str, str] = {}
 
     @property
     def spec(self) -> str:
@@ -114,26 +115,12 @@ class LocalCluster:
         log_dir = self._log_dir or tempfile.mkdtemp(prefix="fastt-cluster-")
         self._tmp_dir = None if self._log_dir else log_dir
         os.makedirs(log_dir, exist_ok=True)
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-        shim = built("_bind_loopback")
-        if shim:
-            env["LD_PRELOAD"] = " ".join(filter(None, [shim, env.get("LD_PRELOAD", "")]))
-        else:
-            log.warning("the loopback shim was not built at install (no C compiler?); "
-                        "the workers listen on every interface of this machine and accept "
-                        "connections from any user")
+        self._env = _worker_env()
         try:
             for i in range(self.workers):
                 self.cores.append(_cores_for(i, self.cores_per_worker))
                 self.logs.append(os.path.join(log_dir, f"worker-{i}.log"))
-                cmd = [sys.executable, "-m", "fastt.cluster.worker", "--cluster", self.spec,
-                       "--index", str(i), "--job", self.job,
-                       "--threads", str(self.cores_per_worker)]
-                with open(self.logs[-1], "wb") as out:
-                    self.procs.append(subprocess.Popen(
-                        cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                        stdin=subprocess.DEVNULL, start_new_session=True,
-                        preexec_fn=_pin_and_tie(self.cores[-1], not self.detached)))
+                self.procs.append(self._spawn(i))
             deadline = time.monotonic() + timeout
             for i in range(self.workers):
                 self._await_ready(i, deadline)
@@ -143,11 +130,39 @@ class LocalCluster:
         log.info("local cluster up: %s", self.spec)
         return self
 
-    def _await_ready(self, i: int, deadline: float) -> None:
+    def _spawn(self, i: int, mode: str = "wb") -> "subprocess.Popen[bytes]":
+        cmd = [sys.executable, "-m", "fastt.cluster.worker", "--cluster", self.spec,
+               "--index", str(i), "--job", self.job, "--threads", str(self.cores_per_worker)]
+        with open(self.logs[i], mode) as out:
+            return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self._env,
+                                    stdin=subprocess.DEVNULL, start_new_session=True,
+                                    preexec_fn=_pin_and_tie(self.cores[i], not self.detached))
+
+    def restart(self, i: int, timeout: float = 60.0) -> "subprocess.Popen[bytes]":
+        """Start worker ``i`` again at its address, after it was stopped or killed (a worker
+        that comes back); its log goes on in the same file. Its process."""
+        if not 0 <= i < len(self.addresses):
+            raise ClusterError(f"no worker {i} in this cluster (workers 0 to "
+                               f"{len(self.addresses) - 1})")
+        if i < len(self.procs) and self.procs[i].poll() is None:
+            raise ClusterError(f"worker {i} ({self.addresses[i]}) is still running")
+        self._env = self._env or _worker_env()
+        since = len(self.worker_log(i).encode())
+        proc = self._spawn(i, "ab")
+        if i < len(self.procs):
+            self.procs[i] = proc
+        self._await_ready(i, time.monotonic() + timeout, since, proc)
+        log.info("worker %d restarted at %s", i, self.addresses[i])
+        return proc
+
+    def _await_ready(self, i: int, deadline: float, since: int = 0,
+                     proc: "subprocess.Popen[bytes] | None" = None) -> None:
+        proc = proc or self.procs[i]
         while True:
-            if any(line.startswith("ready ") for line in self.worker_log(i).splitlines()):
+            text = self.worker_log(i).encode()[since:].decode(errors="replace")
+            if any(line.startswith("ready ") for line in text.splitlines()):
                 return
-            code = self.procs[i].poll()
+            code = proc.poll()
             if code is not None:
                 tail = " | ".join(self.worker_log(i).strip().splitlines()[-3:])
                 raise ClusterError(f"worker {i} ({self.addresses[i]}) exited at start "
@@ -191,6 +206,19 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _worker_env() -> dict[str, str]:
+    """A worker's environment: the loopback shim preloaded where it was built."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    shim = built("_bind_loopback")
+    if shim:
+        env["LD_PRELOAD"] = " ".join(filter(None, [shim, env.get("LD_PRELOAD", "")]))
+    else:
+        log.warning("the loopback shim was not built at install (no C compiler?); "
+                    "the workers listen on every interface of this machine and accept "
+                    "connections from any user")
+    return env
 
 
 def signal_group(pid: int, sig: int) -> None:

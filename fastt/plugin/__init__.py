@@ -32,7 +32,7 @@ def install(settings: Settings | None = None) -> None:
     def retarget(target: str, config: Any) -> tuple[str, Any]:
         from fastt.plugin.remote import retarget  # imports TensorFlow: at the first session
         assert settings.cluster is not None  # installed only with a cluster
-        return retarget(settings.cluster, target, config)
+        return retarget(settings.cluster, target, config, settings.elastic != "off")
     session_hook.install(plugin, retarget if settings.cluster is not None else None)
     error_messages.install()  # a gRPC worker's abort quotes its fed tensors
     log.debug("fastt: sessions patched (%s)", settings)

@@ -77,6 +77,8 @@ class Host(Protocol):
     def inner_config(self) -> Any: ...
     def switch(self, new: Running, recovered: bool = False) -> None: ...
     def lose_servers(self, loss: Any) -> None: ...
+    def readmit(self) -> list[Any]: ...
+    def devices_of(self, tasks: list[Any]) -> list[Device]: ...
 
 
 class PluginBackend:
@@ -90,6 +92,7 @@ class PluginBackend:
             else None
         engine.enforce = self.order_mechanism()  # its predictions replay what will run
         self._gone: list[Device] = []  # devices lost, which earlier strategies' dumps name
+        self._planned_over = list(engine.devices)  # at first, in their order
 
     def starting_strategy(self) -> str:
         name, why_not = self.engine.starting_strategy(self.settings.strategy)
@@ -157,8 +160,9 @@ class PluginBackend:
             fitted += f", {s.recomputed} forward ops recomputed in the backward pass"
         if fitted:
             fitted += " (to fit the devices' memory)"
-        log.info("fastt: planned %s in %.2f s: predicted %.2f ms/step, %d splits%s", name,
-                 s.plan_time_s, 1e3 * s.predicted_step_time_s, len(s.splits), fitted)
+        log.info("fastt: planned %s over %d devices in %.2f s: predicted %.2f ms/step, %d "
+                 "splits%s", name, len(self.engine.devices), s.plan_time_s,
+                 1e3 * s.predicted_step_time_s, len(s.splits), fitted)
         return s
 
     def predict(self, strategy: Strategy, fifo: bool = False) -> float:
@@ -225,6 +229,27 @@ class PluginBackend:
         self._gone += [d for d in e.devices if d.name in lost]
         e.keep_devices([d for d in e.devices if d.name not in lost])
         e.target, e.config = self.plugin.target, self.plugin.inner_config()
+
+    def returned(self) -> bool:
+        """Whether devices lost before are back (their servers answer again): planned over
+        from the next plan on, in their first order."""
+        back = self.plugin.readmit()
+
+        def on(d: Device, tasks: list[Any]) -> bool:
+            return any(d.name.startswith(t.device_prefix + "/") for t in tasks)
+        devices = [d for d in self._gone if on(d, back)]
+        new = [t for t in back if not any(on(d, [t]) for d in devices)]  # not seen before
+        if new:
+            self._planned_over += self.plugin.devices_of(new)
+            devices += [d for d in self._planned_over if on(d, new)]
+        if not devices:
+            return False
+        e = self.engine
+        self._gone = [d for d in self._gone if d not in devices]
+        kept = {d.name for d in e.devices + devices}
+        e.keep_devices([d for d in self._planned_over if d.name in kept])
+        e.target, e.config = self.plugin.target, self.plugin.inner_config()
+        return True
 
     def _start(self, strategy: Strategy | None, ordered: bool) -> None:
         self.plugin.switch(self.build(strategy, ordered))

@@ -9,6 +9,7 @@ through a ``Backend`` (the TensorFlow side). The phases:
            -> profile -> ... -> steady
     steady -> (every ``reprofile_every`` steps, or more where a round would take over 1% of
                the steps in between) profile -> plan only on a significant change
+    steady -> (devices lost before are back: ``Backend.returned``) profile -> plan
 
 A round, a trial or a re-profile starts only when the run pays for it (``waiting`` until it
 does: ``fastt.plugin.budget``); a plan not computed within ``plan_wait_s`` is waited for
@@ -78,6 +79,7 @@ class Controller(Trials, Fitting, Recovering):
         self._reprofile_began: tuple[float, int] | None = None  # (clock, step) of this round
         self._chosen_planned = False  # stability ends planning once the chosen one ran
         self._settled = False  # the cost models were found stable once
+        self._returned = False  # devices lost before are back: the re-profile plans
         self._passed: list[str] = []  # plans not tried: predicted no faster than the running
         self._fifo_next: Entry | None = None  # kept with its order: measure it without
         self._rechecking: Entry | None = None  # found faster: its baseline runs once more
@@ -250,7 +252,8 @@ class Controller(Trials, Fitting, Recovering):
         self._traced += 1
         if self._traced < self.settings.profile_steps:
             return
-        if self._chosen_planned and self.backend.cost_change() < self.settings.replan_threshold:
+        if self._chosen_planned and not self._returned and \
+                self.backend.cost_change() < self.settings.replan_threshold:
             # said once; a periodic re-profile that changes nothing stays quiet
             log.log(logging.DEBUG if self._settled else logging.INFO,
                     "fastt: cost models stable (change %.1f%%); keeping %s",
@@ -281,6 +284,7 @@ class Controller(Trials, Fitting, Recovering):
 
     def _plan_round(self) -> None:
         self.rounds += 1
+        self._returned = False
         self._reprofile_began = None  # a round that plans measures: not a re-profile's cost
         # a strategy that may start from the data-parallel graph tries that graph first
         first = not self.history and not self._passed and \
@@ -357,7 +361,10 @@ class Controller(Trials, Fitting, Recovering):
 
     def _steady(self, _: Any) -> None:
         self._since_profile += 1
-        if self.settings.reprofile_every and self._since_profile >= self._reprofile_every \
+        if self.backend.returned():  # a profile of the graph running, then a plan with them
+            self._returned = True
+            self._start_profile()
+        elif self.settings.reprofile_every and self._since_profile >= self._reprofile_every \
                 and self.budget.affords(self.settings.profile_steps * self.budget.estimate(
                     "trace", self._reference() or 0.0)):
             self.rounds = max(self.rounds, 1)  # re-plans only on a significant change

@@ -6,14 +6,18 @@ and drives them from this one client (in-graph, as FastT did).
 """
 from __future__ import annotations
 
+import logging
 import math
+import threading
 from typing import Any
 
 import tensorflow as tf
 
-from fastt.cluster.spec import ClusterSpec
+from fastt.cluster.health import unanswered
+from fastt.cluster.spec import ClusterSpec, Task
 from fastt.devices import canonical, device_type
 from fastt.sched.sim.problem import Device
+from tf_patches import session_hook as hook
 
 _tf1 = tf.compat.v1
 # TensorFlow's master waits for ever for a lost worker when it creates a session (the first
@@ -26,10 +30,41 @@ STEP_ERRORS = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
                tf.errors.CancelledError)
 
 
-def retarget(spec: ClusterSpec, target: Any, config: Any) -> tuple[Any, Any]:
+def retarget(spec: ClusterSpec, target: Any, config: Any, elastic: bool = False
+             ) -> tuple[Any, Any]:
     """The session hook's ``retarget``: a local session runs on the cluster instead; a
-    script that chose its own server keeps it."""
-    return (target, config) if target else (spec.target, on_cluster(config))
+    script that chose its own server keeps it. With recovery on (``elastic``), a server
+    other than the master that does not answer is left out (``started_without``): the
+    session would wait for it, then fail."""
+    _made.without = []
+    if target:
+        return target, config
+    cfg = on_cluster(config)
+    if elastic and not cfg.device_filters:
+        out = [t for t, _ in unanswered([t for t in spec.tasks if t != spec.master],
+                                        START_PING_S)]
+        if out:
+            cfg.device_filters[:] = [t.device_prefix for t in spec.tasks if t not in out]
+            _made.without = out
+            if set(out) - _said:
+                _said.update(out)
+                log.warning("fastt: %s do%s not answer; training starts without %s, and "
+                            "the first plan after %s answer%s takes %s in",
+                            ", ".join(map(str, out)), "es" if len(out) == 1 else "",
+                            *(("it", "it", "s", "it") if len(out) == 1 else
+                              ("them", "they", "", "them")))
+    return spec.target, cfg
+
+
+def started_without() -> list[Task]:
+    """The servers the session just made on this thread was left without (``retarget``)."""
+    return list(getattr(_made, "without", []))
+
+
+_made = threading.local()
+_said: set[Task] = set()  # servers said to be left out at start
+log = logging.getLogger("fastt")
+START_PING_S = 2.0  # a server that does not answer a new session's check within it is out
 
 
 def on_cluster(config: Any) -> Any:
@@ -75,6 +110,26 @@ def devices(sess: Any, names: list[str], limit: float = math.inf,
         return share if n in local else math.inf
 
     return [Device(n, min(limit, held(n))) for n in chosen]
+
+
+def task_devices(target: str, config: Any, tasks: list[Task], names: list[str],
+                 limit: float = math.inf) -> list[Device]:
+    """The devices to plan over on ``tasks`` (servers that were not planned over before),
+    as ``devices`` chooses them (of ``names``, those on ``tasks``), listed by a session
+    that contacts only them."""
+    def on_tasks(name: str) -> bool:
+        return any(name.startswith(t.device_prefix + "/") for t in tasks)
+    on = [n for n in names if on_tasks(n)]
+    if names and not on:
+        return []
+    cfg = on_cluster(config)
+    cfg.device_filters[:] = [t.device_prefix for t in tasks]
+    with hook.plain_sessions():
+        sess = _tf1.Session(target, graph=tf.Graph(), config=cfg)
+    try:  # the master lists its own devices too
+        return [d for d in devices(sess, on, limit) if on_tasks(d.name)]
+    finally:
+        sess.close()
 
 
 def enforced_memory(sess: Any, names: list[str], cpu_allocator: float = math.inf) -> float:

@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from fastt.adapters.engine import Engine
-from fastt.cluster.health import Watch
+from fastt.cluster.health import Returns, Watch
 from fastt.ir import Graph
 from fastt.op_types import USER_CODE
 from fastt.plugin import remote, session_dumps, survive
@@ -80,6 +80,10 @@ class SessionPlugin(survive.Surviving):
         self.watch = Watch(cluster) if cluster and target == cluster.target else None
         on = settings.elastic == "on" or settings.elastic == "auto" and self.watch is not None
         self.snapshots = Snapshots(settings.replay_mb * 2 ** 20) if on else None
+        self._left_out = remote.started_without() if self.watch is not None else []
+        if self.watch is not None:
+            self.watch.forget(self._left_out)
+        self.returns = Returns(self.watch) if on and self.watch is not None else None
         self.user_lost = ""  # why the script's own session can no longer run
         self.guard = Guard(self.watch, self.original_s,
                            self._survive if on and self.watch is not None else None)
@@ -428,6 +432,6 @@ class SessionPlugin(survive.Surviving):
         if self.watch is None:
             return cfg
         cfg = remote.on_cluster(cfg)
-        if self.watch.gone:  # the master contacts only the servers left
+        if self.watch.gone or self._left_out:  # the master contacts only the servers left
             cfg.device_filters[:] = [t.device_prefix for t in self.watch.tasks]
         return cfg

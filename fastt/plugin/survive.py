@@ -13,12 +13,13 @@ from dataclasses import dataclass
 import threading
 from typing import TYPE_CHECKING, Any, Sequence
 
-from fastt.cluster.health import Watch
+from fastt.cluster.health import Returns, Watch
 from fastt.cluster.spec import Task
 from fastt.errors import WorkerLostError
 from fastt.plugin import elastic, remote
 from fastt.plugin import messages as say
 from fastt.plugin.state import unsaved
+from fastt.sched.sim.problem import Device
 from fastt.sched import registry
 
 from tf_patches import session_hook as hook
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from fastt.plugin.activation import Running
     from fastt.plugin.backend import PluginBackend
     from fastt.plugin.guard import Guard
+    from fastt.plugin.settings import Settings
 
 log = logging.getLogger("fastt")
 
@@ -88,9 +90,11 @@ def recover(backend: "PluginBackend", loss: Loss, error: BaseException | None) -
     backend.forget_devices(loss.devices)
     running = cur.strategy
     strategy = e.on_first_device()  # the step on the first device left, unless re-planned
+    onto = f"moved onto {left[0].name}"
     if running is not None and len(left) > 1 and running.name in registry.names() and \
             e.models is not None:  # a cached plan's run has none: it did not profile
         strategy = backend.plan(running.name)
+        onto = f"re-planned over the {len(left)} devices left"
     new = backend.build(strategy, state=snap.state)
     try:
         for r in snap.runs:
@@ -101,9 +105,9 @@ def recover(backend: "PluginBackend", loss: Loss, error: BaseException | None) -
     new.snapshot = None  # its state is the failed run's start, not the snapshot's
     p.switch(new, recovered=True)
     took = time.perf_counter() - began
-    what = (f"{loss.named()} lost at step {ctl.step + 1} ({why}); re-planned over the "
-            f"{len(left)} devices left, the state of step {snap.step} restored and the "
-            f"{len(snap.runs)} runs since replayed in {took:.1f} s")
+    what = (f"{loss.named()} lost at step {ctl.step + 1} ({why}); {onto}, the state of "
+            f"step {snap.step} restored and the {len(snap.runs)} runs since replayed in "
+            f"{took:.1f} s")
     entry = ctl.recovered(strategy, what)
     log.warning("fastt: %s; %s runs from the failed step on", what, say.label(entry))
 
@@ -115,9 +119,12 @@ class Surviving:
     backend: "PluginBackend | None"
     engine: "Engine"
     watch: Watch | None
+    returns: Returns | None
     guard: "Guard"
     current: "Running"
     target: str
+    config: Any
+    settings: "Settings"
     user_lost: str
 
     def _survive(self) -> bool | None:
@@ -151,6 +158,27 @@ class Surviving:
         log.warning("fastt: %s lost; training goes on, and fastt plans without it",
                     loss.named())
         return True
+
+    def readmit(self) -> list[Task]:
+        """The lost servers that answered again since last asked (restarted, or resumed once
+        the run left on them was given up), taken back into the cluster the next plans and
+        sessions use (the running graph's session does not use them)."""
+        if self.returns is None:
+            return []
+        with self.lock:
+            back = self.returns.take()
+            if back:
+                self.guard.given_up = [t for t in self.guard.given_up if t not in back]
+                log.warning("fastt: %s answer%s again; the next plan takes %s in",
+                            ", ".join(map(str, back)), "s" if len(back) == 1 else "",
+                            "it" if len(back) == 1 else "them")
+        return back
+
+    def devices_of(self, tasks: list[Task]) -> list[Device]:
+        """The devices to plan over on ``tasks``, servers not planned over before."""
+        s = self.settings
+        return remote.task_devices(self.target, self.config, tasks, s.devices,
+                                   s.device_memory_mb * 2 ** 20)
 
     def _running_devices(self) -> set[str]:
         s = self.current.strategy
