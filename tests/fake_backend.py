@@ -118,6 +118,9 @@ class FakeBackend:
     def lost(self, error):
         pass
 
+    def survive(self, error):
+        return False
+
     def cached(self):
         return self.hit
 

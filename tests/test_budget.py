@@ -104,16 +104,20 @@ def test_a_long_run_pays_for_its_rounds_in_time_and_stays_within_budget():
     assert over <= 0.8
 
 
-def test_a_losing_trial_stops_at_the_budget():
+def test_a_losing_trial_stops_at_the_budget(caplog):
     b = FakeBackend({None: 0.010, "data-parallel": 0.100},
                     predicted={"data-parallel": 0.005})
     s = Settings(**{**SETTINGS.__dict__, "measure_steps": 200})
     ctl = controller_of(s, b, budget=True)
     # as learned from earlier rounds: the fake's own work takes no time
     ctl.budget.seen.update(activate=0.0, prepare=0.0, plan=0.0, first_step=0.0)
+    caplog.set_level(logging.INFO, logger="fastt")
     until(ctl, b, lambda: ctl.history and ctl.history[0].status != "measuring")
     e = ctl.history[0]
     assert e.status == "rolled_back" and "overhead budget" in e.reason
+    # the line says why, as the dump does
+    said = [r.getMessage() for r in caplog.records if "rolled back strategy 1" in r.getMessage()]
+    assert len(said) == 1 and "stopped" in said[0] and "overhead budget" in said[0]
     step(ctl, b)  # its last step charged
     assert ctl.budget.spent <= ctl.budget.allowed()
     assert b.activations == ["data-parallel", None]

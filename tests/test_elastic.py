@@ -136,6 +136,45 @@ def test_a_lost_device_costs_the_steps_since_the_snapshot_not_the_run(
 
 
 @pytest.mark.slow
+def test_a_device_lost_while_fastt_starts_a_trial_costs_the_trial_not_the_run(
+        plugin, monkeypatch, tmp_path, caplog):
+    """The device is lost while fastt starts its next graph to try (or the graph to roll
+    back to), after a plan over it ran: the trial ends unfinished, training goes on from the
+    snapshot without the device."""
+    _, ref, ref_seen = train(build(with_data=True), fetch_idx=True)
+    start, seen = activation.start, {"failed": False}
+
+    def failing(*a, **kw):
+        current = a[5]
+        s = current.strategy
+        if not seen["failed"] and kw.get("state") is None and s is not None and \
+                LOST in set(s.placement.values()):
+            seen["failed"] = True
+            raise tf.errors.DeadlineExceededError(None, None, "Deadline Exceeded (simulated)")
+        return start(*a, **kw)
+    monkeypatch.setattr(activation, "start", failing)
+    monkeypatch.setattr(runtime.SessionPlugin, "find_loss", lambda self, devices: survive.Loss(
+        [d for d in devices if d == LOST] if seen["failed"] else [], []))
+    plugin(devices=[f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(3)],
+           logical_cpus=3, elastic="on", max_rounds=3, rollback=False)
+    caplog.set_level(logging.INFO, logger="fastt")
+    sess, losses, order = train(build(with_data=True), fetch_idx=True)
+    p = session_hook.plugin_of(sess)
+    assert seen["failed"], "no second graph was started after one over the third device"
+    np.testing.assert_allclose(losses, ref, rtol=1e-4)
+    assert order == ref_seen
+    said = [r.getMessage() for r in caplog.records if "lost at step" in r.getMessage()]
+    assert len(said) == 1 and LOST in said[0] and "DeadlineExceededError" in said[0]
+    # no other warning: nothing failed, nothing went back to the script's own session
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == said
+    running = p.current.strategy
+    assert running is not None and LOST not in set(running.placement.values())
+    dumps = {d["n"]: d for d in statuses(tmp_path).values()}
+    assert [d["status"] for d in dumps.values()].count("lost") == 1
+    assert [d["status"] for d in dumps.values()].count("unfinished") == 1
+
+
+@pytest.mark.slow
 def test_the_scripts_own_session_lost_in_warm_up_goes_on_from_its_snapshot(
         plugin, monkeypatch, tmp_path, caplog):
     """Before fastt runs a graph of its own, the script's session is snapshotted too: losing

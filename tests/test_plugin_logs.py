@@ -147,3 +147,14 @@ def test_a_short_run_under_the_default_budget_tries_nothing_says_why_and_trains_
     spent = float(closing[0].split("fastt's own cost ")[1].split(" s")[0])
     session = float(closing[0].split("of the session's ")[1].split(" s")[0])
     assert spent <= 0.03 * session + 2.0, closing[0]
+
+
+def test_a_trial_stopped_before_any_step_was_timed_says_so_not_a_zero_time():
+    from fastt.plugin import messages
+    from fastt.plugin.entry import Entry
+    e = Entry(1, "data-parallel", None, 0.034)
+    e.status, e.decided_at = "rolled_back", 1110
+    e.reason = "stopped 0 steps into its trial at fastt's overhead budget (...)"
+    line = messages.decided(e, 0.05263)
+    assert "not measured, original 52.63 ms/step" in line and "0.00 ms" not in line
+    assert "nan" not in line and "(stopped 0 steps into its trial" in line

@@ -22,6 +22,7 @@ from fastt.plugin.controller import Controller
 from fastt.plugin.entry import Entry
 from fastt.plugin.guard import Guard
 from fastt.plugin.input_stage import InputStage
+from fastt.plugin.recovery import Recovered
 from fastt.plugin.settings import Settings
 from fastt.plugin.elastic import Snapshots
 from fastt.plugin.state import IteratorInits, State, StateOps, unsaved, unserializable
@@ -43,16 +44,6 @@ def script() -> str:
     """The script this process runs, as the plan cache names it."""
     return os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c") else \
         "<interactive>"
-
-
-def held(engine: Engine) -> float:
-    """The bytes the first device holds beyond ``engine``'s step: the script's own session,
-    its variables (of which fastt's session holds the training copy) and its input pipeline's
-    tensors and buffers, as TensorFlow's allocator counts them now (``remote.allocated``), or
-    by the models where more (an iterator that has not run yet holds its tensors once it
-    does: ``Engine.input_bytes``)."""
-    now = remote.allocated(engine.devices[0].name) or 0.0
-    return max(now, engine.variable_bytes() + engine.input_bytes())
 
 
 class Host(Protocol):
@@ -77,6 +68,7 @@ class Host(Protocol):
     def inner_config(self) -> Any: ...
     def switch(self, new: Running, recovered: bool = False) -> None: ...
     def lose_servers(self, loss: Any) -> None: ...
+    def survived(self, cur: Any, error: Exception | None) -> bool | None: ...
     def readmit(self) -> list[Any]: ...
     def devices_of(self, tasks: list[Any]) -> list[Device]: ...
 
@@ -107,8 +99,8 @@ class PluginBackend:
     def fit_budget(self, limit: float) -> float:
         """The bytes a step fitted into ``limit`` bytes, the memory TensorFlow enforces on its
         device, may hold itself: a share for the memory model's error (``FIT_MARGIN``) kept
-        back, and what the device holds already (``held``)."""
-        return FIT_MARGIN * limit - held(self.engine)
+        back, and what the device holds already (``remote.held``)."""
+        return FIT_MARGIN * limit - remote.held(self.engine)
 
     def fitted(self, budget: float) -> Strategy:
         """The training step fitted to hold at most ``budget`` bytes (``Engine.fitted``)."""
@@ -130,6 +122,13 @@ class PluginBackend:
         """After fastt's own work failed with ``error``: on the cluster, a
         ``WorkerLostError`` naming each server that does not answer."""
         self.plugin.guard.failed(error)
+
+    def survive(self, error: Exception) -> bool:
+        """After fastt's own work failed with ``error`` (a graph to try being started, links
+        probed): whether a lost device or server explains it and training went on without
+        it, from the last snapshot (recovery on: ``Surviving.survived``)."""
+        p = self.plugin
+        return bool(p.survived(p.current, error))
 
     def cost_change(self) -> float:
         return self.engine.cost_change()
@@ -181,9 +180,11 @@ class PluginBackend:
         started anew, the user's own session takes the state back (``back_to_user``)."""
         try:
             self._start(strategy, ordered)
-        except WorkerLostError:
+        except (WorkerLostError, Recovered):
             raise
         except Exception as e:  # noqa: BLE001 - the user's own session is the last resort
+            if self.survive(e):  # a lost server: training goes on without it
+                raise Recovered from e
             if strategy is None and self.plugin.current is not self.plugin.user:
                 self.back_to_user(f"could not start the original graph anew "
                                   f"({type(e).__name__}: {e})")
@@ -275,7 +276,10 @@ class PluginBackend:
             self._streams_said = True
             log.warning("fastt: %s", skipped_note(left))
         inits = [op.name for op in p.graph.get_collection(_tf1.GraphKeys.TABLE_INITIALIZERS)]
+        running = p.current
         p.guard.check(force=True)  # TensorFlow waits for ever on a lost server here
+        if p.current is not running and state is None:  # recovered from a lost server:
+            raise Recovered  # this graph was planned over it
         ops = p.user_state()
         new = activation.start(gd, strategy, graph, p.target, config, p.current,
                                ops.variables, ops.iterators, inits, counters,

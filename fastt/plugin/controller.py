@@ -38,7 +38,7 @@ from fastt.plugin.budget import Budget
 from fastt.plugin.charges import Charges, Gate
 from fastt.plugin.entry import Entry, Sample, session_id
 from fastt.plugin.fitting import Fitting
-from fastt.plugin.recovery import Recovering
+from fastt.plugin.recovery import Recovered, Recovering
 from fastt.sched.search.memory_fit import FITTED
 from fastt.plugin.protocols import Backend, Done, Pending
 from fastt.plugin.trials import Trials
@@ -141,8 +141,11 @@ class Controller(Trials, Fitting, Recovering):
             self._phases[phase](run_metadata)
         except WorkerLostError:
             raise  # no graph can run on a broken cluster
+        except Recovered:
+            pass  # training went on without a lost server: the recovered graph runs
         except Exception as e:  # noqa: BLE001 - never break training
-            self.fail(e)
+            if not self.backend.survive(e):
+                self.fail(e)
         except KeyboardInterrupt as e:  # the user's: it reaches the script, fastt stops
             # in a known state (the script may go on to save its work)
             self.fail(e)

@@ -15,6 +15,7 @@ import tensorflow as tf
 from fastt.cluster.health import StepWatch, Watch
 from fastt.cluster.spec import Task
 from fastt.errors import WorkerLostError
+from fastt.op_types import USER_CODE
 from fastt.plugin import remote
 from tf_patches import session_hook as hook
 
@@ -22,6 +23,22 @@ _tf1 = tf.compat.v1
 FIRST_STEP_TIMEOUT_S = 120.0  # at least; 50 original steps when longer
 
 _NOTHING = contextlib.nullcontext()
+RETRYABLE = (tf.errors.OutOfRangeError, tf.errors.CancelledError)  # the script's, not fastt's
+
+
+def users_error(error: Exception, graph: tf.Graph, first: bool) -> bool:
+    """Whether ``error``, raised by a step on one of fastt's graphs, is the script's own: it
+    comes from an op of the script's code or checks (``USER_CODE``: a ``py_func``, an
+    ``Assert``), or, after the graph's first step ran, from reading the script's input."""
+    if not isinstance(error, tf.errors.OpError):
+        return False
+    name = error.node_def.name if error.node_def is not None else ""
+    try:
+        op = graph.get_operation_by_name(name)
+    except (KeyError, ValueError):
+        return False
+    kinds = USER_CODE if first else USER_CODE | {"IteratorGetNext", "IteratorGetNextSync"}
+    return op.type in kinds
 
 
 class Guard:

@@ -67,12 +67,15 @@ def decided(e: Entry, original_s: float | None) -> str:
     compared = "" if v is None else f"; against {e.baseline}: {judged(v)}"
     if e.recheck is not None:
         compared += f", measured again after it: {judged(e.recheck)}"
-    reason = f" ({e.reason})" if e.reason and e.status != "rolled_back" else ""
+    # a rolled-back verdict says why; a trial stopped before one has only its reason
+    reason = f" ({e.reason})" if e.reason and (e.status != "rolled_back" or v is None) else ""
     at = f" at step {e.decided_at}" if e.decided_at is not None else ""
+    mine = e.measured_median_s
+    measured = (f"measured {1e3 * mine:.2f} ms/step, original {1e3 * (original_s or 0.0):.2f}"
+                f" ms/step, speedup {speedup(original_s, e):.2f}x") if mine else \
+        f"not measured, original {1e3 * (original_s or 0.0):.2f} ms/step"
     return (f"fastt: {verb} {label(e)}{at} on {len(getattr(e.strategy, 'devices', []))} devices: "
-            f"predicted {1e3 * e.predicted_s:.2f} ms/step, measured "
-            f"{1e3 * (e.measured_median_s or 0.0):.2f} ms/step, original "
-            f"{1e3 * (original_s or 0.0):.2f} ms/step, speedup {speedup(original_s, e):.2f}x"
+            f"predicted {1e3 * e.predicted_s:.2f} ms/step, {measured}"
             f"{compared}{reason}" + (f"; dump {e.dump}" if e.dump else ""))
 
 

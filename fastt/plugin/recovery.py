@@ -11,6 +11,11 @@ from fastt.plugin.entry import Entry
 from fastt.plugin.window import Window
 
 
+class Recovered(Exception):
+    """fastt's own work (building a graph to try) was cut short by a recovery from a lost
+    device: what it built was planned over the devices lost, and the graph recovered runs."""
+
+
 class Recovering:
     """``recovered`` of a ``Controller``, whose state it shares."""
     history: list[Entry]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
@@ -18,6 +18,9 @@ from fastt.cluster.spec import ClusterSpec, Task
 from fastt.devices import canonical, device_type
 from fastt.sched.sim.problem import Device
 from tf_patches import session_hook as hook
+
+if TYPE_CHECKING:
+    from fastt.adapters.engine import Engine
 
 _tf1 = tf.compat.v1
 # TensorFlow's master waits for ever for a lost worker when it creates a session (the first
@@ -77,6 +80,37 @@ def on_cluster(config: Any) -> Any:
     if not cfg.operation_timeout_in_ms:
         cfg.operation_timeout_in_ms = CALL_TIMEOUT_MS
     return cfg
+
+
+def inner_config(config: Any, logical_cpus: int, cluster: bool,
+                 tasks: list[Task] | None = None) -> Any:
+    """The config of fastt's own sessions: the user's ``config`` with ``logical_cpus`` CPU
+    devices; on a ``cluster``, as ``on_cluster`` makes it, its master contacting only
+    ``tasks`` when given (the servers left)."""
+    cfg = _tf1.ConfigProto()
+    if config is not None:
+        cfg.CopyFrom(config)
+    if logical_cpus > cfg.device_count.get("CPU", 1):
+        cfg.device_count["CPU"] = logical_cpus
+    if not cluster:
+        return cfg
+    cfg = on_cluster(cfg)
+    if tasks is not None:
+        cfg.device_filters[:] = [t.device_prefix for t in tasks]
+    return cfg
+
+
+def step_devices(sess: Any, settings: Any, gone: set[Task]) -> tuple[list[Device], str]:
+    """The devices to plan a session's training step over (``devices``), less those of the
+    servers ``gone``; or why none (``FASTT_DEVICES`` names a device the session lacks)."""
+    absent, listed = missing(sess, settings.devices, settings.logical_cpus)
+    if absent:
+        return [], (f"FASTT_DEVICES names {', '.join(absent)}, which this session does not "
+                    f"have (it has {', '.join(listed)})")
+    found = devices(sess, settings.devices, settings.device_memory_mb * 2 ** 20,
+                    settings.cpu_allocator_mb * 2 ** 20)
+    return [d for d in found if not any(d.name.startswith(t.device_prefix + "/")
+                                        for t in gone)], ""
 
 
 def planning_devices(listed: list[Any]) -> list[str]:
@@ -161,3 +195,30 @@ def missing(sess: Any, names: list[str], logical_cpus: int) -> tuple[list[str], 
     listed = sorted(d.name for d in sess.list_devices())
     local = {canonical(f"/device:CPU:{i}") for i in range(logical_cpus)}
     return [n for n in names if n not in listed and n not in local], listed
+
+
+def held(engine: Engine) -> float:
+    """The bytes the first device holds beyond ``engine``'s step: the script's own session,
+    its variables (of which fastt's session holds the training copy) and its input pipeline's
+    tensors and buffers, as TensorFlow's allocator counts them now (``allocated``), or
+    by the models where more (an iterator that has not run yet holds its tensors once it
+    does: ``Engine.input_bytes``)."""
+    now = allocated(engine.devices[0].name) or 0.0
+    return max(now, engine.variable_bytes() + engine.input_bytes())
+
+
+def misfit_limit(sess: Any, engine: "Engine", settings: Any,
+                 feed_shapes: dict[str, tuple[int, ...]], names: list[str]) -> float:
+    """The memory TensorFlow enforces on the first device (a GPU's; this process's CPU
+    allocator's limit) when the first run of ``names`` would hold more by fastt's memory
+    model, from the shapes fed (shapes left unknown count as nothing); else infinity."""
+    limit = enforced_memory(sess, settings.devices, settings.cpu_allocator_mb * 2 ** 20)
+    if limit == math.inf:
+        return limit
+    engine.fetches = [n.split(":")[0] for n in names]
+    engine.assume_fed(feed_shapes)
+    engine.devices = devices(sess, settings.devices[:1])
+    # what the device holds beyond the variables (an input pipeline's tensors) too
+    if engine.original_peak() + held(engine) - engine.variable_bytes() <= limit:
+        return math.inf
+    return limit

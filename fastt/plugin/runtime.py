@@ -23,15 +23,14 @@ import tensorflow as tf
 from fastt.adapters.engine import Engine
 from fastt.cluster.health import Returns, Watch
 from fastt.ir import Graph
-from fastt.op_types import USER_CODE
 from fastt.plugin import remote, session_dumps, survive
 from fastt.plugin.activation import Running
-from fastt.plugin.backend import PluginBackend, held
+from fastt.plugin.backend import PluginBackend
 from fastt.plugin.callables import StepCallable
 from fastt.plugin.controller import Controller
 from fastt.plugin.elastic import Snapshots
 from fastt.plugin.entry import session_id
-from fastt.plugin.guard import Guard, with_fields
+from fastt.plugin.guard import RETRYABLE, Guard, users_error, with_fields
 from fastt.plugin.input_stage import InputStage, fed_name
 from fastt.plugin.settings import Settings
 from fastt.plugin.state import SCOPE, IteratorInits, RunFanIn, StateOps, stateful_ops
@@ -44,23 +43,7 @@ from tf_patches.quiet import profiler_chatter_dropped
 
 log = logging.getLogger("fastt")
 _tf1 = tf.compat.v1
-_RETRYABLE = (tf.errors.OutOfRangeError, tf.errors.CancelledError)
 _open: "weakref.WeakSet[SessionPlugin]" = weakref.WeakSet()  # closed at exit if still open
-
-
-def users_error(error: Exception, graph: tf.Graph, first: bool) -> bool:
-    """Whether ``error``, raised by a step on one of fastt's graphs, is the script's own: it
-    comes from an op of the script's code or checks (``USER_CODE``: a ``py_func``, an
-    ``Assert``), or, after the graph's first step ran, from reading the script's input."""
-    if not isinstance(error, tf.errors.OpError):
-        return False
-    name = error.node_def.name if error.node_def is not None else ""
-    try:
-        op = graph.get_operation_by_name(name)
-    except (KeyError, ValueError):
-        return False
-    kinds = USER_CODE if first else USER_CODE | {"IteratorGetNext", "IteratorGetNextSync"}
-    return op.type in kinds
 
 
 @atexit.register
@@ -264,7 +247,7 @@ class SessionPlugin(survive.Surviving):
         server is an error."""
         self.guard.failed(error)
         ctl = self.controller
-        if ctl is None or isinstance(error, _RETRYABLE) or \
+        if ctl is None or isinstance(error, RETRYABLE) or \
                 users_error(error, self.graph, first=cur.snapshot is not None):
             return False
         if cur.snapshot is not None and ctl.refit(error):
@@ -368,41 +351,23 @@ class SessionPlugin(survive.Surviving):
         return updates_trainables(self.engine.ir, names, trainable)
 
     def _misfits(self, names: list[str]) -> bool:
-        """Whether the first run of ``names``, which writes trainable variables, would hold
-        more than the memory TensorFlow enforces on its device (a GPU's; this process's CPU
-        allocator's limit) by fastt's memory model, from the shapes fed: it would fail as it
-        is, so fastt takes it for the training step at once (``enforced``). Shapes the graph
-        and the feeds leave unknown count as nothing."""
-        s = self.settings
-        limit = remote.enforced_memory(self.sess, s.devices, s.cpu_allocator_mb * 2 ** 20)
-        if limit == math.inf:
-            return False
-        e = self.engine
-        e.fetches = [n.split(":")[0] for n in names]
-        e.assume_fed(self.feed_shapes)
-        e.devices = remote.devices(self.sess, s.devices[:1])
-        # what the device holds beyond the variables (an input pipeline's tensors) too
-        if e.original_peak() + held(e) - e.variable_bytes() <= limit:
-            return False
-        self.enforced = limit
-        return True
+        """Whether the first run of ``names``, which writes trainable variables, would not
+        fit the memory TensorFlow enforces on its device: it would fail as it is, so fastt
+        takes it for the training step at once (``enforced``)."""
+        limit = remote.misfit_limit(self.sess, self.engine, self.settings, self.feed_shapes,
+                                    names)
+        if limit < math.inf:
+            self.enforced = limit
+        return limit < math.inf
 
     def _start(self, names: list[str]) -> Controller | None:
         """The training step ``names`` was found: its controller, over the session's devices
         (None: fastt declined)."""
-        absent, listed = remote.missing(self.sess, self.settings.devices,
-                                        self.settings.logical_cpus)
+        devices, absent = remote.step_devices(self.sess, self.settings,
+                                              self.watch.gone if self.watch else set())
         if absent:
-            self.detector.decline(
-                f"FASTT_DEVICES names {', '.join(absent)}, which this session does not have "
-                f"(it has {', '.join(listed)})", logging.WARNING)
+            self.detector.decline(absent, logging.WARNING)
             return None
-        devices = remote.devices(self.sess, self.settings.devices,
-                                 self.settings.device_memory_mb * 2 ** 20,
-                                 self.settings.cpu_allocator_mb * 2 ** 20)
-        if self.watch is not None and self.watch.gone:  # servers training went on without
-            devices = [d for d in devices if not any(
-                d.name.startswith(t.device_prefix + "/") for t in self.watch.gone)]
         unfit = self.enforced < math.inf
         if len(devices) < 2 and not unfit:
             self.detector.decline("fewer than 2 devices (set FASTT_DEVICES, e.g. cpu:2)")
@@ -424,14 +389,7 @@ class SessionPlugin(survive.Surviving):
         return ctl
 
     def inner_config(self) -> Any:
-        cfg = _tf1.ConfigProto()
-        if self.config is not None:
-            cfg.CopyFrom(self.config)
-        if self.settings.logical_cpus > cfg.device_count.get("CPU", 1):
-            cfg.device_count["CPU"] = self.settings.logical_cpus
-        if self.watch is None:
-            return cfg
-        cfg = remote.on_cluster(cfg)
-        if self.watch.gone or self._left_out:  # the master contacts only the servers left
-            cfg.device_filters[:] = [t.device_prefix for t in self.watch.tasks]
-        return cfg
+        w = self.watch
+        filtered = w is not None and bool(w.gone or self._left_out)
+        return remote.inner_config(self.config, self.settings.logical_cpus, w is not None,
+                                   w.tasks if w is not None and filtered else None)
