@@ -22,13 +22,19 @@ trials start on it without probing the links again. A trial is ``recovered`` whe
 exits 0 having printed every step once and in order; ``error`` when it ends in fastt's
 ``WorkerLostError``; ``failed`` otherwise, ``hung`` past its deadline. For recovered trials:
 the time from the kill to the next step printed, and the largest relative difference of the
-per-step losses from a run without fastt (0 before the kill: the state restored and replayed
-value for value; after it, the new plan's floating-point reassociation, which training
-amplifies).
+per-step losses from a run without fastt, before the kill (the data-parallel plan's
+floating-point reassociation) and after it (a run on the cached plan has no cost models to
+re-plan with: it goes on with the original graph on a worker left, from the state restored
+and replayed value for value, so any difference is the one training carried over).
 
 The snapshots' cost (``overhead``): the same script on the cached plan, ``FASTT_ELASTIC`` on
 and off alternately, the median step time of the steps after the plan is kept; the ratio of
-the two, median over the repeats. Writes faults.json and faults.md.
+the two, median over the repeats.
+
+A worker that comes back (``comeback``, ``--comebacks`` runs): a small CNN on 2 workers, where
+a plan over both beats one, worker 1 killed on the plan kept and restarted; whether the next
+plan takes it in again, and the step times before, in between and after. Writes faults.json
+and faults.md.
 """
 from __future__ import annotations
 
@@ -52,6 +58,7 @@ from benchmarks.common import machine, write_results  # noqa: E402
 from fastt.cluster import LocalCluster  # noqa: E402
 
 SCRIPT = os.path.join(HERE, "scripts", "elastic_mlp.py")
+CNN = os.path.join(HERE, "scripts", "elastic_cnn.py")
 PHASES = ("warmup", "profile", "activation", "kept", "stop")
 STEP = re.compile(r"^step (\d+) loss (\S+) at (\S+)$", re.M)
 DEADLINE_S = 420.0  # a trial past it is hung
@@ -176,6 +183,68 @@ def overhead(steps: int, repeats: int, work: str, cache: str) -> dict:
             "ratios": ratios, "on_step_s": on_s, "off_step_s": off_s}
 
 
+def comeback(steps: int, work: str) -> dict:
+    """Worker 1 of 2 killed 20 steps into the first plan kept, and restarted at its address
+    3 s after the loss is said: whether it is taken back, and the median step time before
+    the kill, on the worker left, and over the last fifth of the run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FASTT")}
+    env.update(PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2", TF_USE_LEGACY_KERAS="1", FASTT="1",
+               FASTT_CACHE="0", FASTT_OVERHEAD="off")
+    run_dir = tempfile.mkdtemp(dir=work)
+    out_path, err_path = os.path.join(run_dir, "out"), os.path.join(run_dir, "err")
+    killed = restarted = None
+    with LocalCluster(workers=2) as cluster:
+        env["FASTT_CLUSTER"] = cluster.spec
+        with open(out_path, "w") as out, open(err_path, "w") as err:
+            p = subprocess.Popen([sys.executable, CNN, "--steps", str(steps)], env=env,
+                                 stdout=out, stderr=err)
+        began, at = time.monotonic(), None
+        try:
+            while p.poll() is None and time.monotonic() - began < 3 * DEADLINE_S:
+                time.sleep(0.05)
+                text, n = open(err_path).read(), len(_steps(open(out_path).read()))
+                if at is None and "activated strategy" in text:
+                    at = n
+                if killed is None and at is not None and n >= at + 20:
+                    os.kill(cluster.procs[1].pid, signal.SIGKILL)
+                    cluster.procs[1].wait()
+                    killed = time.time()
+                if killed and restarted is None and "lost at step" in text:
+                    time.sleep(3.0)
+                    cluster.restart(1)
+                    restarted = time.time()
+            hung = p.poll() is None
+        finally:
+            if p.poll() is None:
+                p.kill()
+            code = p.wait()
+    text, err = open(out_path).read(), open(err_path).read()
+    shutil.rmtree(run_dir, ignore_errors=True)
+    got = _steps(text)
+    row: dict = {"steps": steps, "exit_code": code, "hung": hung,
+                 "all_steps": [s for s, _, _ in got] == list(range(steps))}
+    if killed is None or restarted is None:
+        return {**row, "outcome": "not reached"}
+    times = [t for _, _, t in got]
+    kill_i = next((i for i, t in enumerate(times) if t > killed), len(times))
+    back_i = next((i for i, t in enumerate(times) if t > restarted), len(times))
+    back = re.search(r"answers again; the next plan takes it in", err)
+    after = err[back.end():] if back else ""
+    kept = re.search(r"activated strategy \d+ \((.*?)\) at step (\d+) on 2 devices", after)
+
+    def median_gap(a: int, b: int) -> float | None:
+        gaps = [times[i + 1] - times[i] for i in range(max(a, 0), min(b, len(times) - 1))]
+        return round(1e3 * statistics.median(gaps), 2) if gaps else None
+    return {**row, "outcome": "recovered" if code == 0 and row["all_steps"] else "failed",
+            "taken_back": bool(back), "plan_after": kept.group(1) if kept else None,
+            "back_at_step": int(kept.group(2)) if kept else None,
+            "restart_to_plan_s": round(times[int(kept.group(2))] - restarted, 1)
+            if kept and int(kept.group(2)) < len(times) else None,
+            "before_ms": median_gap(kill_i - 20, kill_i - 1),
+            "alone_ms": median_gap(kill_i + 5, back_i),
+            "end_ms": median_gap(len(times) * 4 // 5, len(times) - 1)}
+
+
 def markdown(doc: dict) -> str:
     lines = ["# Lost workers on a 3-worker local cluster", "",
              f"Measured on {doc['machine']}; {doc['steps']} steps of "
@@ -203,6 +272,21 @@ def markdown(doc: dict) -> str:
         if r["outcome"] in ("error", "failed", "hung"):
             lines.append(f"- {r['phase']}, worker {r['victim']}: {r['outcome']}: "
                          f"{r.get('said', '')}")
+    back = doc.get("comeback")
+    if back:
+        lines += ["", "## A worker that comes back", "",
+                  f"`benchmarks/scripts/elastic_cnn.py`, {back[0]['steps']} steps on 2 workers: "
+                  "worker 1 killed 20 steps into the first plan kept, restarted 3 s after the "
+                  "loss is said (see `comeback` in `benchmarks/faults.py`). Step times are "
+                  "medians (ms).", "",
+                  "| trial | outcome | taken back | plan after it | restart to that plan (s) | "
+                  "before the kill | on the worker left | last fifth of the run |",
+                  "|---:|---|---|---|---:|---:|---:|---:|"]
+        for k, r in enumerate(back):
+            lines.append(f"| {k + 1} | {r['outcome']} | {'yes' if r.get('taken_back') else 'no'}"
+                         f" | {r.get('plan_after') or '-'} | {r.get('restart_to_plan_s', '-')} "
+                         f"| {r.get('before_ms', '-')} | {r.get('alone_ms', '-')} | "
+                         f"{r.get('end_ms', '-')} |")
     ov = doc.get("overhead")
     if ov:
         lines += ["", f"Snapshots' cost on the kept plan: step time with `FASTT_ELASTIC=on` over "
@@ -219,6 +303,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--phases", nargs="*", default=list(PHASES))
+    ap.add_argument("--comebacks", type=int, default=3,
+                    help="runs in which a killed worker is restarted (0: none)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
     args = ap.parse_args()
     trials = 2 if args.quick else args.trials
@@ -240,6 +326,11 @@ def main() -> int:
                "date": time.strftime("%Y-%m-%d")}
         if not args.quick:
             doc["overhead"] = overhead(args.steps * 2, 3, work, cache)
+        if args.comebacks:
+            doc["comeback"] = []
+            for k in range(args.comebacks):
+                doc["comeback"].append(comeback(2500, work))
+                print(f"comeback {k}: {doc['comeback'][-1]['outcome']}", flush=True)
         write_results(args.out, "faults", doc, markdown(doc))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -302,6 +302,27 @@ def test_devices_back_are_profiled_and_planned_over_at_the_next_steady_step():
     assert b.plans == plans + ["os-dpos"]
 
 
+def test_the_graph_recovered_onto_is_measured_as_the_baseline_of_later_plans():
+    from tests.fake_backend import FakeStrategy
+    b = FakeBackend({None: 0.010, "data-parallel": 0.008, "os-dpos": 0.006, "single": 0.012},
+                    predicted={"data-parallel": 0.008, "os-dpos": 0.005, "single": 0.012},
+                    change=0.01)
+    ctl = controller_of(SETTINGS, b)
+    until(ctl, b, decided(ctl, 2))
+    lost = ctl.active
+    single = FakeStrategy("single", 0.012)
+    b.running, b.on_graph = single, 0  # the backend switched to it, from the snapshot
+    entry = ctl.recovered(single, "a device lost (simulated)")
+    assert lost.status == "lost" and ctl.active is entry and ctl.phase == "rebase"
+    until(ctl, b, lambda: ctl.phase == "steady")
+    assert entry.sample is not None and entry.measured_median_s == pytest.approx(0.012)
+    b.back = True  # the device is back: planned over, tried against the recovered graph
+    until(ctl, b, lambda: ctl.history[-1] is not entry and
+          ctl.history[-1].status != "measuring")
+    assert ctl.history[-1].name == "os-dpos" and ctl.history[-1].status == "active"
+    assert ctl.history[-1].baseline == "strategy 3 (single)"
+
+
 @pytest.mark.parametrize("where", ["plan", "activate"])
 def test_a_failure_returns_to_the_original_graph_with_one_warning(where, caplog):
     b = FakeBackend({None: 0.010, "data-parallel": 0.008}, fail_on=where)

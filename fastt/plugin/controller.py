@@ -10,6 +10,7 @@ through a ``Backend`` (the TensorFlow side). The phases:
     steady -> (every ``reprofile_every`` steps, or more where a round would take over 1% of
                the steps in between) profile -> plan only on a significant change
     steady -> (devices lost before are back: ``Backend.returned``) profile -> plan
+    (a lost device recovered from: ``recovered``) rebase -> steady
 
 A round, a trial or a re-profile starts only when the run pays for it (``waiting`` until it
 does: ``fastt.plugin.budget``); a plan not computed within ``plan_wait_s`` is waited for
@@ -86,7 +87,7 @@ class Controller(Trials, Fitting, Recovering):
         self._phases: dict[str, Callable[[Any], None]] = {
             "warmup": self._warmup, "profile": self._profile, "measure": self._measure,
             "recheck": self._recheck, "steady": self._steady, "off": self._off,
-            "planning": self._planning, "waiting": self._wait}
+            "planning": self._planning, "waiting": self._wait, "rebase": self._rebase}
 
     # -- what the runtime calls around each training step ---------------------------------
     def before_step(self) -> bool:
@@ -156,7 +157,7 @@ class Controller(Trials, Fitting, Recovering):
             log.debug("fastt: %s phase from step %d", self.phase, self.step + 1)
         kept = self.backend.step_ended()
         self._win.clean = run_metadata is None and \
-            self.phase == phase in ("warmup", "measure", "recheck")
+            self.phase == phase in ("warmup", "measure", "recheck", "rebase")
         self._win.own = self._clock() - began
         self.budget.charge("own", self._win.own - kept)
 

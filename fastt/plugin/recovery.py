@@ -1,7 +1,8 @@
 """The ``Controller``'s side of a recovery from a lost device (no TensorFlow here): the
 strategy the backend re-planned over the devices left runs from the failed step on, kept
 for the session; what was on trial ends unfinished, the strategy that lost its device is
-recorded as ``lost``, and the steps on the new graph are measured afresh."""
+recorded as ``lost``, and the steps on the new graph are measured afresh (``rebase``), as the
+baseline of the plans after it."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -27,6 +28,7 @@ class Recovering:
     _win: Window
     charges: Charges
     step: int
+    phase: str
     _record: Callable[[Entry], str]
     _steady_now: Callable[[], None]
 
@@ -50,4 +52,15 @@ class Recovering:
         self._win.reset(self.step)
         self.charges.first_on_graph = True
         self._steady_now()
+        self.phase = "rebase"
         return entry
+
+    def _rebase(self, _: Any) -> None:
+        """The recovered graph measured, as the original is in warm-up: the baseline later
+        plans are compared with; steady then."""
+        sample = self._win.sample()
+        if sample is None:
+            return
+        assert self.active is not None
+        self.active.sample, self.active.measured_s = sample, sample.times
+        self._steady_now()
