@@ -283,7 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "127.0.0.1, each pinned to its own cores")
     p.add_argument("action", choices=("up", "down", "status", "kill", "restart"))
     p.add_argument("worker", nargs="?", type=int,
-                   help="kill: the index of the worker to signal")
+                   help="kill, restart: the index of the worker")
     p.add_argument("--signal", default="KILL",
                    help="kill: KILL (default: the worker is lost), STOP (it stops answering), "
                         "CONT (it resumes) or TERM")

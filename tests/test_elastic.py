@@ -224,6 +224,33 @@ def test_no_device_left_is_one_error_naming_a_checkpoint_the_saver_restores(
     assert step > 0  # the state of a step that ran, not the initial one
 
 
+@pytest.mark.slow
+def test_no_plan_fitting_the_devices_left_is_one_error_naming_what_is_left(
+        plugin, monkeypatch, tmp_path):
+    from fastt.errors import DoesNotFit
+    from fastt.plugin import backend
+    seen = _lose_at(monkeypatch)
+    plan = backend.PluginBackend.plan
+
+    def no_fit(self, name):
+        if seen["failed"] is not None:
+            raise DoesNotFit("a replica needs 3.0 GiB, the devices hold 2.0 GiB (simulated)")
+        return plan(self, name)
+    monkeypatch.setattr(backend.PluginBackend, "plan", no_fit)
+    plugin(devices=[f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(3)],
+           logical_cpus=3, elastic="on", max_rounds=3)
+    m = build(with_data=True)
+    with pytest.raises(WorkerLostError, match="no plan over the devices left fits their "
+                       r"memory \(a replica needs .*\(left: .*CPU:0, .*CPU:1\); the training "
+                       "state of step") as e:
+        train(m)
+    path = str(e.value).split("TensorFlow checkpoint ", 1)[1].split(",")[0]
+    fastt.plugin.uninstall()
+    with tf1.Session(graph=m.g) as plain:
+        m.saver.restore(plain, path)
+        assert plain.run(m.step) > 0
+
+
 def _steps(text):
     """(step, loss) of each line the script printed."""
     return [(int(m.group(1)), float(m.group(2)))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from fastt.cluster.health import Returns, Watch
 from fastt.cluster.spec import Task
-from fastt.errors import WorkerLostError
+from fastt.errors import DoesNotFit, WorkerLostError
 from fastt.plugin import elastic, remote
 from fastt.plugin import messages as say
 from fastt.plugin.state import unsaved
@@ -75,15 +75,19 @@ def recover(backend: "PluginBackend", loss: Loss, error: BaseException | None) -
     # an input pipeline that cannot move runs in the script's own session (``InputStage``)
     unmovable = bool(p.graph.get_collection("queue_runners") or unsaved(p.graph)[0]) \
         if cur is p.user else bool(p.inputs.staged) and loss.master
-    if not left or unmovable:
+    def stuck(what: str, cause: BaseException | None = error) -> WorkerLostError:
         path = elastic.write_checkpoint(snap.state, tempfile.mkdtemp(prefix="fastt-"))
-        what = "every device fastt planned over is lost" if not left else \
-            "the script's input pipeline runs in its own session, which was lost"
-        raise WorkerLostError(
-            f"{loss.named()} lost ({why}): {what}"
-            f"{'' if not left else ' (left: ' + ', '.join(d.name for d in left) + ')'}; "
-            f"the training state of step {snap.step} is in the TensorFlow checkpoint {path}, "
-            "which the script's Saver restores") from error
+        names = "" if not left else " (left: " + ", ".join(d.name for d in left) + ")"
+        e = WorkerLostError(
+            f"{loss.named()} lost ({why}): {what}{names}; the training state of step "
+            f"{snap.step} is in the TensorFlow checkpoint {path}, which the script's Saver "
+            "restores")
+        e.__cause__ = cause
+        return e
+    if not left:
+        raise stuck("every device fastt planned over is lost")
+    if unmovable:
+        raise stuck("the script's input pipeline runs in its own session, which was lost")
     if p.watch is not None and loss.tasks:
         p.watch.forget(loss.tasks)
         p.lose_servers(loss)
@@ -93,8 +97,13 @@ def recover(backend: "PluginBackend", loss: Loss, error: BaseException | None) -
     onto = f"moved onto {left[0].name}"
     if running is not None and len(left) > 1 and running.name in registry.names() and \
             e.models is not None:  # a cached plan's run has none: it did not profile
-        strategy = backend.plan(running.name)
+        try:
+            strategy = backend.plan(running.name)
+        except DoesNotFit as fit:
+            raise stuck(f"no plan over the devices left fits their memory ({fit})", fit)
         onto = f"re-planned over the {len(left)} devices left"
+    elif len(left) == 1 and (misfit := e.original_misfit()):
+        raise stuck(f"the training step does not fit the one device left ({misfit})")
     new = backend.build(strategy, state=snap.state)
     try:
         for r in snap.runs:
