@@ -40,7 +40,7 @@ from fastt.plugin.charges import Charges, Gate
 from fastt.plugin.entry import Entry, Sample, session_id
 from fastt.plugin.fitting import Fitting
 from fastt.plugin.recovery import Recovered, Recovering
-from fastt.sched.search.memory_fit import FITTED
+from fastt.plugin.closing import Closing
 from fastt.plugin.protocols import Backend, Done, Pending
 from fastt.plugin.trials import Trials
 from fastt.sched import registry
@@ -52,7 +52,7 @@ log = logging.getLogger("fastt")
 REPROFILE_SHARE = 0.01  # of the steady steps' time a periodic re-profile may take, at most
 
 
-class Controller(Trials, Fitting, Recovering):
+class Controller(Trials, Fitting, Recovering, Closing):
     def __init__(self, settings: Settings, backend: Backend, session: str = "",
                  clock: Callable[[], float] = time.perf_counter,
                  run_plan: Callable[[Callable[[], Any]], Pending] = Done) -> None:
@@ -395,43 +395,3 @@ class Controller(Trials, Fitting, Recovering):
     def _steady_now(self) -> None:
         self.phase, self._since_profile = "steady", 0
         self.rounds = self.settings.max_rounds
-
-    def close(self) -> None:
-        """The session closes: a strategy still measured, or found faster and waiting for the
-        graph before it to be measured again, is recorded as unfinished, with how far it got
-        (its record is not lost); then the closing line."""
-        entry = self._measuring or self._rechecking
-        running = self.running  # the graph the session ends on
-        kept = self.active if self.active is not None and self.active.status == "active" \
-            else None
-        fitted = kept is not None and kept.name == FITTED  # fitted anew at each first step
-        if not fitted and (kept is not None or
-                           (self.phase == "steady" and (self.history or self._passed))):
-            # for the next run: the plan kept, or that none measured faster than the original
-            self.backend.store(kept, dict(self.budget.seen))
-        if entry is not None:
-            self._measuring = self._rechecking = None
-            entry.status = "unfinished"
-            entry.reason = say.unfinished(entry, self.step - self._win.start_step, self.active)
-            entry.dump = self._record(entry)
-            entry.timeline = None
-            log.info(say.left_unfinished(entry))
-        if self.history or self._passed or \
-                self.phase in ("warmup", "waiting", "profile", "planning"):
-            self.log_closing(running)
-
-    def log_closing(self, running: Entry | None = None) -> None:
-        """The line a session logs when it closes (``running``: the strategy it ended on,
-        when not the one kept)."""
-        log.debug("fastt: its own cost in full: %s", self.budget.as_dict())
-        if self.phase == "warmup":  # too short a session to measure the original graph
-            log.info(say.closed_in_warmup(
-                self.step, self._win.times, self.settings.measure_steps,
-                self.settings.measure_seconds if self._win.reads_load else 0.0)
-                + "; " + say.cost(self.budget))
-        else:
-            log.info(say.closed(self.step, running or self.active, self.original_median_s,
-                                len(self.history), self.settings.dump_dir,
-                                dumped=any(e.dump for e in self.history),
-                                passed=len(self._passed))
-                     + "; " + say.cost(self.budget))
