@@ -39,6 +39,7 @@ and faults.md.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import re
@@ -104,6 +105,11 @@ def _trigger(phase: str, rng: random.Random) -> tuple[str, int]:
     return "activated strategy", rng.randint(5, 30)
 
 
+def _due(at: int, after: int, steps: int) -> int:
+    """The step to kill at: ``after`` steps past ``at``, within the run's last 5 steps."""
+    return at + max(0, min(after, steps - at - 5))
+
+
 def trial(phase: str, victim: int, rng: random.Random, steps: int, ref: list[float],
           work: str, cache: str) -> dict:
     """One run with one kill; what happened."""
@@ -124,7 +130,7 @@ def trial(phase: str, victim: int, rng: random.Random, steps: int, ref: list[flo
                     n = len(_steps(open(out_path).read()))
                     if at is None and line in open(err_path).read():
                         at = n
-                    if at is not None and n >= at + after:
+                    if at is not None and n >= _due(at, after, steps):
                         sig = signal.SIGSTOP if phase == "stop" else signal.SIGKILL
                         os.kill(cluster.procs[victim].pid, sig)
                         killed = time.time()
@@ -139,8 +145,9 @@ def trial(phase: str, victim: int, rng: random.Random, steps: int, ref: list[flo
     text, err = open(out_path).read(), open(err_path).read()
     shutil.rmtree(run_dir, ignore_errors=True)
     got = _steps(text)
-    row = {"phase": phase, "victim": victim, "killed_after_steps": at + after if at is not None
-           else None, "exit_code": code, "seconds": round(time.monotonic() - began, 1)}
+    row = {"phase": phase, "victim": victim,
+           "killed_after_steps": _due(at, after, steps) if at is not None else None,
+           "exit_code": code, "seconds": round(time.monotonic() - began, 1)}
     if killed is None:
         return {**row, "outcome": "not reached",
                 "why": f"'{line}' not logged" if at is None else "the run ended first"}
@@ -214,11 +221,14 @@ def comeback(steps: int, work: str) -> dict:
                     cluster.restart(1)
                     restarted = time.time()
             hung = p.poll() is None
+            ended = time.time()
         finally:
             if p.poll() is None:
                 p.kill()
             code = p.wait()
     text, err = open(out_path).read(), open(err_path).read()
+    if code:
+        shutil.copy(err_path, os.path.join(work, "comeback-failed.err"))
     shutil.rmtree(run_dir, ignore_errors=True)
     got = _steps(text)
     row: dict = {"steps": steps, "exit_code": code, "hung": hung,
@@ -235,14 +245,17 @@ def comeback(steps: int, work: str) -> dict:
     def median_gap(a: int, b: int) -> float | None:
         gaps = [times[i + 1] - times[i] for i in range(max(a, 0), min(b, len(times) - 1))]
         return round(1e3 * statistics.median(gaps), 2) if gaps else None
-    return {**row, "outcome": "recovered" if code == 0 and row["all_steps"] else "failed",
+    ok = code == 0 and row["all_steps"]
+    return {**row, "outcome": "recovered" if ok else "failed",
+            "said": "" if ok else err.strip().splitlines()[-1][:400] if err.strip() else "",
             "taken_back": bool(back), "plan_after": kept.group(1) if kept else None,
             "back_at_step": int(kept.group(2)) if kept else None,
             "restart_to_plan_s": round(times[int(kept.group(2))] - restarted, 1)
             if kept and int(kept.group(2)) < len(times) else None,
             "before_ms": median_gap(kill_i - 20, kill_i - 1),
             "alone_ms": median_gap(kill_i + 5, back_i),
-            "end_ms": median_gap(len(times) * 4 // 5, len(times) - 1)}
+            "end_ms": median_gap(len(times) * 4 // 5, len(times) - 1),
+            "exit_s": round(ended - times[-1], 1) if times else None}
 
 
 def markdown(doc: dict) -> str:
@@ -280,13 +293,16 @@ def markdown(doc: dict) -> str:
                   "loss is said (see `comeback` in `benchmarks/faults.py`). Step times are "
                   "medians (ms).", "",
                   "| trial | outcome | taken back | plan after it | restart to that plan (s) | "
-                  "before the kill | on the worker left | last fifth of the run |",
-                  "|---:|---|---|---|---:|---:|---:|---:|"]
+                  "before the kill | on the worker left | last fifth of the run | "
+                  "last step to exit (s) |",
+                  "|---:|---|---|---|---:|---:|---:|---:|---:|"]
         for k, r in enumerate(back):
             lines.append(f"| {k + 1} | {r['outcome']} | {'yes' if r.get('taken_back') else 'no'}"
                          f" | {r.get('plan_after') or '-'} | {r.get('restart_to_plan_s', '-')} "
                          f"| {r.get('before_ms', '-')} | {r.get('alone_ms', '-')} | "
-                         f"{r.get('end_ms', '-')} |")
+                         f"{r.get('end_ms', '-')} | {r.get('exit_s', '-')} |")
+            if r.get("said"):
+                lines.append(f"  - trial {k + 1}: {r['said']}")
     ov = doc.get("overhead")
     if ov:
         lines += ["", f"Snapshots' cost on the kept plan: step time with `FASTT_ELASTIC=on` over "
@@ -303,6 +319,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=120)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--phases", nargs="*", default=list(PHASES))
+    ap.add_argument("--merge", action="store_true",
+                    help="run --phases only, keeping the other results of the last run")
     ap.add_argument("--comebacks", type=int, default=3,
                     help="runs in which a killed worker is restarted (0: none)")
     ap.add_argument("--out", default=os.path.join(HERE, "results"))
@@ -324,7 +342,15 @@ def main() -> int:
                 rows.append(row)
         doc = {"machine": machine(), "steps": args.steps, "trials": rows,
                "date": time.strftime("%Y-%m-%d")}
-        if not args.quick:
+        if args.merge:  # the results of the phases not run now, as they were
+            with open(os.path.join(args.out, "faults.json"), encoding="utf-8") as f:
+                old = json.load(f)
+            doc["trials"] = [r for r in old["trials"] if r["phase"] not in args.phases] + rows
+            doc["trials"].sort(key=lambda r: PHASES.index(r["phase"]))
+            for key in ("overhead", "comeback"):
+                if key in old:
+                    doc[key] = old[key]
+        elif not args.quick:
             doc["overhead"] = overhead(args.steps * 2, 3, work, cache)
         if args.comebacks:
             doc["comeback"] = []

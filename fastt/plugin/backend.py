@@ -281,9 +281,10 @@ class PluginBackend:
         if p.current is not running and state is None:  # recovered from a lost server:
             raise Recovered  # this graph was planned over it
         ops = p.user_state()
-        new = activation.start(gd, strategy, graph, p.target, config, p.current,
-                               ops.variables, ops.iterators, inits, counters,
-                               p.iterator_inits.last, state)
+        # as a step: given up once a server it needs is found lost, not at the call deadline
+        new = p.guard.run(lambda: activation.start(
+            gd, strategy, graph, p.target, config, p.current, ops.variables, ops.iterators,
+            inits, counters, p.iterator_inits.last, state))
         new.fifo = mechanism == "none"
         return new
 
