@@ -23,9 +23,10 @@ exits 0 having printed every step once and in order; ``error`` when it ends in f
 ``WorkerLostError``; ``failed`` otherwise, ``hung`` past its deadline. For recovered trials:
 the time from the kill to the next step printed, and the largest relative difference of the
 per-step losses from a run without fastt, before the kill (the data-parallel plan's
-floating-point reassociation) and after it (a run on the cached plan has no cost models to
-re-plan with: it goes on with the original graph on a worker left, from the state restored
-and replayed value for value, so any difference is the one training carried over).
+floating-point reassociation) and after it (a run that profiled re-plans over the workers
+left: the new plan's reassociation; a run on the cached plan has no cost models to re-plan
+with and goes on with the original graph on a worker left, from the state restored and
+replayed value for value: any difference is the one training carried over).
 
 The snapshots' cost (``overhead``): the same script on the cached plan, ``FASTT_ELASTIC`` on
 and off alternately, the median step time of the steps after the plan is kept; the ratio of

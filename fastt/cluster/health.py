@@ -55,6 +55,7 @@ class Watch:
         self._last = -float("inf")
         self.gone: set[Task] = set()  # tasks training went on without (``forget``)
         self.found: list[Task] = []  # those the last check found lost
+        self.lost_any = False  # training went on without a server once (it may be back)
 
     @property
     def tasks(self) -> list[Task]:
@@ -78,6 +79,7 @@ class Watch:
     def forget(self, tasks: Sequence[Task]) -> None:
         """Training goes on without ``tasks`` (lost): they are no longer checked."""
         self.gone.update(tasks)
+        self.lost_any = self.lost_any or bool(tasks)
 
     def lost(self) -> str:
         """Every task that does not answer now, named with why ("" when all answer)."""

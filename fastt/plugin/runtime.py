@@ -341,6 +341,11 @@ class SessionPlugin(survive.Surviving):
             if ctl.history:
                 session_dumps.refresh([e.dump for e in ctl.history[:-1]], self.settings.strict)
         if self.current is not self.user:
+            if self.watch is not None and self.watch.lost_any:
+                # TensorFlow's master can wait out the call's deadline closing a session on
+                # a cluster that lost a server (its cleanup of the old sessions): the last
+                # graph's session ends with the script, without the call
+                hook.forsake(self.target)
             self.current.close()
             self.current = self.user
 
