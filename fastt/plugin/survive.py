@@ -75,15 +75,16 @@ def recover(backend: "PluginBackend", loss: Loss, error: BaseException | None) -
     # an input pipeline that cannot move runs in the script's own session (``InputStage``)
     unmovable = bool(p.graph.get_collection("queue_runners") or unsaved(p.graph)[0]) \
         if cur is p.user else bool(p.inputs.staged) and loss.master
+
     def stuck(what: str, cause: BaseException | None = error) -> WorkerLostError:
         path = elastic.write_checkpoint(snap.state, tempfile.mkdtemp(prefix="fastt-"))
         names = "" if not left else " (left: " + ", ".join(d.name for d in left) + ")"
-        e = WorkerLostError(
+        lost = WorkerLostError(
             f"{loss.named()} lost ({why}): {what}{names}; the training state of step "
             f"{snap.step} is in the TensorFlow checkpoint {path}, which the script's Saver "
             "restores")
-        e.__cause__ = cause
-        return e
+        lost.__cause__ = cause
+        return lost
     if not left:
         raise stuck("every device fastt planned over is lost")
     if unmovable:
