@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Iterable
 from dataclasses import dataclass
 
 from fastt.errors import ClusterError
@@ -25,6 +26,15 @@ class Task:
 
     def __str__(self) -> str:
         return f"{self.job} {self.index} ({self.address}, {self.device_prefix})"
+
+    def holds(self, device: str) -> bool:
+        """Whether ``device`` (a full device name) is one of this task's."""
+        return device.startswith(self.device_prefix + "/")
+
+
+def on_tasks(device: str, tasks: Iterable[Task]) -> bool:
+    """Whether ``device`` is one of ``tasks``'s devices."""
+    return any(t.holds(device) for t in tasks)
 
 
 @dataclass(frozen=True)
@@ -55,10 +65,7 @@ class ClusterSpec:
         return ",".join(t.address for t in self.tasks)
 
     def task_of(self, device: str) -> Task | None:
-        for t in self.tasks:
-            if device.startswith(t.device_prefix + "/"):
-                return t
-        return None
+        return next((t for t in self.tasks if t.holds(device)), None)
 
 
 # TensorFlow's job names (``IsJobName`` in its device_name_utils.cc): a letter, then letters,

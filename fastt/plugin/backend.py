@@ -14,6 +14,7 @@ from fastt.adapters.engine import Engine
 from fastt.adapters.fingerprint import graph_digest
 from fastt.adapters.rewrite import keep_fit
 from fastt.cluster.health import Watch
+from fastt.cluster.spec import on_tasks
 from fastt.errors import WorkerLostError
 from fastt.plugin import activation, budget, cache, remote, session_dumps
 from fastt.plugin import messages as say
@@ -235,14 +236,11 @@ class PluginBackend:
         """Whether devices lost before are back (their servers answer again): planned over
         from the next plan on, in their first order."""
         back = self.plugin.readmit()
-
-        def on(d: Device, tasks: list[Any]) -> bool:
-            return any(d.name.startswith(t.device_prefix + "/") for t in tasks)
-        devices = [d for d in self._gone if on(d, back)]
-        new = [t for t in back if not any(on(d, [t]) for d in devices)]  # not seen before
+        devices = [d for d in self._gone if on_tasks(d.name, back)]
+        new = [t for t in back if not any(t.holds(d.name) for d in devices)]  # never seen
         if new:
             self._planned_over += self.plugin.devices_of(new)
-            devices += [d for d in self._planned_over if on(d, new)]
+            devices += [d for d in self._planned_over if on_tasks(d.name, new)]
         if not devices:
             return False
         e = self.engine

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 
 from fastt.cluster.health import unanswered
-from fastt.cluster.spec import ClusterSpec, Task
+from fastt.cluster.spec import ClusterSpec, Task, on_tasks
 from fastt.devices import canonical, device_type
 from fastt.sched.sim.problem import Device
 from tf_patches import session_hook as hook
@@ -109,8 +109,7 @@ def step_devices(sess: Any, settings: Any, gone: set[Task]) -> tuple[list[Device
                     f"have (it has {', '.join(listed)})")
     found = devices(sess, settings.devices, settings.device_memory_mb * 2 ** 20,
                     settings.cpu_allocator_mb * 2 ** 20)
-    return [d for d in found if not any(d.name.startswith(t.device_prefix + "/")
-                                        for t in gone)], ""
+    return [d for d in found if not on_tasks(d.name, gone)], ""
 
 
 def planning_devices(listed: list[Any]) -> list[str]:
@@ -151,9 +150,7 @@ def task_devices(target: str, config: Any, tasks: list[Task], names: list[str],
     """The devices to plan over on ``tasks`` (servers that were not planned over before),
     as ``devices`` chooses them (of ``names``, those on ``tasks``), listed by a session
     that contacts only them."""
-    def on_tasks(name: str) -> bool:
-        return any(name.startswith(t.device_prefix + "/") for t in tasks)
-    on = [n for n in names if on_tasks(n)]
+    on = [n for n in names if on_tasks(n, tasks)]
     if names and not on:
         return []
     cfg = on_cluster(config)
@@ -161,7 +158,7 @@ def task_devices(target: str, config: Any, tasks: list[Task], names: list[str],
     with hook.plain_sessions():
         sess = _tf1.Session(target, graph=tf.Graph(), config=cfg)
     try:  # the master lists its own devices too
-        return [d for d in devices(sess, on, limit) if on_tasks(d.name)]
+        return [d for d in devices(sess, on, limit) if on_tasks(d.name, tasks)]
     finally:
         sess.close()
 

@@ -63,9 +63,8 @@ class SessionPlugin(survive.Surviving):
         self.watch = Watch(cluster) if cluster and target == cluster.target else None
         on = settings.elastic == "on" or settings.elastic == "auto" and self.watch is not None
         self.snapshots = Snapshots(settings.replay_mb * 2 ** 20) if on else None
-        self._left_out = remote.started_without() if self.watch is not None else []
         if self.watch is not None:
-            self.watch.forget(self._left_out)
+            self.watch.forget(remote.started_without())
         self.returns = Returns(self.watch) if on and self.watch is not None else None
         self.user_lost = ""  # why the script's own session can no longer run
         self.guard = Guard(self.watch, self.original_s,
@@ -395,6 +394,7 @@ class SessionPlugin(survive.Surviving):
 
     def inner_config(self) -> Any:
         w = self.watch
-        filtered = w is not None and bool(w.gone or self._left_out)
+        # once a server was lost (or left out at the start: the script's session config
+        # filters it), the master contacts the servers training runs on, and only those
         return remote.inner_config(self.config, self.settings.logical_cpus, w is not None,
-                                   w.tasks if w is not None and filtered else None)
+                                   w.tasks if w is not None and w.lost_any else None)

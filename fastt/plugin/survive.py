@@ -14,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Sequence
 
 from fastt.cluster.health import Returns, Watch
-from fastt.cluster.spec import Task
+from fastt.cluster.spec import Task, on_tasks
 from fastt.errors import DoesNotFit, WorkerLostError
 from fastt.plugin import elastic, remote
 from fastt.plugin import messages as say
@@ -57,7 +57,7 @@ def find_loss(watch: Watch | None, devices: Sequence[str], given_up: Sequence[Ta
     if watch is None:
         return Loss([], [])
     tasks = watch.lost_tasks(given_up)
-    lost = [d for d in devices if any(d.startswith(t.device_prefix + "/") for t in tasks)]
+    lost = [d for d in devices if on_tasks(d, tasks)]
     return Loss(lost, tasks, watch.master in tasks)
 
 
