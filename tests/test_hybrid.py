@@ -13,6 +13,7 @@ from fastt.sched.sim.device_spec import DeviceSet
 from fastt.passes.hybrid import Weight, keep_whole, kept_whole, promising, weights
 from fastt.sched.search.planning import Planning
 from fastt.sched.sim.problem import Device
+from fastt.sched.registry import KINDS
 from fastt.sched.search.starts import hybrid
 from fastt.sched.strategy import plan
 from tests.helpers import equivalence, op
@@ -142,6 +143,64 @@ def test_no_candidate_is_begun_past_the_budget():
     # each candidate said to take 15 s against a 20 s budget: the first only
     keep_whole([a, b], build, lambda g: -len(g), budget_s=20.0, candidate_s=15.0)
     assert built == [[], ["a"]]
+
+
+def test_work_built_while_building_other_work_is_counted_once(monkeypatch):
+    """``Planning.built_s``: the seconds of a piece of work built inside another named with
+    it are in that one's, not added again."""
+    from fastt.sched.search import planning
+    now = [0.0]
+    monkeypatch.setattr(planning, "clock", lambda: now[0])
+    devices, ds = _devices(1e9)
+    shared = Planning(two_layers(), devices, StaticCosts({}, ds))
+
+    def inner():
+        now[0] += 2.0
+        return "inner"
+
+    def outer():
+        now[0] += 1.0
+        shared.cached(("inner",), inner)
+        now[0] += 3.0
+        return "outer"
+    shared.cached(("outer",), outer)
+    assert shared.built_s(("outer",)) == 6.0 and shared.built_s(("inner",)) == 2.0
+    assert shared.built_s(("outer",), ("inner",)) == 6.0
+    assert shared.built_s(("inner",), ("missing",)) == 2.0
+
+
+@pytest.mark.parametrize("name", ["data-parallel", "data-parallel-ps"])
+def test_a_hybrid_candidate_is_taken_to_cost_its_compile_place_and_replay(monkeypatch, name):
+    """A candidate of the hybrid search builds a data-parallel graph, compiles, places and
+    replays it: its expected time counts each of these once, whether the layout's graph was
+    compiled before the layout (TF-slim's replicas, compiled while the placers of the model
+    graph run aside) or while it was built (the all-reduce graph); a search whose candidate
+    would end past its share of the deadline declines, saying so."""
+    from fastt.sched.search import planning, starts
+    now = [0.0]
+    monkeypatch.setattr(planning, "clock", lambda: now[0])
+    monkeypatch.setattr(starts, "clock", lambda: now[0])
+    g = two_layers()
+    devices, ds = _devices(1e9)
+    seconds = {"h1": 0.020, "dw1": 0.020, "da1": 0.001, "h2": 0.001, "dw2": 0.001}
+    shared = Planning(g, devices, StaticCosts(seconds, ds), copy_bytes_per_s=ds.copy_bytes_per_s,
+                      deadline=30.0)
+    compile_graph = shared.compile_graph
+
+    def slow_compile(graph):  # every compile takes 5 s of the fake clock, nothing else any
+        now[0] += 5.0
+        return compile_graph(graph)
+    shared.compile_graph = slow_compile
+    shared.compile(g)  # as ``place_aside`` does, before the layouts
+    shared.compile(shared.replicas())
+    g0 = starts.layout(shared, name)[0]
+    shared.replay(shared.compile(g0), shared.place(KINDS[name], g0))
+    assert starts.hybrid_candidate_s(shared, name) == 5.0
+    now[0] = 0.0  # 30 s left, a third of it for the hybrid search: a 5 s candidate may
+    assert shared.budget(20.0, 1 / 3) == 10.0  # begin, ...
+    now[0] = 20.0  # ... with 10 s left (3.3 s for the search) it may not
+    with pytest.raises(Declined, match=r"a candidate takes about 5 s; 3 s left"):
+        hybrid(shared, name)
 
 
 def test_a_plan_past_its_deadline_skips_the_searches_but_not_the_baselines(caplog):

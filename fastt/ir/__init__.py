@@ -16,11 +16,11 @@ import networkx as nx
 from fastt import dtypes
 from fastt.errors import GraphStructureError
 from fastt.ir.ops import (Edge, GraphMeta, Op, OpMeta, Shape, TensorRef, TensorSpec,
-                          op_from_dict, op_to_dict, writes_variable)
+                          op_from_dict, op_to_dict, tensor_spec, writes_variable)
 from fastt.op_types import BACK_EDGE_TYPES, LOOP_TYPES
 
 __all__ = ["Edge", "Graph", "GraphMeta", "Op", "OpMeta", "Shape", "TensorRef", "TensorSpec",
-           "writes_variable"]
+           "tensor_spec", "writes_variable"]
 
 
 class Graph:

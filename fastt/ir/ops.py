@@ -3,6 +3,7 @@ the data ``Edge`` between two ops, ``GraphMeta``, and an op's JSON form. Immutab
 passes share them; ``fastt.ir.Graph`` holds the ops."""
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field, fields
 from operator import attrgetter
@@ -61,6 +62,13 @@ class TensorSpec:
     def dims(self) -> tuple[int, ...] | None:
         """The shape when every dimension is known, else None."""
         return cast(tuple[int, ...], self.shape) if self.fully_defined else None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def tensor_spec(dtype: str, shape: Shape = None) -> TensorSpec:
+    """``TensorSpec(dtype, shape)``, one shared instance per value (it is immutable): the
+    passes that cut a graph into replicas make hundreds of thousands of the same few."""
+    return TensorSpec(dtype, shape)
 
 
 @dataclass(frozen=True, slots=True)

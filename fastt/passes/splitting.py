@@ -19,7 +19,7 @@ from fractions import Fraction
 from typing import Any, cast
 
 from fastt.errors import FasttError
-from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
+from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec, tensor_spec
 from fastt.passes import sync_batch_norm
 from fastt.passes.split_rules import FULL, PARTIAL, SHAPE, SPLIT, SplitRule, find, part_sizes
 
@@ -108,7 +108,7 @@ class _Builder:
         name = f"{owner}/split_in{i}"
         assert spec.shape is not None  # scaled() raised otherwise
         out.append(Op(name=name, type="SplitV", inputs=(ref,),
-                      outputs=tuple(TensorSpec(spec.dtype, _with_axis(spec.shape, axis, s))
+                      outputs=tuple(tensor_spec(spec.dtype, _with_axis(spec.shape, axis, s))
                                     for s in sizes),
                       attrs={"axis": axis, "size_splits": list(sizes), "shares": list(shares)},
                       meta=OpMeta(split_of=owner)))
@@ -154,9 +154,10 @@ class _Builder:
             parts.append(op.with_(
                 name=f"{name}/part{k}",
                 inputs=tuple(per_input[i][k] for i in range(len(op.inputs))),
-                outputs=tuple(TensorSpec(t.dtype, _with_axis(t.shape, rule.out_axis, out_sizes[k])
-                                         if rule.join == "concat" and t.shape is not None
-                                         else t.shape) for t in op.outputs),
+                outputs=tuple(tensor_spec(t.dtype, _with_axis(t.shape, rule.out_axis,
+                                                              out_sizes[k])
+                                          if rule.join == "concat" and t.shape is not None
+                                          else t.shape) for t in op.outputs),
                 colocate_with=tuple(f"{c}/part{k}" for c in op.colocate_with
                                     if c in self.split_names or f"{c}/part{k}" in self.graph),
                 meta=replace(op.meta, origin=op.meta.origin or name,

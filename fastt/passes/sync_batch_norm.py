@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec
+from fastt.ir import Graph, Op, OpMeta, TensorRef, TensorSpec, tensor_spec
 from fastt.passes.split_rules import FULL, SPLIT, Part, SplitRule
 
 FORWARD = frozenset({"FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3"})
@@ -111,7 +111,7 @@ class _Ops:
             OpMeta(origin=self.owner, fraction=fraction, replica=replica)
         name = name or f"{self.owner}/fastt_{suffix}{'' if replica is None else replica}"
         self.ops.append(Op(name=name, type=type_, inputs=tuple(inputs),
-                           outputs=(TensorSpec(dtype, shape),), device=self.device,
+                           outputs=(tensor_spec(dtype, shape),), device=self.device,
                            attrs={"T": dtype, **(attrs or {})}, meta=meta))
         return TensorRef(name, 0)
 

@@ -9,7 +9,6 @@ import logging
 import math
 import multiprocessing as mp
 import os
-import time
 from typing import Any, Callable, Mapping, Sequence
 
 from fastt.costs.source import CostSource
@@ -82,6 +81,9 @@ class Planning:
         self.compile_graph = compiler(self.devices, costs, graph, copy_bytes_per_s)
         # key -> (what was built or the misfit found, seconds, the objects its key names)
         self._built: dict[tuple[object, ...], tuple[Any, float, tuple[object, ...]]] = {}
+        # key -> the key whose building built it (``built_s`` counts the work once)
+        self._within: dict[tuple[object, ...], tuple[object, ...]] = {}
+        self._building: list[tuple[object, ...]] = []
         self._used: set[tuple[object, ...]] = set()
         self._fresh_s = 0.0  # seconds spent building since ``begin``
         # id(schedule) -> (the schedule, its placement's number, its plan's: ``_plan_id``)
@@ -95,12 +97,17 @@ class Planning:
         used by the strategy being planned."""
         self._used.add(key)
         if key not in self._built:
-            t0 = time.perf_counter()
+            t0 = clock()
+            if self._building:
+                self._within[key] = self._building[-1]
+            self._building.append(key)
             try:
                 value = build()
             except (DoesNotFit, NoBatch, Declined) as e:
                 value = e
-            seconds = time.perf_counter() - t0
+            finally:
+                self._building.pop()
+            seconds = clock() - t0
             self._fresh_s += seconds
             self._built[key] = (value, seconds, keep)
         value = self._built[key][0]
@@ -141,8 +148,27 @@ class Planning:
         return key in self._built
 
     def built_s(self, *keys: tuple[object, ...]) -> float:
-        """The seconds building what ``keys`` name took (0 for what is not built)."""
-        return sum(self._built[k][1] for k in keys if k in self._built)
+        """The seconds building what ``keys`` name took (0 for what is not built), each
+        piece of work once: a key built while building another of them is in that one's."""
+        named = set(keys)
+
+        def inside(k: tuple[object, ...]) -> bool:
+            up = self._within.get(k)
+            while up is not None:
+                if up in named:
+                    return True
+                up = self._within.get(up)
+            return False
+        return sum(self._built[k][1] for k in named if k in self._built and not inside(k))
+
+    def plan_keys(self, k: StrategyKind, g: Graph) -> list[tuple[object, ...]]:
+        """What compiling ``g``, placing it with placer ``k`` and replaying that schedule
+        are kept under (for ``built_s``)."""
+        keys: list[tuple[object, ...]] = [("compile", id(g)), ("place", k.name, id(g))]
+        problem, placed = self._built.get(keys[0]), self._built.get(keys[1])
+        if problem is not None and placed is not None and isinstance(placed[0], Schedule):
+            keys.append(_replay_key(problem[0], self._plan_id(placed[0], True), True))
+        return keys
 
     def replicas(self) -> Graph:
         """The graph's data-parallel replicas over the devices (``NoBatch`` each time when

@@ -103,8 +103,7 @@ def hybrid(shared: Planning, name: str) -> Start:
         slowest = max(p0.slope[a][b] for a in range(D) for b in range(D) if a != b)
         cands = promising(graph_weights(shared), lambda w: sum(
             p0.w[p0.index[o]][0] for o in w.ops if o in p0.index), slowest, D)
-        # a candidate costs about what the layout took to build and replay
-        built = shared.built_s(("replicas",), ("layout", name))
+        built = hybrid_candidate_s(shared, name)
         if shared.deadline is None:
             budget_s = hybrid_budget_s
         else:  # one share of what is left for both layouts' searches
@@ -121,6 +120,15 @@ def hybrid(shared: Planning, name: str) -> Start:
         log.info("hybrid %s: %s kept whole", name, ", ".join(w.variable for w in kept))
         return (g, D, name)
     return shared.cached(("hybrid", name), build)
+
+
+def hybrid_candidate_s(shared: Planning, name: str) -> float:
+    """About what one candidate of the hybrid search of layout ``name`` takes: what its
+    data-parallel start took to build (the replicas, the layout), compile, place and
+    replay, each piece once (the replicas of TF-slim's layout are compiled before it, the
+    all-reduce graph while it is built)."""
+    g = layout(shared, name)[0]
+    return shared.built_s(("replicas",), ("layout", name), *shared.plan_keys(KINDS[name], g))
 
 
 def _fitting(shared: Planning, name: str, replicas: Graph) -> Graph | None:
