@@ -312,9 +312,10 @@ def test_equal_plans_are_replayed_and_ordered_once_whichever_strategy_made_them(
 
 
 def test_placed_aside_is_placed_as_here(monkeypatch):
-    """``place_first``: the placers of the model graph and of the micro-batched graphs run
-    in a forked process (``Planning.place_aside``); once joined their schedules are those
-    placed in this process, kept as built (not placed again), and misfits kept as such."""
+    """``place_first``: the placers of the model graph, of the micro-batched graphs and of
+    TF-slim's layout on the replicas (its own and DPOS) run in a forked process
+    (``Planning.place_aside``); once joined their schedules are those placed in this
+    process, kept as built (not placed again), and misfits kept as such."""
     import os
 
     from fastt.sched.search.planning import Planning
@@ -330,7 +331,8 @@ def test_placed_aside_is_placed_as_here(monkeypatch):
     here = Planning(g, ds.devices, c)
     aside = Planning(g, ds.devices, c, deadline=math.inf)
     jobs = [(k, g) for k in kinds if k.starts in ("model", "both")] + \
-        [(KINDS["pipedream"], m) for m, _, _ in micro_batched(aside)]
+        [(KINDS["pipedream"], m) for m, _, _ in micro_batched(aside)] + \
+        [(KINDS[n], aside.replicas()) for n in ("data-parallel-ps", "dpos")]
     calls = []
     real = Planning.place_aside
     monkeypatch.setattr(Planning, "place_aside",
@@ -348,6 +350,28 @@ def test_placed_aside_is_placed_as_here(monkeypatch):
     assert tight.known(("place", "heft", id(g)))
     with pytest.raises(DoesNotFit):
         tight.place(KINDS["heft"], g)
+
+
+def test_tf_slim_s_layout_is_placed_aside_only_where_it_starts_from_the_replicas():
+    """``replica_jobs``: TF-slim's layout and DPOS are placed on the replicas aside where the
+    layout is the replicas themselves; where they fit no device (the layout is then fitted,
+    or there is none) nothing is sent aside."""
+    from fastt.sched.search.planning import Planning
+    from fastt.sched.search.starts import replica_jobs
+    from fastt.sched.sim.problem import Device
+    from fastt.sched.registry import KINDS
+    ds = parse("2xV100")
+    g = training_graph(B=16)
+    c = costs(ds, g)
+    kinds = [KINDS[n] for n in names()]
+    roomy = Planning(g, ds.devices, c)
+    assert [(k.name, m) for k, m in replica_jobs(roomy, kinds)] == \
+        [(n, roomy.replicas()) for n in ("data-parallel-ps", "dpos", "os-dpos")]
+    assert replica_jobs(roomy, [KINDS["heft"], KINDS["data-parallel"]]) == []
+    tight = Planning(g, [Device(d.name, 1.0) for d in ds.devices], c)
+    assert replica_jobs(tight, kinds) == []
+    one = Planning(g, ds.devices[:1], c)
+    assert replica_jobs(one, kinds) == []
 
 
 class _Profiled(StaticCosts):

@@ -52,7 +52,7 @@ from fastt.passes.splitting import Split
 from fastt.sched.search.planning import SPLIT_SHARE, Planning, feasible
 from fastt.sched.search.step_fitting import micro_batches_of, recomputed_ops
 from fastt.sched.search.starts import (MICRO_BATCHED, Start, graph_weights, micro_batched,
-                                micro_batched_plans, starts)
+                                micro_batched_plans, replica_jobs, starts)
 from fastt.sched.placers.transfer_order import Prioritized
 
 SCHEMA_VERSION = 1
@@ -202,8 +202,9 @@ def place_first(shared: Planning, kinds: Sequence[StrategyKind]) -> None:
     """Each of ``kinds`` placed and replayed (``placed``; a misfit kept, to be said by its
     own planning), then finished (``_finish``) fastest first: under a deadline, the time
     left for ordering weight transfers goes to the plans likeliest to win. The placers of
-    the model graph and of the micro-batched graphs run on a second core
-    (``Planning.place_aside``) while this one builds the data-parallel layouts."""
+    the model graph, of the micro-batched graphs and of TF-slim's layout where it starts from
+    the replicas run on a second core (``Planning.place_aside``) while this one builds the
+    all-reduce layout."""
     aside = [k for k in kinds if k.starts in ("model", "both", MICRO_BATCHED)]
     jobs = [(k, shared.graph) for k in aside if k.starts != MICRO_BATCHED]
     if any(k.starts == MICRO_BATCHED for k in aside):
@@ -212,6 +213,9 @@ def place_first(shared: Planning, kinds: Sequence[StrategyKind]) -> None:
                      if k.starts == MICRO_BATCHED]
         except NoBatch:
             pass
+    replicas = replica_jobs(shared, kinds)  # TF-slim's layout placed there too
+    jobs += replicas
+    aside += [k for k, _ in replicas if k not in aside]
 
     def each(ks: Sequence[StrategyKind]) -> list[Plan]:
         out = []

@@ -6,6 +6,7 @@ in the strategies' ``Planning``.
 from __future__ import annotations
 
 import logging
+from typing import Sequence
 
 from fastt.errors import Declined, DoesNotFit, FasttError, NoBatch
 from fastt.ir import Graph
@@ -79,6 +80,23 @@ def layout(shared: Planning, name: str) -> Start:
             dp = fitted_layout(shared, name, peaks)
         return (dp, D, name)
     return shared.cached(("layout", name), build)
+
+
+def replica_jobs(shared: Planning, kinds: Sequence[StrategyKind]
+                 ) -> list[tuple[StrategyKind, Graph]]:
+    """The placements of those of ``kinds`` that start from TF-slim's layout (its own placer,
+    DPOS) on the data-parallel replicas, where the layout is the replicas themselves (they
+    fit the devices' memory): work for the second core (``Planning.place_aside``)."""
+    ps = [k for k in kinds if k.starts in ("data-parallel-ps", "both")]
+    if not ps or len(shared.devices) < 2:
+        return []
+    try:
+        g = layout(shared, "data-parallel-ps")[0]
+        if g is not shared.replicas():
+            return []
+    except (NoBatch, DoesNotFit, Declined):
+        return []
+    return [(k, g) for k in ps]
 
 
 def hybrid(shared: Planning, name: str) -> Start:
