@@ -314,8 +314,9 @@ def test_equal_plans_are_replayed_and_ordered_once_whichever_strategy_made_them(
 def test_placed_aside_is_placed_as_here(monkeypatch):
     """``place_first``: the placers of the model graph, of the micro-batched graphs and of
     TF-slim's layout on the replicas (its own and DPOS) run in a forked process
-    (``Planning.place_aside``); once joined their schedules are those placed in this
-    process, kept as built (not placed again), and misfits kept as such."""
+    (``Planning.place_aside``), each replayed there; once joined their schedules and replays
+    are those of this process, kept as built (not placed or replayed again), and misfits
+    kept as such."""
     import os
 
     from fastt.sched.search.planning import Planning
@@ -335,16 +336,37 @@ def test_placed_aside_is_placed_as_here(monkeypatch):
         [(KINDS[n], aside.replicas()) for n in ("data-parallel-ps", "dpos")]
     calls = []
     real = Planning.place_aside
-    monkeypatch.setattr(Planning, "place_aside",
-                        lambda self, js: calls.append([(k.name, id(m)) for k, m in js]) or
-                        real(self, js))
+    from fastt.sched.search import planning
+    replays, replayed_after = planning.replay_runs, []
+
+    def record(p, device, order):
+        replayed_after.append((id(p), tuple(device), order and tuple(order)))
+        return replays(p, device, order)
+
+    def placing_aside(self, js):
+        calls.append([(k.name, id(m)) for k, m in js])
+        join = real(self, js)
+
+        def joined():
+            join()  # what is replayed here from now on is seen
+            monkeypatch.setattr(planning, "replay_runs", record)
+        return joined
+    monkeypatch.setattr(Planning, "place_aside", placing_aside)
     place_first(aside, kinds)
     assert calls == [[(k.name, id(m)) for k, m in jobs]]
+    monkeypatch.setattr(planning, "replay_runs", None)  # each replayed aside, kept here
     for k, m in jobs:
+        s = aside.place(k, m)
+        assert (id(aside.compile(m)), tuple(s.device), tuple(s.order())) not in replayed_after
         assert aside.known(("place", k.name, id(m))), k.name
         mine, theirs = here.place(k, m), aside.place(k, m)
         assert (theirs.device, theirs.start, theirs.finish) == \
             (mine.device, mine.start, mine.finish), k.name
+        monkeypatch.setattr(planning, "replay_runs", replays)
+        expected = here.replay(here.compile(m), mine)
+        monkeypatch.setattr(planning, "replay_runs", None)
+        assert aside.replay(aside.compile(m), theirs) == expected, k.name
+    monkeypatch.setattr(planning, "replay_runs", replays)
     tight = Planning(g, [Device(d.name, 1.0) for d in ds.devices], c)
     tight.place_aside([(KINDS["heft"], g)])()
     assert tight.known(("place", "heft", id(g)))

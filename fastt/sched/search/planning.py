@@ -231,8 +231,15 @@ class Planning:
 
         def join() -> None:
             try:
-                for (k, g), (value, seconds) in zip(todo, pending.get()):
+                for (k, g), (value, seconds, replayed) in zip(todo, pending.get()):
                     self._built.setdefault(("place", k.name, id(g)), (value, seconds, (g,)))
+                    if replayed is not None:  # its replay too, kept under this one's keys
+                        p = self.compile(g)
+                        times, replay_s = replayed
+                        self.best_s = min(self.best_s, times[0][1])
+                        self._built.setdefault(
+                            _replay_key(p, self._plan_id(value, True), True),
+                            (times, replay_s, (p, value)))
             except Exception as e:  # noqa: BLE001 - placed here instead, when asked
                 log.debug("placing aside failed (%s); placing here", e)
             finally:
@@ -312,17 +319,24 @@ class Planning:
 _ASIDE: tuple[Planning, list[tuple[StrategyKind, Graph]]] | None = None
 
 
-def _place_aside() -> list[tuple[Any, float]]:
+def _place_aside() -> list[tuple[Any, float, Any]]:
     """In ``place_aside``'s process: each job placed as ``Planning.place`` does, and what it
-    kept (the schedule or the misfit found, and the seconds it took)."""
+    kept (the schedule or the misfit found, and the seconds it took), with the schedule's
+    replay as ``Planning.replay`` keeps it and its seconds (None for a misfit)."""
     assert _ASIDE is not None
     shared, todo = _ASIDE
+    out: list[tuple[Any, float, Any]] = []
     for k, g in todo:
         try:
-            shared.place(k, g)
+            s = shared.place(k, g)
         except (DoesNotFit, NoBatch, Declined):
-            pass
-    return [shared._built[("place", k.name, id(g))][:2] for k, g in todo]
+            out.append((*shared._built[("place", k.name, id(g))][:2], None))
+            continue
+        p = shared.compile(g)
+        shared.replay(p, s)
+        key = _replay_key(p, shared._plan_id(s, True), True)
+        out.append((s, shared._built[("place", k.name, id(g))][1], shared._built[key][:2]))
+    return out
 
 
 def step_overhead(costs: CostSource, placement: Mapping[str, str] | None = None) -> float:

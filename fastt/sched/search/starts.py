@@ -191,16 +191,17 @@ def micro_batched(shared: Planning) -> list[Start]:
 
 def micro_batched_plans(shared: Planning, plan: Plan) -> list[tuple[Plan, int]]:
     """``plan`` (of the model graph) over each micro-batched graph: every part of an op on
-    the op's device (``fastt.sched.placers.pipedream.micro_batch``), and its micro-batches; past the
-    deadline, only those placed already."""
+    the op's device (``fastt.sched.placers.pipedream.micro_batch``), and its micro-batches; where
+    one would end past the deadline (it takes about what finishing a plan of its graph
+    takes), only those placed already."""
     p0 = plan.problem
     placed = {p0.names[i]: plan.schedule.device[i] for i in range(p0.n)}
     out = []
     for g, m, _ in micro_batched(shared):
         key = ("micro-placed", id(plan.schedule), id(g))
-        if shared.late() and not shared.known(key):
-            continue
         p = shared.compile(g)
+        if shared.late(shared.finish_s(p)) and not shared.known(key):
+            continue
         note = f"a placement of the model graph over {m} micro-batches"
         try:
             out.append((Plan(g, p, shared.cached(
