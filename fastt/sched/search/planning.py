@@ -167,7 +167,7 @@ class Planning:
         keys: list[tuple[object, ...]] = [("compile", id(g)), ("place", k.name, id(g))]
         problem, placed = self._built.get(keys[0]), self._built.get(keys[1])
         if problem is not None and placed is not None and isinstance(placed[0], Schedule):
-            keys.append(_replay_key(problem[0], self._plan_id(placed[0], True), True))
+            keys.append(self._replay_key(problem[0], placed[0], True))
         return keys
 
     def replicas(self) -> Graph:
@@ -238,7 +238,7 @@ class Planning:
                         times, replay_s = replayed
                         self.best_s = min(self.best_s, times[0][1])
                         self._built.setdefault(
-                            _replay_key(p, self._plan_id(value, True), True),
+                            self._replay_key(p, value, True),
                             (times, replay_s, (p, value)))
             except Exception as e:  # noqa: BLE001 - placed here instead, when asked
                 log.debug("placing aside failed (%s); placing here", e)
@@ -272,7 +272,7 @@ class Planning:
 
     def replayed_fifo(self, p: Problem, s: Schedule) -> bool:
         """Whether ``replay_fifo`` of ``s`` is known already (costs nothing)."""
-        return self.known(_replay_key(p, self._plan_id(s, False), False))
+        return self.known(self._replay_key(p, s, False))
 
     def _replayed(self, p: Problem, s: Schedule, ordered: bool
                   ) -> tuple[tuple[float, float], list[float]]:
@@ -282,7 +282,7 @@ class Planning:
             free, queued = replay_runs(p, s.device, s.order() if ordered else None)
             self.best_s = min(self.best_s, queued.makespan)  # a plan that runs so fast
             return (free.makespan, queued.makespan), free.start
-        return self.cached(_replay_key(p, self._plan_id(s, ordered), ordered), run, (p, s))
+        return self.cached(self._replay_key(p, s, ordered), run, (p, s))
 
     def prioritized(self, g: Graph, p: Problem, s: Schedule, ordered: bool,
                     times: tuple[float, float]) -> Prioritized | None:
@@ -302,6 +302,10 @@ class Planning:
     def was_prioritized(self, p: Problem, s: Schedule, ordered: bool) -> bool:
         """Whether ``prioritized`` of ``s`` is known already (costs nothing)."""
         return self.known(_prioritized_key(p, self._plan_id(s, ordered), ordered))
+
+    def _replay_key(self, p: Problem, s: Schedule, ordered: bool) -> tuple:
+        """What ``_replayed`` keeps schedule ``s`` of ``p``'s replay under."""
+        return ("replay" if ordered else "fifo", id(p), self._plan_id(s, ordered))
 
     def _plan_id(self, s: Schedule, ordered: bool) -> int:
         """A number per distinct plan: ``s``'s placement, and with ``ordered`` its order;
@@ -327,15 +331,16 @@ def _place_aside() -> list[tuple[Any, float, Any]]:
     shared, todo = _ASIDE
     out: list[tuple[Any, float, Any]] = []
     for k, g in todo:
+        placed = ("place", k.name, id(g))
         try:
             s = shared.place(k, g)
         except (DoesNotFit, NoBatch, Declined):
-            out.append((*shared._built[("place", k.name, id(g))][:2], None))
+            out.append((*shared._built[placed][:2], None))
             continue
         p = shared.compile(g)
         shared.replay(p, s)
-        key = _replay_key(p, shared._plan_id(s, True), True)
-        out.append((s, shared._built[("place", k.name, id(g))][1], shared._built[key][:2]))
+        out.append((*shared._built[placed][:2],
+                    shared._built[shared._replay_key(p, s, True)][:2]))
     return out
 
 
@@ -344,11 +349,6 @@ def step_overhead(costs: CostSource, placement: Mapping[str, str] | None = None)
     it (else 0); None: the least over the ways a step spreads (a bound)."""
     return float(costs.step_overhead(None if placement is None
                                      else len(set(placement.values()))))
-
-
-def _replay_key(p: Problem, plan: int, ordered: bool) -> tuple:
-    """The cache key of ``Planning._replayed`` (``plan``: ``Planning._plan_id``)."""
-    return ("replay" if ordered else "fifo", id(p), plan)
 
 
 def _prioritized_key(p: Problem, plan: int, ordered: bool) -> tuple:
