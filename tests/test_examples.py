@@ -23,7 +23,9 @@ def test_example_trains_the_same_with_fastt(script, tmp_path):
     # a short run may close while a strategy is still being measured: it is recorded too
     assert {d["status"] for d in docs} <= {"active", "superseded", "rolled_back", "unfinished"}
     assert all(d["reason"] for d in docs if d["status"] in ("rolled_back", "unfinished"))
-    assert {d["order_mechanism"] for d in docs} == {"priority-executor"}  # in this process
+    # in this process; a kept plan may be tried in TensorFlow's own order after it
+    assert {d["order_mechanism"] for d in docs if d["ordered"]} == {"priority-executor"}
+    assert all(d["order_mechanism"] == "none" for d in docs if not d["ordered"])
     assert re.search(r"fastt: (activated|rolled back|left) strategy 1 \(", err)
     assert len(dumps) == int(re.search(r"(\d+) strateg(?:y|ies) tried", err).group(1))
     assert_dumps_follow_the_schema(tmp_path / "dump")

@@ -247,6 +247,23 @@ def session_dumps(root):
         writer.write(writer.new_dir(str(root)), doc, strategy=s, report=False, strict=True)
 
 
+def test_a_trial_of_a_kept_plan_in_tensorflows_order_is_dumped_as_unordered():
+    """The FIFO trial of a kept plan runs its very strategy: its dump says its steps ran
+    in TensorFlow's own order, as the kept plan's says they ran in the planned one."""
+    from fastt.plugin import session_dumps
+    from fastt.plugin.entry import Entry
+    s = planned("os-dpos")[3]
+    kept = Entry(1, s.name, s, s.predicted_step_time_s, status="superseded")
+    trial = Entry(2, s.name, s, s.predicted_step_time_s, status="active", ordered=False)
+    docs = [session_dumps.document(e, [kept, trial], [8e-3], "priority-executor" if e.ordered
+                                   else "none", "123-1") for e in (kept, trial)]
+    assert s.ordered and [d["ordered"] for d in docs] == [True, False]
+    assert [d["order_mechanism"] for d in docs] == ["priority-executor", "none"]
+    assert s.to_dict()["ordered"] is True  # the strategy itself is left as it was
+    for d in docs:
+        assert schema.validate(d, "strategy") == []
+
+
 def test_inspect_prints_every_strategy_with_its_step_times(tmp_path, capsys):
     session_dumps(tmp_path)
     assert main(["inspect", str(tmp_path)]) == 0

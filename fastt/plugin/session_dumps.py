@@ -20,7 +20,9 @@
   whether the steps settled, the other processes' load (cores); null before it is measured;
 - ``speedup``: original median / this strategy's median (``null`` before it is measured);
 - ``activated_at_step``, ``order_mechanism`` (``priority-executor``,
-  ``control-dependencies`` or ``none``);
+  ``control-dependencies`` or ``none``); ``ordered`` is false where its steps ran in
+  TensorFlow's own order (its plan predicted faster so, or a trial of a kept plan in that
+  order);
 - ``history``: every strategy of this session so far, with its status, step times and dump;
 - ``overhead``: what fastt's own work had cost the run when it was written, and its budget
   (``fastt.plugin.budget``).
@@ -43,7 +45,7 @@ from fastt.sched.sim.problem import Device
 
 def document(entry: Entry, history: list[Entry], original_s: list[float],
              order_mechanism: str, session: str) -> dict[str, Any]:
-    return writer.document(
+    doc = writer.document(
         entry.strategy, source="session", session=session, n=entry.n, status=entry.status,
         reason=entry.reason, measured_s=entry.measured_s, original_s=original_s,
         activated_at_step=entry.step, order_mechanism=order_mechanism,
@@ -52,6 +54,8 @@ def document(entry: Entry, history: list[Entry], original_s: list[float],
                                      e.measured_s, e.step,
                                      e.verdict.verdict if e.verdict else None)
                  for e in history])
+    doc["ordered"] = doc["ordered"] and entry.ordered  # a trial of its plan in FIFO order
+    return doc
 
 
 def write(root: str, entry: Entry, doc: dict[str, Any], models: CostModels | None,
