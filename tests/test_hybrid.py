@@ -145,6 +145,18 @@ def test_no_candidate_is_begun_past_the_budget():
     assert built == [[], ["a"]]
 
 
+def test_the_searches_aim_a_reserve_before_the_deadline(monkeypatch):
+    """``Planning.deadline``: what the searches and finishes aim at leaves ``RESERVE_SHARE`` of
+    the time left when planning begins (none when it is past already)."""
+    from fastt.sched.search import planning
+    monkeypatch.setattr(planning, "clock", lambda: 100.0)
+    devices, ds = _devices(1e9)
+    aimed = Planning(two_layers(), devices, StaticCosts({}, ds), deadline=160.0).deadline
+    assert aimed == pytest.approx(160.0 - planning.RESERVE_SHARE * 60.0) and aimed < 160.0
+    assert Planning(two_layers(), devices, StaticCosts({}, ds), deadline=90.0).deadline == 90.0
+    assert Planning(two_layers(), devices, StaticCosts({}, ds)).deadline is None
+
+
 def test_work_built_while_building_other_work_is_counted_once(monkeypatch):
     """``Planning.built_s``: the seconds of a piece of work built inside another named with
     it are in that one's, not added again."""
@@ -185,6 +197,7 @@ def test_a_hybrid_candidate_is_taken_to_cost_its_compile_place_and_replay(monkey
     seconds = {"h1": 0.020, "dw1": 0.020, "da1": 0.001, "h2": 0.001, "dw2": 0.001}
     shared = Planning(g, devices, StaticCosts(seconds, ds), copy_bytes_per_s=ds.copy_bytes_per_s,
                       deadline=30.0)
+    shared.deadline = 30.0  # what the searches aim at (no reserve: it is not tested here)
     compile_graph = shared.compile_graph
 
     def slow_compile(graph):  # every compile takes 5 s of the fake clock, nothing else any
