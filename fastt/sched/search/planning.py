@@ -50,8 +50,7 @@ def replay_schedule(p: Problem, s: Schedule) -> tuple[float, float]:
 
 SPLIT_SHARE = 1 / 2  # of what is left before a deadline: the most the split search takes
 # Of the time left when planning begins, what the searches and finishes leave before the
-# deadline for work begun before it whose estimate was short (ResNet-200 over 2x8 V100s
-# ended 0.3-1.2 s past a 60 s budget without it)
+# deadline: work begun before it whose estimate was short ends in it, not past the deadline
 RESERVE_SHARE = 0.05
 EXACT_SHARE = 1 / 3  # ... and the exact program (building its rows included)
 
