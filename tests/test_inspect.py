@@ -255,8 +255,8 @@ def test_a_trial_of_a_kept_plan_in_tensorflows_order_is_dumped_as_unordered():
     s = planned("os-dpos")[3]
     kept = Entry(1, s.name, s, s.predicted_step_time_s, status="superseded")
     trial = Entry(2, s.name, s, s.predicted_step_time_s, status="active", ordered=False)
-    docs = [session_dumps.document(e, [kept, trial], [8e-3], "priority-executor" if e.ordered
-                                   else "none", "123-1") for e in (kept, trial)]
+    docs = [session_dumps.document(e, [kept, trial], [8e-3], "priority-executor", "123-1")
+            for e in (kept, trial)]
     assert s.ordered and [d["ordered"] for d in docs] == [True, False]
     assert [d["order_mechanism"] for d in docs] == ["priority-executor", "none"]
     assert s.to_dict()["ordered"] is True  # the strategy itself is left as it was

@@ -375,8 +375,7 @@ class PluginBackend:
             return ""
         try:
             doc = session_dumps.document(entry, history, ctl.original_s,
-                                self.order_mechanism() if entry.ordered else "none",
-                                ctl.session)
+                                         self.order_mechanism(), ctl.session)
             doc["overhead"] = ctl.budget.as_dict()
             doc["from_plan_cache"] = entry.cached
             doc["decided_at_step"] = entry.decided_at

@@ -45,16 +45,20 @@ from fastt.sched.sim.problem import Device
 
 def document(entry: Entry, history: list[Entry], original_s: list[float],
              order_mechanism: str, session: str) -> dict[str, Any]:
+    """``entry``'s ``strategy.json`` document; ``order_mechanism``: how this session enforces
+    a planned order. Its ``ordered`` is the entry's (its strategy's, false for a trial of it
+    in TensorFlow's own order), and no order is enforced where it is false."""
     doc = writer.document(
         entry.strategy, source="session", session=session, n=entry.n, status=entry.status,
         reason=entry.reason, measured_s=entry.measured_s, original_s=original_s,
-        activated_at_step=entry.step, order_mechanism=order_mechanism,
+        activated_at_step=entry.step,
+        order_mechanism=order_mechanism if entry.ordered else "none",
         predicted_s=entry.predicted_s, decision=entry.decision(),
         history=[writer.history_entry(e.n, e.name, e.status, e.predicted_s, e.reason, e.dump,
                                      e.measured_s, e.step,
                                      e.verdict.verdict if e.verdict else None)
                  for e in history])
-    doc["ordered"] = doc["ordered"] and entry.ordered  # a trial of its plan in FIFO order
+    doc["ordered"] = entry.ordered
     return doc
 
 
